@@ -1,0 +1,1 @@
+"""Kernel families: one module each, templates in templates/, search spaces in tuning/."""

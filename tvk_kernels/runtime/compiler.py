@@ -1,0 +1,101 @@
+"""GLSL -> SPIR-V through shaderc's `glslc`, with a content-hashed on-disk cache.
+
+A cache hit needs no compiler at all, so a machine with a filled cache (or a carried
+one) runs without glslc installed.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..errors import CompilerNotFoundError, ShaderCompileError
+from ..paths import cache_dir, data_dir
+
+TARGET_ENV = "vulkan1.2"
+CACHE_VERSION = "1"
+_memo: dict[str, bytes] = {}
+
+
+def find_glslc() -> str:
+    """glslc from TVK_GLSLC, PATH, or the Vulkan SDK (VULKAN_SDK)."""
+    explicit = os.environ.get("TVK_GLSLC")
+    if explicit:
+        if Path(explicit).is_file():
+            return explicit
+        raise CompilerNotFoundError(f"TVK_GLSLC={explicit} does not exist")
+    found = shutil.which("glslc")
+    if found:
+        return found
+    sdk = os.environ.get("VULKAN_SDK")
+    if sdk:
+        for rel in ("bin/glslc", "Bin/glslc.exe", "bin/glslc.exe"):
+            if (Path(sdk) / rel).is_file():
+                return str(Path(sdk) / rel)
+    raise CompilerNotFoundError(
+        "glslc (shaderc's GLSL compiler) was not found on PATH or under VULKAN_SDK. Install it: "
+        "Debian/Ubuntu `apt-get install glslc`; Windows/macOS: the LunarG Vulkan SDK (sets VULKAN_SDK); "
+        "or point TVK_GLSLC at the binary."
+    )
+
+
+def _template_hash(path: Path) -> str:
+    """Hash of the template and every template it may #include (they share a folder)."""
+    h = hashlib.sha256(path.read_bytes())
+    for inc in sorted(path.parent.glob("*.glsl")):
+        h.update(inc.name.encode())
+        h.update(inc.read_bytes())
+    return h.hexdigest()
+
+
+def template_path(name: str) -> Path:
+    path = data_dir("templates") / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no kernel template {name!r} in {path.parent}")
+    return path
+
+
+def template_checksum(name: str) -> str:
+    return _template_hash(template_path(name))[:16]
+
+
+def compile_template(name: str, defines: dict | None = None) -> bytes:
+    """Compile templates/<name> with -D defines; returns SPIR-V bytes."""
+    return compile_file(template_path(name), defines)
+
+
+def compile_file(path: Path, defines: dict | None = None) -> bytes:
+    defines = {k: defines[k] for k in sorted(defines or {})}
+    define_args = [f"-D{k}={_define_value(v)}" for k, v in defines.items()]
+    key_src = "\n".join([CACHE_VERSION, TARGET_ENV, path.name, _template_hash(path), *define_args])
+    key = hashlib.sha256(key_src.encode()).hexdigest()
+    if key in _memo:
+        return _memo[key]
+    cached = cache_dir() / "spirv" / f"{key}.spv"
+    if cached.is_file():
+        data = cached.read_bytes()
+        _memo[key] = data
+        return data
+    glslc = find_glslc()
+    cmd = [glslc, "-fshader-stage=compute", f"--target-env={TARGET_ENV}", "-O", "-I", str(path.parent),
+           *define_args, str(path), "-o", "-"]
+    proc = subprocess.run(cmd, capture_output=True)
+    if proc.returncode != 0:
+        detail = proc.stderr.decode(errors="replace").strip()
+        shown = " ".join(define_args)
+        raise ShaderCompileError(f"compiling {path} failed (defines: {shown or 'none'}):\n{detail}")
+    data = proc.stdout
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, cached)  # atomic: concurrent processes never read half a file
+    _memo[key] = data
+    return data
+
+
+def _define_value(v) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)

@@ -1,0 +1,257 @@
+"""Device memory: large blocks from the driver, sub-allocated, cached, capped and counted.
+
+Buffers are addressed by device address (bufferDeviceAddress), so a sub-allocation is
+just (block, offset): kernels receive `block.address + offset` in push constants and
+need no descriptor sets.
+
+Caching: a freed range goes to a per-size free list and is handed out again for the
+same rounded size without touching the block (training allocates the same sizes every
+step). When no cached range and no block has room, the cache is returned to the blocks
+(coalescing neighbours) before a new block is requested. The cap (TVK_MEMORY_LIMIT,
+set_memory_limit) bounds the bytes reserved from the driver, like the VRAM of a smaller
+card would.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import weakref
+
+from .vk import NULL, check, ffi, lib, new
+from ..errors import FreedBufferError, OutOfMemoryError, TVKError
+
+ALIGNMENT = 256  # covers minStorageBufferOffsetAlignment and 16-byte vector loads everywhere we know of
+BLOCK_SIZE = 32 << 20
+STAGING_BLOCK_SIZE = 16 << 20
+# AMD's proprietary driver refuses single allocations over 2 GiB even where it reports more
+_TWO_GIB_DRIVERS = {"AMD_PROPRIETARY", "AMD_OPEN_SOURCE"}
+
+_USAGE = (lib.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | lib.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+          | lib.VK_BUFFER_USAGE_TRANSFER_DST_BIT | lib.VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT)
+
+
+def parse_bytes(text: str) -> int:
+    """'512M', '6GB', '1.5GiB', '1048576' -> bytes."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmgt]?)(i?b?)\s*", str(text).lower())
+    if not m:
+        raise ValueError(f"cannot read {text!r} as a size; use bytes or a suffix like 512M, 6G")
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2)]
+    return int(float(m.group(1)) * scale)
+
+
+def _round(n: int, a: int = ALIGNMENT) -> int:
+    return (max(n, 1) + a - 1) // a * a
+
+
+class Block:
+    """One VkDeviceMemory bound to one VkBuffer, carved into ranges."""
+
+    __slots__ = ("memory", "buffer", "size", "address", "free_ranges", "live", "mapped")
+
+    def __init__(self, memory, buffer, size, address, mapped):
+        self.memory, self.buffer, self.size, self.address, self.mapped = memory, buffer, size, address, mapped
+        self.free_ranges = [(0, size)]  # sorted (offset, size), coalesced
+        self.live = 0
+
+    def take(self, size: int):
+        for i, (off, sz) in enumerate(self.free_ranges):
+            if sz >= size:
+                if sz == size:
+                    del self.free_ranges[i]
+                else:
+                    self.free_ranges[i] = (off + size, sz - size)
+                return off
+        return None
+
+    def give_back(self, off: int, size: int):
+        ranges = self.free_ranges
+        i = bisect.bisect_left(ranges, (off, 0))
+        if i < len(ranges) and off + size == ranges[i][0]:  # merge with next
+            size += ranges[i][1]
+            del ranges[i]
+        if i > 0 and ranges[i - 1][0] + ranges[i - 1][1] == off:  # merge with previous
+            off, size = ranges[i - 1][0], ranges[i - 1][1] + size
+            del ranges[i - 1]
+            i -= 1
+        ranges.insert(i, (off, size))
+
+
+class DeviceBuffer:
+    """A range of device memory. `address` goes into kernels; `freed` guards use-after-free."""
+
+    __slots__ = ("allocator", "block", "offset", "size", "nbytes", "address", "freed", "__weakref__")
+
+    def __init__(self, allocator, block, offset, size, nbytes):
+        self.allocator, self.block, self.offset, self.size, self.nbytes = allocator, block, offset, size, nbytes
+        self.address = block.address + offset
+        self.freed = False
+
+    def check_alive(self):
+        if self.freed:
+            raise FreedBufferError("this device buffer was freed; the tensor that owned it can no longer be used")
+
+    def host_view(self):
+        """A writable memoryview of a mapped (staging) buffer."""
+        self.check_alive()
+        if self.block.mapped is None:
+            raise TVKError("host_view() is only for host-visible staging buffers")
+        return ffi.buffer(self.block.mapped + self.offset, self.nbytes)
+
+    def free(self):
+        if not self.freed:
+            self.freed = True
+            self.allocator.release(self)
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:  # interpreter shutdown: the device goes away with the process
+            pass
+
+    def __repr__(self):
+        return f"<DeviceBuffer {self.nbytes} B at 0x{self.address:x}{' freed' if self.freed else ''}>"
+
+
+class Allocator:
+    def __init__(self, device, host_visible: bool = False):
+        self.device = device
+        self.host_visible = host_visible
+        facts = device.facts
+        cap = facts.max_memory_allocation or (1 << 62)
+        if facts.driver_label in _TWO_GIB_DRIVERS:
+            cap = min(cap, 2 << 30)
+        self.max_allocation = cap
+        self.block_size = min(STAGING_BLOCK_SIZE if host_visible else BLOCK_SIZE, cap)
+        self.blocks: list[Block] = []
+        self.cache: dict[int, list] = {}  # rounded size -> [(block, offset)]
+        self.allocated = self.peak_allocated = 0
+        self.reserved = self.peak_reserved = 0
+        self.limit: int | None = None
+        if not host_visible and os.environ.get("TVK_MEMORY_LIMIT"):
+            self.limit = parse_bytes(os.environ["TVK_MEMORY_LIMIT"])
+        self._memory_type = None
+
+    # ------------------------------------------------------------------ public
+    def alloc(self, nbytes: int) -> DeviceBuffer:
+        size = _round(nbytes)
+        if size > self.max_allocation:
+            raise OutOfMemoryError(nbytes, self.allocated, self.reserved, self.limit,
+                                   f"One buffer may not exceed {self.max_allocation} bytes on this driver "
+                                   "(maxMemoryAllocationSize); split the tensor. ")
+        cached = self.cache.get(size)
+        if cached:
+            block, off = cached.pop()
+        else:
+            block, off = self._find(size)
+        block.live += 1
+        self.allocated += size
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        return DeviceBuffer(self, block, off, size, nbytes)
+
+    def release(self, buf: DeviceBuffer):
+        self.allocated -= buf.size
+        buf.block.live -= 1
+        self.cache.setdefault(buf.size, []).append((buf.block, buf.offset))
+
+    def set_limit(self, nbytes: int | None):
+        self.limit = None if nbytes is None else int(nbytes)
+
+    def empty_cache(self):
+        """Return cached ranges to their blocks and give empty blocks back to the driver."""
+        self.device.stream.synchronize()  # nothing in flight may still use a block we free
+        self._flush_cache()
+        for block in [b for b in self.blocks if b.live == 0]:
+            self._destroy(block)
+
+    def stats(self) -> dict:
+        return {"allocated": self.allocated, "peak_allocated": self.peak_allocated, "reserved": self.reserved,
+                "peak_reserved": self.peak_reserved, "limit": self.limit, "blocks": len(self.blocks)}
+
+    def reset_peak(self):
+        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
+
+    # ----------------------------------------------------------------- private
+    def _find(self, size: int):
+        for block in self.blocks:
+            off = block.take(size)
+            if off is not None:
+                return block, off
+        if any(self.cache.values()):
+            self._flush_cache()
+            for block in self.blocks:
+                off = block.take(size)
+                if off is not None:
+                    return block, off
+        block_size = max(self.block_size, _round(size, 1 << 16))
+        if self.limit is not None and self.reserved + block_size > self.limit:
+            # under a cap: drop empty blocks, then ask for no more than what is needed
+            self.empty_cache()
+            block_size = _round(size, 1 << 16) if self.reserved + block_size > self.limit else block_size
+            if self.reserved + block_size > self.limit:
+                raise OutOfMemoryError(size, self.allocated, self.reserved, self.limit)
+        block = self._create(block_size, size)
+        off = block.take(size)
+        return block, off
+
+    def _flush_cache(self):
+        for size, entries in self.cache.items():
+            for block, off in entries:
+                block.give_back(off, size)
+        self.cache.clear()
+
+    def _pick_type(self, type_bits: int) -> int:
+        L, V, C, H = (lib.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, lib.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
+                      lib.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, lib.VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
+        types = [t for t in self.device.facts.memory_types if type_bits & (1 << t["index"])]
+        if self.host_visible:
+            prefs = [lambda f: f & (V | C | H) == (V | C | H), lambda f: f & (V | C) == (V | C)]
+        else:
+            prefs = [lambda f: f & L and not f & V, lambda f: f & L, lambda f: True]
+        for pref in prefs:
+            for t in types:
+                if pref(t["flags"]):
+                    return t["index"]
+        raise TVKError("no suitable Vulkan memory type" + (" (host-visible)" if self.host_visible else ""))
+
+    def _create(self, block_size: int, needed: int) -> Block:
+        dev = self.device.handle
+        keep: list = []
+        binfo = new("VkBufferCreateInfo", keep, size=block_size, usage=_USAGE, sharingMode=lib.VK_SHARING_MODE_EXCLUSIVE)
+        bout = ffi.new("VkBuffer*")
+        check(lib.vkCreateBuffer(dev, binfo, NULL, bout), "vkCreateBuffer")
+        req = ffi.new("VkMemoryRequirements*")
+        lib.vkGetBufferMemoryRequirements(dev, bout[0], req)
+        if self._memory_type is None:
+            self._memory_type = self._pick_type(req.memoryTypeBits)
+        flags = new("VkMemoryAllocateFlagsInfo", keep, flags=lib.VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT)
+        ainfo = new("VkMemoryAllocateInfo", keep, pNext=flags, allocationSize=req.size, memoryTypeIndex=self._memory_type)
+        mout = ffi.new("VkDeviceMemory*")
+        res = lib.vkAllocateMemory(dev, ainfo, NULL, mout)
+        if res < 0:
+            lib.vkDestroyBuffer(dev, bout[0], NULL)
+            if res in (lib.VK_ERROR_OUT_OF_DEVICE_MEMORY, lib.VK_ERROR_OUT_OF_HOST_MEMORY):
+                raise OutOfMemoryError(needed, self.allocated, self.reserved, self.limit,
+                                       f"The driver refused a {block_size}-byte block. ")
+            check(res, "vkAllocateMemory")
+        check(lib.vkBindBufferMemory(dev, bout[0], mout[0], 0), "vkBindBufferMemory")
+        ainfo2 = new("VkBufferDeviceAddressInfo", keep, buffer=bout[0])
+        address = int(lib.vkGetBufferDeviceAddress(dev, ainfo2))
+        mapped = None
+        if self.host_visible:
+            ptr = ffi.new("void**")
+            check(lib.vkMapMemory(dev, mout[0], 0, req.size, 0, ptr), "vkMapMemory")
+            mapped = ffi.cast("char*", ptr[0])
+        block = Block(mout[0], bout[0], block_size, address, mapped)
+        self.blocks.append(block)
+        self.reserved += block_size
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        return block
+
+    def _destroy(self, block: Block):
+        dev = self.device.handle
+        lib.vkDestroyBuffer(dev, block.buffer, NULL)
+        lib.vkFreeMemory(dev, block.memory, NULL)
+        self.blocks.remove(block)
+        self.reserved -= block.size

@@ -1,0 +1,212 @@
+"""The stream: kernels are recorded into a command buffer and submitted only at sync points.
+
+Sync points: a readback, `synchronize()`, or the batch threshold (TVK_BATCH dispatches,
+default 256). TVK_LAUNCH_BLOCKING=1 submits and waits after every dispatch, so an error
+surfaces at the op that caused it.
+
+The per-dispatch path (bind, push constants, dispatch, barrier) calls the raw cffi
+functions with structs allocated once: the `vulkan` package's wrappers cost ~6x more.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+from .vk import NULL, check, ffi, lib, new
+
+_COMPUTE = lib.VK_PIPELINE_BIND_POINT_COMPUTE
+_STAGE = lib.VK_SHADER_STAGE_COMPUTE_BIT
+_BARRIER_STAGES = lib.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | lib.VK_PIPELINE_STAGE_TRANSFER_BIT
+_UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+_vkCmdBindPipeline = lib.vkCmdBindPipeline
+_vkCmdPushConstants = lib.vkCmdPushConstants
+_vkCmdDispatch = lib.vkCmdDispatch
+_vkCmdPipelineBarrier = lib.vkCmdPipelineBarrier
+_vkCmdWriteTimestamp = lib.vkCmdWriteTimestamp
+
+
+class _Slot:
+    """One command buffer with its fence and what must stay alive until it completes."""
+
+    def __init__(self, stream, query_capacity: int):
+        dev = stream.device.handle
+        keep: list = []
+        ainfo = new("VkCommandBufferAllocateInfo", keep, commandPool=stream.pool, level=lib.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                    commandBufferCount=1)
+        cmd = ffi.new("VkCommandBuffer*")
+        check(lib.vkAllocateCommandBuffers(dev, ainfo, cmd), "vkAllocateCommandBuffers")
+        self.cmd = cmd[0]
+        fence = ffi.new("VkFence*")
+        check(lib.vkCreateFence(dev, new("VkFenceCreateInfo", keep), NULL, fence), "vkCreateFence")
+        self.fence = fence[0]
+        self.fence_ptr = fence
+        self.keep_alive: list = []
+        self.labels: list = []  # timestamp query labels, pairs of queries each
+        self.queries = None
+        if query_capacity:
+            qinfo = new("VkQueryPoolCreateInfo", keep, queryType=lib.VK_QUERY_TYPE_TIMESTAMP, queryCount=query_capacity)
+            qp = ffi.new("VkQueryPool*")
+            check(lib.vkCreateQueryPool(dev, qinfo, NULL, qp), "vkCreateQueryPool")
+            self.queries = qp[0]
+        self.in_flight = False
+
+
+class Stream:
+    def __init__(self, device):
+        self.device = device
+        self.blocking = os.environ.get("TVK_LAUNCH_BLOCKING", "") not in ("", "0")
+        self.batch = int(os.environ.get("TVK_BATCH", "256"))
+        keep: list = []
+        pinfo = new("VkCommandPoolCreateInfo", keep, queueFamilyIndex=device.queue_family,
+                    flags=lib.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT)
+        pool = ffi.new("VkCommandPool*")
+        check(lib.vkCreateCommandPool(device.handle, pinfo, NULL, pool), "vkCreateCommandPool")
+        self.pool = pool[0]
+        self.timestamps = device.facts.timestamps and device.timestamp_bits > 0
+        self._query_capacity = 2 * self.batch if self.timestamps else 0
+        self.slots = [_Slot(self, self._query_capacity) for _ in range(3)]
+        self.current = 0
+        self.recording = False
+        self.cmd = None
+        self.count = 0  # dispatches in the open command buffer
+        self.total_dispatches = 0
+        self.submits = 0
+        self.profile_records: list | None = None  # (label, gpu seconds) when profiling
+        self._last_pipeline = None
+        self._begin_info = new("VkCommandBufferBeginInfo", keep, flags=lib.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
+        self._barrier = new("VkMemoryBarrier", keep,
+                            srcAccessMask=lib.VK_ACCESS_SHADER_WRITE_BIT | lib.VK_ACCESS_TRANSFER_WRITE_BIT,
+                            dstAccessMask=lib.VK_ACCESS_SHADER_READ_BIT | lib.VK_ACCESS_SHADER_WRITE_BIT
+                            | lib.VK_ACCESS_TRANSFER_READ_BIT | lib.VK_ACCESS_TRANSFER_WRITE_BIT)
+        self._submit_cmd = ffi.new("VkCommandBuffer[1]")
+        self._submit_info = new("VkSubmitInfo", keep, commandBufferCount=1, pCommandBuffers=self._submit_cmd)
+        self._copy_region = ffi.new("VkBufferCopy*")
+        self._push = ffi.new("char[256]")
+        self._keep = keep
+
+    # ------------------------------------------------------------------ record
+    def _begin(self):
+        slot = self.slots[self.current]
+        if slot.in_flight:
+            self._retire(slot)
+        check(lib.vkBeginCommandBuffer(slot.cmd, self._begin_info), "vkBeginCommandBuffer")
+        if slot.queries is not None and self.profile_records is not None:
+            lib.vkCmdResetQueryPool(slot.cmd, slot.queries, 0, self._query_capacity)
+        self.cmd = slot.cmd
+        self.recording = True
+        self._last_pipeline = None
+        self.count = 0
+        return slot.cmd
+
+    def dispatch(self, pipeline, groups, push: bytes = b"", label: str | None = None):
+        """Record one kernel launch. `push` is the packed push-constant block."""
+        cmd = self.cmd if self.recording else self._begin()
+        if pipeline is not self._last_pipeline:
+            _vkCmdBindPipeline(cmd, _COMPUTE, pipeline.handle)
+            self._last_pipeline = pipeline
+        if push:
+            ffi.memmove(self._push, push, len(push))
+            _vkCmdPushConstants(cmd, pipeline.layout, _STAGE, 0, len(push), self._push)
+        profiling = self.profile_records is not None and self.timestamps
+        if profiling:
+            slot = self.slots[self.current]
+            q = 2 * len(slot.labels)
+            _vkCmdWriteTimestamp(cmd, lib.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, slot.queries, q)
+        _vkCmdDispatch(cmd, groups[0], groups[1], groups[2])
+        if profiling:
+            _vkCmdWriteTimestamp(cmd, lib.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, slot.queries, q + 1)
+            slot.labels.append(label or pipeline.name)
+        _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
+        self.count += 1
+        self.total_dispatches += 1
+        if self.blocking:
+            self.synchronize()
+        elif self.count >= self.batch:
+            self.submit()
+
+    def copy(self, src, dst, nbytes: int, src_offset: int = 0, dst_offset: int = 0):
+        """Record a buffer-to-buffer copy (DeviceBuffer ranges)."""
+        cmd = self.cmd if self.recording else self._begin()
+        r = self._copy_region
+        r.srcOffset, r.dstOffset, r.size = src.offset + src_offset, dst.offset + dst_offset, nbytes
+        lib.vkCmdCopyBuffer(cmd, src.block.buffer, dst.block.buffer, 1, r)
+        _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
+        self.count += 1
+        if self.blocking:
+            self.synchronize()
+
+    def fill(self, dst, value_u32: int, nbytes: int | None = None):
+        """Fill a buffer with a repeated 32-bit pattern (zeros for zeros_like)."""
+        cmd = self.cmd if self.recording else self._begin()
+        size = dst.size if nbytes is None else (nbytes + 3) // 4 * 4
+        lib.vkCmdFillBuffer(cmd, dst.block.buffer, dst.offset, size, value_u32 & 0xFFFFFFFF)
+        _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
+        self.count += 1
+        if self.blocking:
+            self.synchronize()
+
+    def keep_alive(self, obj):
+        """Hold `obj` until the command buffer being recorded has finished on the GPU."""
+        if not self.recording:
+            self._begin()
+        self.slots[self.current].keep_alive.append(obj)
+
+    # ------------------------------------------------------------------ submit
+    def submit(self):
+        if not self.recording:
+            return
+        slot = self.slots[self.current]
+        check(lib.vkEndCommandBuffer(slot.cmd), "vkEndCommandBuffer")
+        self._submit_cmd[0] = slot.cmd
+        check(lib.vkQueueSubmit(self.device.queue, 1, self._submit_info, slot.fence), "vkQueueSubmit")
+        slot.in_flight = True
+        self.recording = False
+        self.submits += 1
+        self.current = (self.current + 1) % len(self.slots)
+
+    def synchronize(self):
+        """Submit what is recorded and wait for everything; then results can be read."""
+        self.submit()
+        n = len(self.slots)
+        for i in range(n):  # oldest first, so profile records stay in order
+            slot = self.slots[(self.current + i) % n]
+            if slot.in_flight:
+                self._retire(slot)
+
+    def _retire(self, slot):
+        dev = self.device.handle
+        check(lib.vkWaitForFences(dev, 1, slot.fence_ptr, 1, _UINT64_MAX), "vkWaitForFences")
+        check(lib.vkResetFences(dev, 1, slot.fence_ptr), "vkResetFences")
+        if slot.labels:
+            self._collect_timestamps(slot)
+        slot.keep_alive.clear()
+        slot.in_flight = False
+
+    def _collect_timestamps(self, slot):
+        n = 2 * len(slot.labels)
+        data = ffi.new("uint64_t[]", n)
+        check(lib.vkGetQueryPoolResults(self.device.handle, slot.queries, 0, n, 8 * n, data, 8,
+                                        lib.VK_QUERY_RESULT_64_BIT | lib.VK_QUERY_RESULT_WAIT_BIT), "vkGetQueryPoolResults")
+        mask = (1 << self.device.timestamp_bits) - 1 if self.device.timestamp_bits < 64 else _UINT64_MAX
+        period = self.device.facts.timestamp_period_ns * 1e-9
+        if self.profile_records is not None:
+            for i, label in enumerate(slot.labels):
+                ticks = ((data[2 * i + 1] & mask) - (data[2 * i] & mask)) & mask
+                self.profile_records.append((label, ticks * period))
+        slot.labels.clear()
+
+    @contextmanager
+    def profiling(self):
+        """Collect (label, gpu_seconds) for every dispatch recorded inside the block."""
+        if not self.timestamps:
+            raise RuntimeError(f"{self.device.facts.name} has no compute timestamps; GPU times cannot be measured")
+        self.synchronize()  # so query pools are reset at the next begin
+        records: list = []
+        self.profile_records = records
+        batch = self.batch
+        try:
+            yield records
+            self.synchronize()
+        finally:
+            self.profile_records = None
+            self.batch = batch
