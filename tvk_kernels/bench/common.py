@@ -1,0 +1,80 @@
+"""What every benchmark result carries: where, when, on what, from which commit."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+from pathlib import Path
+
+
+def git_commit() -> str:
+    try:
+        root = Path(__file__).resolve().parents[2]
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                               text=True, timeout=5).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else os.environ.get("TVK_COMMIT", "unknown")
+    except Exception:
+        return os.environ.get("TVK_COMMIT", "unknown")
+
+
+def environment(device) -> dict:
+    from .. import __version__
+    from ..config import arch_family
+
+    f = device.facts
+    env = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "commit": os.environ.get("TVK_COMMIT") or git_commit(),
+        "torchvk_version": __version__,
+        "device": f.name, "device_index": f.index, "vendor_id": f.vendor_id, "device_id": f.device_id,
+        "arch": arch_family(f), "driver": f.driver_label, "driver_info": f.driver_info, "driver_version": f.driver_version,
+        "vulkan_api": f.api_version, "host": platform.node(), "python": platform.python_version(),
+    }
+    try:
+        import torch
+
+        env["torch_version"] = torch.__version__
+        if torch.cuda.is_available():
+            env["cuda_device"] = torch.cuda.get_device_name(0)
+    except Exception:
+        env["torch_version"] = None
+    return env
+
+
+def slug(name: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:48]
+
+
+def write_result(out_dir: str | Path, experiment: str, payload: dict, table_md: str) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{experiment}.json").write_text(json.dumps(payload, indent=2, default=float) + "\n")
+    env = payload["environment"]
+    header = (f"# {experiment}\n\n{env['device']} ({env['driver']} {env['driver_info']}), torch {env.get('torch_version')}, "
+              f"commit {env['commit']}, {env['date']}\n\n")
+    (out / f"{experiment}.md").write_text(header + table_md + "\n")
+    return out / f"{experiment}.json"
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def md_table(headers: list[str], rows: list[list]) -> str:
+    def fmt(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
