@@ -87,7 +87,10 @@ def config_dirs() -> list[Path]:
     dirs = []
     if os.environ.get("TVK_CONFIG_DIR"):
         dirs.append(Path(os.environ["TVK_CONFIG_DIR"]))
-    dirs.append(data_dir("tuned_configs"))
+    try:
+        dirs.append(data_dir("tuned_configs"))
+    except FileNotFoundError:  # an install without shipped configs runs on defaults
+        pass
     return dirs
 
 

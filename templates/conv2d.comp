@@ -1,0 +1,325 @@
+#version 450
+// 2-D convolution (NCHW, float32) as an implicit GEMM, C[M,N] = sum_k A[M,K] * B[K,N],
+// one template for the three directions, selected by DIR:
+//   DIR 0  forward         M = batch*OH*OW (n,oh,ow)  N = OC/G (oc)          K = IC/G*KH*KW (ic,kh,kw)
+//   DIR 1  grad wrt input  M = batch*H*W   (n,ih,iw)  N = IC/G (ic)          K = OC/G*KH*KW (oc,kh,kw)
+//   DIR 2  grad wrt weight M = OC/G (oc)              N = IC/G*KH*KW (ic,kh,kw) K = batch*OH*OW (n,oh,ow)
+// A and B are never materialised: every workgroup stages a BM x BK tile of A and a BK x BN
+// tile of B in shared memory through an index mapping (the im2col addresses), with small
+// per-tile tables in shared memory holding the decoded (n, oh, ow) / (ic, kh, kw) offsets so
+// the inner loads need no integer division. Out-of-range taps (padding, tails, DIR 1's
+// stride holes) load zeros. Groups and split-K slices run on grid z (z = split * G + g).
+// DIR 2 with split-K writes partial sums, [split][OC][IC/G*KH*KW], summed by conv2d_reduce.comp.
+//
+// Tunables (defines): BM, BN, BK tile; TM, TN outputs per thread; PAD shared-row padding
+// (floats); WG must equal the local size (specialization constant 0) = (BM/TM)*(BN/TN).
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+#extension GL_EXT_control_flow_attributes : enable
+
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+
+#ifndef DIR
+#define DIR 0
+#endif
+#ifndef BM
+#define BM 64
+#endif
+#ifndef BN
+#define BN 64
+#endif
+#ifndef BK
+#define BK 16
+#endif
+#ifndef TM
+#define TM 4
+#endif
+#ifndef TN
+#define TN 4
+#endif
+#ifndef PAD
+#define PAD 1
+#endif
+#ifndef WG
+#define WG ((BM / TM) * (BN / TN))
+#endif
+
+#define BMT (BM / TM)  // threads along M
+#define BNT (BN / TN)  // threads along N
+#define FAR 0x10000000 // a tap offset that lands outside every image: marks invalid rows/taps
+
+layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer RBuf { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) writeonly buffer WBuf { float v[]; };
+
+layout(push_constant) uniform Params {
+    uvec2 a;     // DIR 0: x          DIR 1: grad_out   DIR 2: grad_out
+    uvec2 b;     // DIR 0: weight     DIR 1: weight     DIR 2: x
+    uvec2 c;     // DIR 0: out        DIR 1: grad_in    DIR 2: grad_weight (or split-K partials)
+    uvec2 bias;  // DIR 0 only, read when flags & 1
+    uint n, ic, h, w;
+    uint oc, oh, ow, groups;
+    uint kh, kw, sh, sw;
+    uint ph, pw, dh, dw;
+    uint kchunk; // K per split-K slice (a multiple of BK); >= K when not split
+    uint flags;  // bit 0: add bias
+} p;
+
+shared float As[BK][BM + PAD];
+shared float Bs[BK][BN + PAD];
+#if DIR == 0
+shared ivec3 mtab[BM];  // (x plane base of row's image, oh*sh - ph, ow*sw - pw)
+shared ivec3 ktab[BK];  // (ic*H*W, kh*dh, kw*dw)
+#elif DIR == 1
+shared ivec3 mtab[BM];  // (grad_out image base, ih + ph, iw + pw)
+shared ivec4 ktab[BK];  // (oc*OH*OW, kh*dh, kw*dw, weight offset oc*ICg*KH*KW + kh*KW + kw or -1)
+#else
+shared ivec3 ntab[BN];  // (ic*H*W, kh*dh, kw*dw)
+shared ivec4 ktab[BK];  // (grad_out offset n*OC*OHW + oh*OW + ow or -1, x image base n*IC*HW, oh*sh - ph, ow*sw - pw)
+#endif
+
+void main() {
+    const uint tid = gl_LocalInvocationID.x;
+    const uint G = p.groups;
+    const uint icg = p.ic / G, ocg = p.oc / G;
+    const uint khw = p.kh * p.kw;
+    const uint hw = p.h * p.w, ohw = p.oh * p.ow;
+#if DIR == 0
+    const uint M = p.n * ohw, N = ocg, K = icg * khw;
+#elif DIR == 1
+    const uint M = p.n * hw, N = icg, K = ocg * khw;
+#else
+    const uint M = ocg, N = icg * khw, K = p.n * ohw;
+#endif
+    const uint mtiles = (M + BM - 1) / BM, ntiles = (N + BN - 1) / BN;
+    const uint tile = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    if (tile >= mtiles * ntiles) {
+        return;  // the whole workgroup: grid_1d rounding
+    }
+    const uint m0 = (tile % mtiles) * BM, n0 = (tile / mtiles) * BN;
+    const uint g = gl_WorkGroupID.z % G, split = gl_WorkGroupID.z / G;
+    const uint kbeg = split * p.kchunk;
+    const uint kend = min(K, kbeg + p.kchunk);
+
+    RBuf A = RBuf(p.a), B = RBuf(p.b);
+
+    // per-row / per-column tables, fixed for the whole K loop
+#if DIR == 0
+    for (uint i = tid; i < BM; i += WG) {
+        uint m = m0 + i;
+        ivec3 t = ivec3(0, FAR, FAR);
+        if (m < M) {
+            uint nn = m / ohw, r = m - nn * ohw;
+            uint y = r / p.ow, x = r - y * p.ow;
+            t = ivec3(int((nn * p.ic + g * icg) * hw), int(y * p.sh) - int(p.ph), int(x * p.sw) - int(p.pw));
+        }
+        mtab[i] = t;
+    }
+#elif DIR == 1
+    for (uint i = tid; i < BM; i += WG) {
+        uint m = m0 + i;
+        ivec3 t = ivec3(0, -FAR, -FAR);
+        if (m < M) {
+            uint nn = m / hw, r = m - nn * hw;
+            uint y = r / p.w, x = r - y * p.w;
+            t = ivec3(int((nn * p.oc + g * ocg) * ohw), int(y + p.ph), int(x + p.pw));
+        }
+        mtab[i] = t;
+    }
+    const uint wbase = g * ocg * icg * khw;
+#else
+    for (uint i = tid; i < BN; i += WG) {
+        uint j = n0 + i;
+        ivec3 t = ivec3(0, FAR, FAR);
+        if (j < N) {
+            uint cc = j / khw, r = j - cc * khw;
+            uint ky = r / p.kw, kx = r - ky * p.kw;
+            t = ivec3(int((g * icg + cc) * hw), int(ky * p.dh), int(kx * p.dw));
+        }
+        ntab[i] = t;
+    }
+#endif
+
+    float acc[TM][TN];
+    [[unroll]] for (uint i = 0; i < TM; ++i) {
+        [[unroll]] for (uint j = 0; j < TN; ++j) {
+            acc[i][j] = 0.0;
+        }
+    }
+
+#if DIR == 2
+    const uint tn = tid % BNT, tm = tid / BNT;  // consecutive threads: consecutive weight columns
+#else
+    const uint tm = tid % BMT, tn = tid / BMT;  // consecutive threads: consecutive output pixels
+#endif
+
+    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
+        // decode this K tile
+        for (uint i = tid; i < BK; i += WG) {
+            uint k = k0 + i;
+#if DIR == 0
+            ivec3 t = ivec3(0, FAR, FAR);
+            if (k < kend) {
+                uint cc = k / khw, r = k - cc * khw;
+                uint ky = r / p.kw, kx = r - ky * p.kw;
+                t = ivec3(int(cc * hw), int(ky * p.dh), int(kx * p.dw));
+            }
+#elif DIR == 1
+            ivec4 t = ivec4(0, FAR, FAR, -1);
+            if (k < kend) {
+                uint o = k / khw, r = k - o * khw;
+                uint ky = r / p.kw, kx = r - ky * p.kw;
+                t = ivec4(int(o * ohw), int(ky * p.dh), int(kx * p.dw), int(o * icg * khw + r));
+            }
+#else
+            ivec4 t = ivec4(-1, 0, FAR, FAR);
+            if (k < kend) {
+                uint nn = k / ohw, r = k - nn * ohw;
+                uint y = r / p.ow, x = r - y * p.ow;
+                t = ivec4(int(nn * p.oc * ohw + r), int(nn * p.ic * hw), int(y * p.sh) - int(p.ph), int(x * p.sw) - int(p.pw));
+            }
+#endif
+            ktab[i] = t;
+        }
+        barrier();
+
+        // stage A (BM x BK) and B (BK x BN) in shared memory
+        [[unroll]] for (uint l = 0; l < (BM * BK + WG - 1) / WG; ++l) {
+            uint i = tid + l * WG;
+            if ((BM * BK) % WG == 0 || i < BM * BK) {
+#if DIR == 2
+                uint kl = i % BK, ml = i / BK;  // along K: grad_out rows are contiguous
+                ivec4 kt = ktab[kl];
+                uint m = m0 + ml;
+                float v = 0.0;
+                if (kt.x >= 0 && m < M) {
+                    v = A.v[uint(kt.x) + (g * ocg + m) * ohw];
+                }
+#else
+                uint ml = i % BM, kl = i / BM;  // along M: neighbouring pixels
+                ivec3 mt = mtab[ml];
+#if DIR == 0
+                ivec3 kt = ktab[kl];
+                int y = mt.y + kt.y, x = mt.z + kt.z;
+                float v = 0.0;
+                if (uint(y) < p.h && uint(x) < p.w) {
+                    v = A.v[uint(mt.x + kt.x + y * int(p.w) + x)];
+                }
+#else
+                ivec4 kt = ktab[kl];
+                int ty = mt.y - kt.y, tx = mt.z - kt.z;  // = oh*sh, ow*sw when this tap hits
+                float v = 0.0;
+                if (ty >= 0 && tx >= 0) {
+                    uint y = uint(ty), x = uint(tx);
+                    bool ok = true;
+                    if (p.sh != 1) {
+                        y = uint(ty) / p.sh;
+                        ok = y * p.sh == uint(ty);
+                    }
+                    if (p.sw != 1) {
+                        x = uint(tx) / p.sw;
+                        ok = ok && x * p.sw == uint(tx);
+                    }
+                    if (ok && y < p.oh && x < p.ow) {
+                        v = A.v[uint(mt.x + kt.x) + y * p.ow + x];
+                    }
+                }
+#endif
+#endif
+                As[kl][ml] = v;
+            }
+        }
+        [[unroll]] for (uint l = 0; l < (BK * BN + WG - 1) / WG; ++l) {
+            uint i = tid + l * WG;
+            if ((BK * BN) % WG == 0 || i < BK * BN) {
+                uint kl = i % BK, nl = i / BK;
+                uint nn = n0 + nl, k = k0 + kl;
+                float v = 0.0;
+#if DIR == 0
+                if (nn < N && k < kend) {
+                    v = B.v[(g * ocg + nn) * K + k];
+                }
+#elif DIR == 1
+                int wo = ktab[kl].w;
+                if (nn < N && wo >= 0) {
+                    v = B.v[wbase + uint(wo) + nn * khw];
+                }
+#else
+                ivec4 kt = ktab[kl];
+                ivec3 nt = ntab[nl];
+                int y = kt.z + nt.y, x = kt.w + nt.z;
+                if (uint(y) < p.h && uint(x) < p.w) {
+                    v = B.v[uint(kt.y + nt.x + y * int(p.w) + x)];
+                }
+#endif
+                Bs[kl][nl] = v;
+            }
+        }
+        barrier();
+
+        [[unroll]] for (uint kk = 0; kk < BK; ++kk) {
+            float av[TM], bv[TN];
+            [[unroll]] for (uint i = 0; i < TM; ++i) {
+                av[i] = As[kk][tm + i * BMT];
+            }
+            [[unroll]] for (uint j = 0; j < TN; ++j) {
+                bv[j] = Bs[kk][tn + j * BNT];
+            }
+            [[unroll]] for (uint i = 0; i < TM; ++i) {
+                [[unroll]] for (uint j = 0; j < TN; ++j) {
+                    acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+                }
+            }
+        }
+        barrier();
+    }
+
+    WBuf C = WBuf(p.c);
+#if DIR == 0
+    RBuf Bias = RBuf(p.bias);
+    [[unroll]] for (uint i = 0; i < TM; ++i) {
+        uint m = m0 + tm + i * BMT;
+        if (m < M) {
+            uint nn = m / ohw, r = m - nn * ohw;
+            uint base = (nn * p.oc + g * ocg) * ohw + r;
+            [[unroll]] for (uint j = 0; j < TN; ++j) {
+                uint col = n0 + tn + j * BNT;
+                if (col < N) {
+                    float v = acc[i][j];
+                    if ((p.flags & 1u) != 0u) {
+                        v += Bias.v[g * ocg + col];
+                    }
+                    C.v[base + col * ohw] = v;
+                }
+            }
+        }
+    }
+#elif DIR == 1
+    [[unroll]] for (uint i = 0; i < TM; ++i) {
+        uint m = m0 + tm + i * BMT;
+        if (m < M) {
+            uint nn = m / hw, r = m - nn * hw;
+            uint base = (nn * p.ic + g * icg) * hw + r;
+            [[unroll]] for (uint j = 0; j < TN; ++j) {
+                uint col = n0 + tn + j * BNT;
+                if (col < N) {
+                    C.v[base + col * hw] = acc[i][j];
+                }
+            }
+        }
+    }
+#else
+    const uint slice = split * p.oc * N;
+    [[unroll]] for (uint i = 0; i < TM; ++i) {
+        uint m = m0 + tm + i * BMT;
+        if (m < M) {
+            uint base = slice + (g * ocg + m) * N;
+            [[unroll]] for (uint j = 0; j < TN; ++j) {
+                uint col = n0 + tn + j * BNT;
+                if (col < N) {
+                    C.v[base + col] = acc[i][j];
+                }
+            }
+        }
+    }
+#endif
+}

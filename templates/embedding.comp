@@ -1,0 +1,195 @@
+#version 450
+// Embedding lookup (gather) and its deterministic backward (race-free scatter-add).
+//
+// MODE 0  forward:   out[i, :] = weight[idx[i], :]            (zeros for an index outside [0, V))
+// MODE 1  backward, small n: one workgroup per index position i; the first position holding a
+//         row v sums grad_out over every later position holding v (in increasing order) and
+//         adds the sum into grad_weight[v, :]. Cost O(n^2 + n*D); no atomics, deterministic.
+// MODE 2  backward, large n, step 1: sort keys key[i] = (v << 32) | i, padded to N = 2^k with ~0.
+// MODE 3  bitonic sort of every 2*WG-key block in shared memory (all stages k <= 2*WG).
+// MODE 4  one global bitonic compare-exchange step (k, j) with j >= 2*WG.
+// MODE 5  bitonic merge of every 2*WG-key block for stage k (all j < 2*WG).
+// MODE 6  segmented sum over the sorted keys: the first position of each row's run sums the run
+//         (increasing i, the same order as MODE 1, so both give identical bits).
+// MODE 7  zero grad_weight[V, D] (row stride ws).
+// Rows equal to padding_idx (p.pad, -1 = none) and indices outside [0, V) get no gradient.
+// Tunables: local size (specialization constant 0, also -DWG for shared arrays), VEC (forward
+// vector width), ITEMS (forward vectors per thread).
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_EXT_control_flow_attributes : enable
+
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+
+#ifndef MODE
+#define MODE 0
+#endif
+#ifndef WG
+#define WG 64
+#endif
+#ifndef VEC
+#define VEC 1
+#endif
+#ifndef ITEMS
+#define ITEMS 1
+#endif
+
+#if VEC == 4
+#define VTYPE vec4
+#elif VEC == 2
+#define VTYPE vec2
+#else
+#define VTYPE float
+#endif
+
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer VBuf { VTYPE v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer IBuf { int64_t v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer KBuf { uint64_t v[]; };
+
+layout(push_constant) uniform Params {
+    uvec2 a;     // weight (fwd) / grad_out (bwd)
+    uvec2 idx;   // int64 indices [n]
+    uvec2 c;     // out (fwd) / grad_weight (bwd)
+    uvec2 keys;  // uint64 sort keys [N] (sort path)
+    uint n;      // number of indices
+    uint D;      // embedding dim
+    uint V;      // number of rows
+    uint ws;     // row stride of weight / grad_weight, in elements
+    int pad;     // padding_idx, -1 = none
+    uint k;      // bitonic stage size
+    uint j;      // bitonic step distance
+    uint N;      // padded key count (power of two)
+} p;
+
+const uint64_t NONE = 0xFFFFFFFFFFFFFFFFUL;
+
+uint group_id() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; }
+
+bool valid_row(int64_t v) {
+    return v >= 0 && v < int64_t(p.V) && v != int64_t(p.pad);
+}
+
+#if MODE == 3 || MODE == 5
+shared uint64_t sk[2 * WG];
+
+void compare_local(uint i, uint j, uint k, uint gbase) {
+    uint l = i + j;
+    uint64_t x = sk[i], y = sk[l];
+    bool asc = ((gbase + i) & k) == 0u;
+    if ((x > y) == asc) { sk[i] = y; sk[l] = x; }
+}
+#endif
+
+void main() {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint group = group_id();
+
+#if MODE == 0
+    const uint dv = p.D / VEC;
+    const uint total = p.n * dv;
+    const uint wsv = p.ws / VEC;
+    VBuf w = VBuf(p.a), o = VBuf(p.c);
+    IBuf ix = IBuf(p.idx);
+    [[unroll]] for (uint it = 0; it < ITEMS; ++it) {
+        uint e = group * WG * ITEMS + it * WG + lid;
+        if (e < total) {
+            uint row = e / dv, col = e - row * dv;
+            int64_t v = ix.v[row];
+            VTYPE val = VTYPE(0.0);
+            if (v >= 0 && v < int64_t(p.V)) val = w.v[uint(v) * wsv + col];
+            o.v[e] = val;
+        }
+    }
+
+#elif MODE == 1
+    const uint i = group;
+    if (i >= p.n) return;
+    IBuf ix = IBuf(p.idx);
+    const int64_t v = ix.v[i];
+    if (!valid_row(v)) return;
+    for (uint q = 0; q < i; ++q)
+        if (ix.v[q] == v) return;  // an earlier position owns this row
+    FBuf g = FBuf(p.a), gw = FBuf(p.c);
+    const uint rowbase = uint(v) * p.ws;
+    for (uint d = lid; d < p.D; d += WG) {
+        float acc = 0.0;
+        for (uint q = i; q < p.n; ++q)
+            if (ix.v[q] == v) acc += g.v[q * p.D + d];
+        gw.v[rowbase + d] += acc;
+    }
+
+#elif MODE == 2
+    const uint i = group * WG + lid;
+    if (i >= p.N) return;
+    uint64_t key = NONE;
+    if (i < p.n) {
+        int64_t v = IBuf(p.idx).v[i];
+        if (valid_row(v)) key = (uint64_t(v) << 32) | uint64_t(i);
+    }
+    KBuf(p.keys).v[i] = key;
+
+#elif MODE == 3 || MODE == 5
+    const uint B = 2u * WG;
+    const uint gbase = group * B;
+    KBuf kb = KBuf(p.keys);
+    sk[lid] = kb.v[gbase + lid];
+    sk[lid + WG] = kb.v[gbase + lid + WG];
+#if MODE == 3
+    for (uint k = 2u; k <= B; k <<= 1) {
+        for (uint j = k >> 1; j > 0u; j >>= 1) {
+            barrier();
+            uint i = ((lid & ~(j - 1u)) << 1) | (lid & (j - 1u));
+            compare_local(i, j, k, gbase);
+        }
+    }
+#else
+    for (uint j = min(p.k >> 1, WG); j > 0u; j >>= 1) {
+        barrier();
+        uint i = ((lid & ~(j - 1u)) << 1) | (lid & (j - 1u));
+        compare_local(i, j, p.k, gbase);
+    }
+#endif
+    barrier();
+    kb.v[gbase + lid] = sk[lid];
+    kb.v[gbase + lid + WG] = sk[lid + WG];
+
+#elif MODE == 4
+    const uint t = group * WG + lid;
+    if (t >= (p.N >> 1)) return;
+    const uint j = p.j;
+    const uint i = ((t & ~(j - 1u)) << 1) | (t & (j - 1u));
+    const uint l = i + j;
+    KBuf kb = KBuf(p.keys);
+    uint64_t x = kb.v[i], y = kb.v[l];
+    bool asc = (i & p.k) == 0u;
+    if ((x > y) == asc) { kb.v[i] = y; kb.v[l] = x; }
+
+#elif MODE == 6
+    const uint pos = group;
+    if (pos >= p.n) return;
+    KBuf kb = KBuf(p.keys);
+    const uint64_t key = kb.v[pos];
+    if (key == NONE) return;
+    const uint v = uint(key >> 32);
+    if (pos > 0u && uint(kb.v[pos - 1u] >> 32) == v) return;  // not the start of its run
+    FBuf g = FBuf(p.a), gw = FBuf(p.c);
+    const uint rowbase = v * p.ws;
+    for (uint d = lid; d < p.D; d += WG) {
+        float acc = 0.0;
+        for (uint q = pos; q < p.n; ++q) {
+            uint64_t kq = kb.v[q];
+            if (uint(kq >> 32) != v) break;
+            acc += g.v[uint(kq & 0xFFFFFFFFUL) * p.D + d];
+        }
+        gw.v[rowbase + d] += acc;
+    }
+
+#elif MODE == 7
+    const uint e = group * WG + lid;
+    if (e >= p.V * p.D) return;
+    uint row = e / p.D, col = e - row * p.D;
+    FBuf(p.c).v[row * p.ws + col] = 0.0;
+#endif
+}

@@ -1,0 +1,367 @@
+#version 450
+// Tiled shared-memory GEMM:  C[b] = ACT(alpha * A[b] @ B[b] + bias)   (fp32 accumulate)
+//
+// A is M x K, B is K x N, C is M x N, each with arbitrary element strides
+// (batch, row, col) so transposed and broadcast (batch stride 0) views need no copy.
+// bias (address 0 = none) is one value per output column n.
+//
+// MODE 0: GEMM with the epilogue (alpha, bias, activation), writes C.
+// MODE 1: split-K GEMM: workgroup z = b * splits + s covers K range [s*k_chunk, ...),
+//         writes raw fp32 partial sums to the scratch buffer at p.c laid out
+//         [splits][batch][M][N] (contiguous).
+// MODE 2: split-K reduce: one thread per output element sums the partials of scratch
+//         buffer p.a and applies the epilogue to C (a 1-D grid over batch*M*N).
+//
+// Tunables (defines): BM, BN, BK (workgroup tile), TM, TN (per-thread tile; the
+// workgroup has (BM/TM)*(BN/TN) invocations, which must equal local_size_x),
+// VEC_A, VEC_B (vector width of global loads along the contiguous dimension: 1, 2, 4),
+// A_KMAJOR (A is contiguous along K, else along M), B_NMAJOR (B contiguous along N,
+// else along K), UNROLL (inner-product unroll over BK), PAD (shared-memory row padding,
+// in floats), ACT (epilogue activation), DTYPE (storage: 0 fp32, 1 fp16, 2 bf16).
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+#extension GL_EXT_control_flow_attributes : enable
+
+#ifndef DTYPE
+#define DTYPE 0
+#endif
+#if DTYPE == 1
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#elif DTYPE == 2
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
+#endif
+
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+
+#ifndef MODE
+#define MODE 0
+#endif
+#ifndef BM
+#define BM 64
+#endif
+#ifndef BN
+#define BN 64
+#endif
+#ifndef BK
+#define BK 16
+#endif
+#ifndef TM
+#define TM 4
+#endif
+#ifndef TN
+#define TN 4
+#endif
+#ifndef VEC_A
+#define VEC_A 1
+#endif
+#ifndef VEC_B
+#define VEC_B 1
+#endif
+#ifndef A_KMAJOR
+#define A_KMAJOR 1
+#endif
+#ifndef B_NMAJOR
+#define B_NMAJOR 1
+#endif
+#ifndef UNROLL
+#define UNROLL 4
+#endif
+#ifndef PAD
+#define PAD 0
+#endif
+#ifndef ACT
+#define ACT 0
+#endif
+
+// ------------------------------------------------------------------ storage types
+#if DTYPE == 0
+#define T float
+#define T2 vec2
+#define T4 vec4
+#define ESHIFT 2u
+#define TO_F(x) (x)
+#define TO_F2(x) (x)
+#define TO_F4(x) (x)
+#define FROM_F(x) (x)
+#elif DTYPE == 1
+#define T float16_t
+#define T2 f16vec2
+#define T4 f16vec4
+#define ESHIFT 1u
+#define TO_F(x) float(x)
+#define TO_F2(x) vec2(x)
+#define TO_F4(x) vec4(x)
+#define FROM_F(x) float16_t(x)
+#else  // bfloat16 kept as raw 16-bit words: the high half of an fp32
+#define T uint16_t
+#define T2 u16vec2
+#define T4 u16vec4
+#define ESHIFT 1u
+#define TO_F(x) uintBitsToFloat(uint(x) << 16)
+#define TO_F2(x) uintBitsToFloat(uvec2(x) << 16)
+#define TO_F4(x) uintBitsToFloat(uvec4(x) << 16)
+#define FROM_F(x) f32_to_bf16(x)
+uint16_t f32_to_bf16(float f) {  // round to nearest even, NaN stays NaN
+    uint u = floatBitsToUint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return uint16_t(u >> 16);
+}
+#endif
+
+#if DTYPE == 0
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer SBuf { T v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer V2Buf { T2 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4Buf { T4 v[]; };
+#else
+layout(buffer_reference, std430, buffer_reference_align = 2) buffer SBuf { T v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer V2Buf { T2 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer V4Buf { T4 v[]; };
+#endif
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
+
+layout(push_constant) uniform Params {
+    uvec2 a;       // MODE 2: the fp32 scratch with the partial sums
+    uvec2 b;
+    uvec2 c;       // MODE 1: the fp32 scratch
+    uvec2 bias;    // (0, 0): no bias
+    uint M, N, K, batch;
+    uint sAb, sAm, sAk;
+    uint sBb, sBk, sBn;
+    uint sCb, sCm, sCn;
+    float alpha;
+    uint k_chunk;  // K range per split (multiple of BK); K when not split
+    uint splits;
+} p;
+
+// base + idx * stride elements, in 64 bits without needing shaderInt64
+uvec2 offset_addr(uvec2 base, uint idx, uint stride, uint shift) {
+    uint hi, lo;
+    umulExtended(idx, stride, hi, lo);
+    if (shift > 0u) {
+        hi = (hi << shift) | (lo >> (32u - shift));
+        lo <<= shift;
+    }
+    uint carry;
+    uint rlo = uaddCarry(base.x, lo, carry);
+    return uvec2(rlo, base.y + hi + carry);
+}
+
+// ------------------------------------------------------------------ epilogue
+float erf_approx(float x) {  // Abramowitz & Stegun 7.1.26, |error| < 1.5e-7
+    float s = sign(x), ax = abs(x);
+    float t = 1.0 / (1.0 + 0.3275911 * ax);
+    float y = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    return s * (1.0 - y * exp(-ax * ax));
+}
+
+float tanh_safe(float x) {  // no inf/inf for large |x|
+    float e = exp(-2.0 * abs(x));
+    return sign(x) * (1.0 - e) / (1.0 + e);
+}
+
+float activation(float v) {
+#if ACT == 1
+    return max(v, 0.0);
+#elif ACT == 2
+    return 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752));
+#elif ACT == 3
+    return 0.5 * v * (1.0 + tanh_safe(0.79788456080286536 * (v + 0.044715 * v * v * v)));
+#elif ACT == 4
+    return v / (1.0 + exp(-v));
+#elif ACT == 5
+    return 1.0 / (1.0 + exp(-v));
+#elif ACT == 6
+    return tanh_safe(v);
+#else
+    return v;
+#endif
+}
+
+#if MODE == 2
+// ------------------------------------------------------------------ split-K reduce
+void main() {
+    const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    const uint idx = group * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+    const uint mn = p.M * p.N;
+    if (idx >= mn * p.batch) return;
+    const uint bz = idx / mn, r = idx - bz * mn;
+    const uint m = r / p.N, n = r - m * p.N;
+    FBuf part = FBuf(p.a);
+    const uint slice = p.batch * mn;
+    float acc = 0.0;
+    for (uint s = 0u; s < p.splits; ++s) acc += part.v[s * slice + idx];
+    float v = p.alpha * acc;
+    if (p.bias != uvec2(0u)) v += TO_F(SBuf(p.bias).v[n]);
+    SBuf C = SBuf(offset_addr(p.c, bz, p.sCb, ESHIFT));
+    C.v[m * p.sCm + n * p.sCn] = FROM_F(activation(v));
+}
+
+#else
+// ------------------------------------------------------------------ tiled GEMM
+const uint TX = BN / TN;   // threads along N
+const uint TY = BM / TM;   // threads along M
+const uint WG = TX * TY;
+const uint AS = BM + PAD;  // shared row lengths
+const uint BS = BN + PAD;
+
+shared float As[BK * AS];  // As[k][m]
+shared float Bs[BK * BS];  // Bs[k][n]
+
+#if A_KMAJOR
+const uint A_PER = BK / VEC_A;          // vectors per m-row of the tile
+#else
+const uint A_PER = BM / VEC_A;          // vectors per k-row of the tile
+#endif
+const uint A_VECS = BM * BK / VEC_A;
+const uint A_ITERS = (A_VECS + WG - 1) / WG;
+#if B_NMAJOR
+const uint B_PER = BN / VEC_B;
+#else
+const uint B_PER = BK / VEC_B;
+#endif
+const uint B_VECS = BN * BK / VEC_B;
+const uint B_ITERS = (B_VECS + WG - 1) / WG;
+
+// Load up to 4 elements starting at element `e` along a dimension where consecutive
+// elements are `stride` apart and element pos + q exists while pos + q < lim; missing
+// elements read as 0. The vector forms need e % VEC == 0 and a VEC-aligned base (the
+// host checks both) and fall back to scalar loads at the ragged edge.
+vec4 load_v1(uvec2 base, uint e, uint stride, uint pos, uint lim) {
+    return vec4(pos < lim ? TO_F(SBuf(base).v[e]) : 0.0, 0.0, 0.0, 0.0);
+}
+#if VEC_A == 2 || VEC_B == 2
+vec4 load_v2(uvec2 base, uint e, uint stride, uint pos, uint lim) {
+    if (pos + 2u <= lim) return vec4(TO_F2(V2Buf(base).v[e >> 1]), 0.0, 0.0);
+    return load_v1(base, e, stride, pos, lim);
+}
+#endif
+#if VEC_A == 4 || VEC_B == 4
+vec4 load_v4(uvec2 base, uint e, uint stride, uint pos, uint lim) {
+    if (pos + 4u <= lim) return TO_F4(V4Buf(base).v[e >> 2]);
+    vec4 r = vec4(0.0);
+    [[unroll]] for (uint q = 0u; q < 3u; ++q)
+        if (pos + q < lim) r[q] = TO_F(SBuf(base).v[e + q * stride]);
+    return r;
+}
+#endif
+#if VEC_A == 4
+#define LOAD_A load_v4
+#elif VEC_A == 2
+#define LOAD_A load_v2
+#else
+#define LOAD_A load_v1
+#endif
+#if VEC_B == 4
+#define LOAD_B load_v4
+#elif VEC_B == 2
+#define LOAD_B load_v2
+#else
+#define LOAD_B load_v1
+#endif
+
+void main() {
+    const uint tid = gl_LocalInvocationIndex;
+    const uint tx = tid % TX, ty = tid / TX;
+    const uint tiles_n = (p.N + BN - 1u) / BN;
+    const uint tiles_m = (p.M + BM - 1u) / BM;
+    const uint tile = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    if (tile >= tiles_m * tiles_n) return;  // whole workgroup: uniform
+    const uint m0 = (tile / tiles_n) * BM;
+    const uint n0 = (tile % tiles_n) * BN;
+    const uint bz = gl_WorkGroupID.z / p.splits;
+    const uint split = gl_WorkGroupID.z - bz * p.splits;
+    const uint kbeg = split * p.k_chunk;
+    const uint kend = min(p.K, kbeg + p.k_chunk);
+
+    const uvec2 abase = offset_addr(p.a, bz, p.sAb, ESHIFT);
+    const uvec2 bbase = offset_addr(p.b, bz, p.sBb, ESHIFT);
+
+    float acc[TM][TN];
+    [[unroll]] for (uint i = 0u; i < TM; ++i)
+        [[unroll]] for (uint j = 0u; j < TN; ++j) acc[i][j] = 0.0;
+
+    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
+        // ---- A tile -> As[k][m]
+        [[unroll]] for (uint it = 0u; it < A_ITERS; ++it) {
+            const uint v = tid + it * WG;
+            if (A_ITERS * WG == A_VECS || v < A_VECS) {
+                const uint row = v / A_PER, col = (v % A_PER) * VEC_A;
+                vec4 val = vec4(0.0);
+#if A_KMAJOR
+                const uint gm = m0 + row, gk = k0 + col;  // row: m, col: k
+                if (gm < p.M) val = LOAD_A(abase, gm * p.sAm + gk * p.sAk, p.sAk, gk, kend);
+                [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[(col + q) * AS + row] = val[q];
+#else
+                const uint gk = k0 + row, gm = m0 + col;  // row: k, col: m
+                if (gk < kend) val = LOAD_A(abase, gm * p.sAm + gk * p.sAk, p.sAm, gm, p.M);
+                [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[row * AS + col + q] = val[q];
+#endif
+            }
+        }
+        // ---- B tile -> Bs[k][n]
+        [[unroll]] for (uint it = 0u; it < B_ITERS; ++it) {
+            const uint v = tid + it * WG;
+            if (B_ITERS * WG == B_VECS || v < B_VECS) {
+                const uint row = v / B_PER, col = (v % B_PER) * VEC_B;
+                vec4 val = vec4(0.0);
+#if B_NMAJOR
+                const uint gk = k0 + row, gn = n0 + col;  // row: k, col: n
+                if (gk < kend) val = LOAD_B(bbase, gk * p.sBk + gn * p.sBn, p.sBn, gn, p.N);
+                [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[row * BS + col + q] = val[q];
+#else
+                const uint gn = n0 + row, gk = k0 + col;  // row: n, col: k
+                if (gn < p.N) val = LOAD_B(bbase, gk * p.sBk + gn * p.sBn, p.sBk, gk, kend);
+                [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[(col + q) * BS + row] = val[q];
+#endif
+            }
+        }
+        barrier();
+
+        // ---- inner product over the BK slice
+        [[dont_unroll]] for (uint kk = 0u; kk < BK; kk += UNROLL) {
+            [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
+                float av[TM], bv[TN];
+                [[unroll]] for (uint i = 0u; i < TM; ++i) av[i] = As[(kk + u) * AS + ty + i * TY];
+                [[unroll]] for (uint j = 0u; j < TN; ++j) bv[j] = Bs[(kk + u) * BS + tx + j * TX];
+                [[unroll]] for (uint i = 0u; i < TM; ++i)
+                    [[unroll]] for (uint j = 0u; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+            }
+        }
+        barrier();
+    }
+
+#if MODE == 1
+    // raw partial sums: scratch[split][bz][m][n]
+    FBuf S = FBuf(offset_addr(p.c, split * p.batch + bz, p.M * p.N, 2u));
+    [[unroll]] for (uint i = 0u; i < TM; ++i) {
+        const uint gm = m0 + ty + i * TY;
+        if (gm < p.M) {
+            [[unroll]] for (uint j = 0u; j < TN; ++j) {
+                const uint gn = n0 + tx + j * TX;
+                if (gn < p.N) S.v[gm * p.N + gn] = acc[i][j];
+            }
+        }
+    }
+#else
+    SBuf C = SBuf(offset_addr(p.c, bz, p.sCb, ESHIFT));
+    const bool has_bias = p.bias != uvec2(0u);
+    float bias_v[TN];
+    [[unroll]] for (uint j = 0u; j < TN; ++j) {
+        const uint gn = n0 + tx + j * TX;
+        bias_v[j] = (has_bias && gn < p.N) ? TO_F(SBuf(p.bias).v[gn]) : 0.0;
+    }
+    [[unroll]] for (uint i = 0u; i < TM; ++i) {
+        const uint gm = m0 + ty + i * TY;
+        if (gm < p.M) {
+            [[unroll]] for (uint j = 0u; j < TN; ++j) {
+                const uint gn = n0 + tx + j * TX;
+                if (gn < p.N) C.v[gm * p.sCm + gn * p.sCn] = FROM_F(activation(p.alpha * acc[i][j] + bias_v[j]));
+            }
+        }
+    }
+#endif
+}
+#endif

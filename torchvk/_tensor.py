@@ -1,0 +1,167 @@
+"""TVKTensor: the wrapper tensor subclass every tvk tensor is."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ._storage import (Storage, alloc_storage, check_dtype, download_bytes, get_device, np_dtype, span_elements,
+                       torch_device, upload_bytes)
+
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+_data_descr = torch._C.TensorBase.data
+
+
+def contiguous_strides(size) -> list:
+    strides, acc = [], 1
+    for s in reversed(list(size)):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return strides[::-1]
+
+
+class TVKTensor(torch.Tensor):
+    """A tensor on device `tvk`: torch metadata plus a shared device `Storage` (`._tvk`)."""
+
+    @staticmethod
+    def __new__(cls, storage: Storage, size, stride, offset: int, dtype, requires_grad: bool = False):
+        t = _make_wrapper(cls, size, strides=stride, storage_offset=offset, dtype=dtype,
+                          device=torch.device("tvk", storage.device.index), requires_grad=requires_grad)
+        t._tvk = storage
+        return t
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from ._dispatch import dispatch
+
+        return dispatch(func, args, kwargs or {})
+
+    # `.data = x` copies TensorImpl metadata only; keep the storage in step with it
+    @property
+    def data(self):
+        return _data_descr.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        _data_descr.__set__(self, new)
+        if isinstance(new, TVKTensor):
+            self._tvk = new._tvk
+
+    # byte address of element 0 of this view
+    @property
+    def tvk_address(self) -> int:
+        st = self._tvk
+        st.buffer.check_alive()
+        return st.buffer.address + self.storage_offset() * self.element_size()
+
+    def __repr__(self, *, tensor_contents=None):
+        if tensor_contents is None and self.numel() > 0:
+            cpu = to_cpu(self)
+            if cpu.dtype in (torch.float16, torch.bfloat16):
+                cpu = cpu.float()
+            tensor_contents = torch._tensor_str._tensor_str(cpu, len("tensor("))
+        return torch._tensor_str._str(self, tensor_contents=tensor_contents)
+
+    def __reduce_ex__(self, proto):
+        # saved as a plain CPU tensor: the file loads anywhere (torch.load(weights_only=True) too)
+        cpu = to_cpu(self.detach())
+        if self.requires_grad:
+            cpu.requires_grad_(True)
+        return cpu.__reduce_ex__(proto)
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        out = self.detach().clone()
+        out.requires_grad_(self.requires_grad)
+        if getattr(self, "_is_param", False):
+            out._is_param = True
+        memo[id(self)] = out
+        return out
+
+    def numpy(self, *, force=False):
+        raise TypeError("can't convert tvk tensor to numpy; use Tensor.cpu() to copy it to host memory first")
+
+
+def is_tvk(t) -> bool:
+    return isinstance(t, TVKTensor)
+
+
+def new_tensor(size, dtype, device=None, stride=None, op: str = "aten.empty") -> TVKTensor:
+    """Fresh uninitialised tvk tensor (contiguous unless stride is given)."""
+    check_dtype(dtype, op)
+    size = [int(s) for s in size]
+    stride = contiguous_strides(size) if stride is None else [int(s) for s in stride]
+    itemsize = torch.tensor([], dtype=dtype).element_size() if dtype not in _ITEMSIZE else _ITEMSIZE[dtype]
+    n = span_elements(size, stride)
+    storage = alloc_storage(n * itemsize, device or get_device())
+    return TVKTensor(storage, size, stride, 0, dtype)
+
+
+_ITEMSIZE = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2, torch.int64: 8, torch.int32: 4,
+             torch.bool: 1, torch.uint8: 1, torch.int8: 1, torch.int16: 2, torch.float64: 8}
+
+
+def itemsize(dtype) -> int:
+    return _ITEMSIZE[dtype]
+
+
+def empty_like(t, dtype=None, size=None) -> TVKTensor:
+    return new_tensor(t.shape if size is None else size, dtype or t.dtype, t._tvk.device)
+
+
+def alias(t: TVKTensor, size=None, stride=None, offset=None) -> TVKTensor:
+    """A new view of t's storage (no copy)."""
+    return TVKTensor(t._tvk, t.shape if size is None else size, t.stride() if stride is None else stride,
+                     t.storage_offset() if offset is None else offset, t.dtype)
+
+
+def to_cpu(t: TVKTensor) -> torch.Tensor:
+    """Download a tvk tensor (any view) into a new contiguous CPU tensor; synchronizes."""
+    size, stride, off = list(t.shape), list(t.stride()), t.storage_offset()
+    isz = itemsize(t.dtype)
+    if t.numel() == 0:
+        t._tvk.check()
+        return torch.empty(size, dtype=t.dtype)
+    # the smallest element range the view touches
+    lo = off + sum((s - 1) * st for s, st in zip(size, stride) if st < 0)
+    hi = off + sum((s - 1) * st for s, st in zip(size, stride) if st > 0)
+    raw = download_bytes(t._tvk, lo * isz, (hi - lo + 1) * isz)
+    flat = torch.from_numpy(raw.view(np_dtype(t.dtype)))
+    if t.dtype == torch.bfloat16:
+        flat = flat.view(torch.bfloat16)
+    return torch.as_strided(flat, size, stride, off - lo).clone(memory_format=torch.contiguous_format)
+
+
+def from_cpu(src: torch.Tensor, device=None, dtype=None) -> TVKTensor:
+    """Upload a CPU tensor into a new contiguous tvk tensor (recorded, no wait)."""
+    dtype = dtype or src.dtype
+    check_dtype(dtype, "aten._to_copy")
+    src = src.detach()
+    if src.dtype != dtype:
+        src = src.to(dtype)
+    out = new_tensor(src.shape, dtype, device)
+    upload_into(out, src)
+    return out
+
+
+def cpu_numpy(src: torch.Tensor) -> np.ndarray:
+    src = src.detach().contiguous()
+    if src.dtype == torch.bfloat16:
+        return src.view(torch.int16).numpy().view(np.uint16)
+    if src.is_conj() or src.is_neg():
+        src = src.resolve_conj().resolve_neg()
+    return src.numpy()
+
+
+def upload_into(dst: TVKTensor, src: torch.Tensor):
+    """dst (contiguous tvk) <- src (CPU, same dtype and shape)."""
+    upload_bytes(dst._tvk, cpu_numpy(src), dst.storage_offset() * itemsize(dst.dtype))
+
+
+__all__ = ["TVKTensor", "is_tvk", "new_tensor", "empty_like", "alias", "to_cpu", "from_cpu", "upload_into",
+           "contiguous_strides", "itemsize", "torch_device"]

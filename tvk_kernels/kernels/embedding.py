@@ -1,0 +1,149 @@
+"""Embedding lookup and its deterministic backward (templates/embedding.comp).
+
+Buffers are DeviceBuffers or plain device addresses (ints). Data is float32, indices int64.
+The weight / grad_weight are [V, D] with row stride `weight_stride` (default D); grad_out and
+out are contiguous [n, D].
+
+Backward is a race-free scatter-add without float atomics: every (row, column) of grad_weight
+is written by exactly one invocation, and the sum over repeated indices always runs in
+increasing index position, so results are bitwise reproducible and identical between the
+two strategies:
+  "scan"  n <= SCAN_MAX: one workgroup per position, the first position of each row sums the row.
+  "sort"  otherwise: bitonic sort of (row, position) keys on the device, then a segmented sum.
+"""
+from __future__ import annotations
+
+import struct
+
+from .launch import Family, family, grid_1d
+
+_PUSH = struct.Struct("<QQQQIIIIiIII")
+MODE_FWD, MODE_SCAN, MODE_KEYS, MODE_SORT, MODE_STEP, MODE_MERGE, MODE_SEGSUM, MODE_ZERO = range(8)
+SMALL = 4096
+
+
+def _addr(x) -> int:
+    return x if isinstance(x, int) else x.address
+
+
+def _bucket(n: int) -> str:
+    return "small" if n < SMALL else "large"
+
+
+class Embedding(Family):
+    def __init__(self, device):
+        super().__init__(device, "embedding", "embedding.comp")
+
+    def variant(self, mode: int, wg: int, vec: int = 1, items: int = 1, explicit: bool = False):
+        defines = {"MODE": mode, "WG": wg, "VEC": vec, "ITEMS": items}
+        if mode in (MODE_SORT, MODE_MERGE):
+            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=16 * wg)
+        build = lambda: self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
+        if explicit:
+            return build()
+        return self.pipeline((mode, wg, vec, items), build)
+
+
+def _push(a=0, idx=0, c=0, keys=0, n=0, D=0, V=0, ws=0, pad=-1, k=0, j=0, N=0) -> bytes:
+    return _PUSH.pack(a, idx, c, keys, n, D, V, ws, pad, k, j, N)
+
+
+def _max_x(device) -> int:
+    return device.facts.max_workgroup_count[0]
+
+
+def embedding_forward(device, weight, indices, out, n: int, V: int, D: int, *, weight_stride: int | None = None,
+                      params: dict | None = None):
+    """out[i, :] = weight[indices[i], :] for i < n (an index outside [0, V) gives a zero row)."""
+    if n <= 0 or D <= 0:
+        return
+    fam = family(device, Embedding)
+    ws = D if weight_stride is None else weight_stride
+    explicit = params is not None
+    if params is None:
+        params, _ = fam.params(_bucket(n))
+    wa, ia, oa = _addr(weight), _addr(indices), _addr(out)
+    vec = params["VEC"]
+    while vec > 1 and (D % vec or ws % vec or (wa | oa) & (4 * vec - 1)):
+        vec //= 2
+    wg, items = params["WG"], params["ITEMS"]
+    pipe = fam.variant(MODE_FWD, wg, vec, items, explicit)
+    per_group = wg * items
+    groups = grid_1d((n * (D // vec) + per_group - 1) // per_group, _max_x(device))
+    device.stream.dispatch(pipe, groups, _push(a=wa, idx=ia, c=oa, n=n, D=D, V=V, ws=ws), "embedding_fwd")
+
+
+def embedding_zero(device, grad_weight, V: int, D: int, *, weight_stride: int | None = None, params: dict | None = None):
+    """grad_weight[:V, :D] = 0."""
+    fam = family(device, Embedding)
+    explicit = params is not None
+    if params is None:
+        params, _ = fam.params("small")
+    wg = params["WG"]
+    pipe = fam.variant(MODE_ZERO, wg, explicit=explicit)
+    groups = grid_1d((V * D + wg - 1) // wg, _max_x(device))
+    ws = D if weight_stride is None else weight_stride
+    device.stream.dispatch(pipe, groups, _push(c=_addr(grad_weight), V=V, D=D, ws=ws), "embedding_zero")
+
+
+def embedding_backward(device, grad_out, indices, grad_weight, n: int, V: int, D: int, *,
+                       padding_idx: int | None = None, accumulate: bool = False, weight_stride: int | None = None,
+                       strategy: str | None = None, params: dict | None = None):
+    """grad_weight[v, :] (+)= sum of grad_out[i, :] over i with indices[i] == v.
+
+    accumulate=False zeroes grad_weight first. The padding_idx row (negative counts from the
+    end, like torch) and indices outside [0, V) receive no gradient. strategy: "scan", "sort"
+    or None (by n and the tuned SCAN_MAX)."""
+    if V <= 0 or D <= 0:
+        return
+    fam = family(device, Embedding)
+    explicit = params is not None
+    if params is None:
+        params, _ = fam.params(_bucket(n))
+    ws = D if weight_stride is None else weight_stride
+    if not accumulate:
+        embedding_zero(device, grad_weight, V, D, weight_stride=ws, params=params if explicit else None)
+    if n <= 0:
+        return
+    pad = -1
+    if padding_idx is not None:
+        pad = padding_idx + V if padding_idx < 0 else padding_idx
+        if not 0 <= pad < V:
+            raise ValueError(f"padding_idx {padding_idx} is outside the {V} rows")
+    if strategy is None:
+        strategy = "scan" if n <= params["SCAN_MAX"] else "sort"
+    ga, ia, gwa = _addr(grad_out), _addr(indices), _addr(grad_weight)
+    bwg = params["BWD_WG"]
+    if strategy == "scan":
+        pipe = fam.variant(MODE_SCAN, bwg, explicit=explicit)
+        device.stream.dispatch(pipe, grid_1d(n, _max_x(device)),
+                               _push(a=ga, idx=ia, c=gwa, n=n, D=D, V=V, ws=ws, pad=pad), "embedding_bwd_scan")
+        return
+    if strategy != "sort":
+        raise ValueError(f"strategy must be 'scan' or 'sort', not {strategy!r}")
+    if n >= 1 << 31 or V >= (1 << 32) - 1:
+        raise ValueError("the sort path needs n < 2^31 and V < 2^32 - 1")
+    swg = params["SORT_WG"]
+    B = 2 * swg
+    N = max(B, 1 << (n - 1).bit_length())
+    keys = device.allocator.alloc(8 * N)
+    device.stream.keep_alive(keys)
+    ka = keys.address
+    mx = _max_x(device)
+    base = dict(a=ga, idx=ia, c=gwa, keys=ka, n=n, D=D, V=V, ws=ws, pad=pad, N=N)
+    device.stream.dispatch(fam.variant(MODE_KEYS, swg, explicit=explicit), grid_1d(N // swg, mx),
+                           _push(**base), "embedding_bwd_keys")
+    device.stream.dispatch(fam.variant(MODE_SORT, swg, explicit=explicit), grid_1d(N // B, mx),
+                           _push(**base), "embedding_bwd_sort")
+    step = fam.variant(MODE_STEP, swg, explicit=explicit)
+    merge = fam.variant(MODE_MERGE, swg, explicit=explicit)
+    k = 2 * B
+    while k <= N:
+        j = k // 2
+        while j >= B:
+            device.stream.dispatch(step, grid_1d(N // 2 // swg, mx), _push(**base, k=k, j=j), "embedding_bwd_sort")
+            j //= 2
+        device.stream.dispatch(merge, grid_1d(N // B, mx), _push(**base, k=k), "embedding_bwd_sort")
+        k *= 2
+    device.stream.dispatch(fam.variant(MODE_SEGSUM, bwg, explicit=explicit), grid_1d(n, mx),
+                           _push(**base), "embedding_bwd_segsum")

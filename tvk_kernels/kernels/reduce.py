@@ -1,0 +1,247 @@
+"""Reductions over any set of dims of a strided N-d view (templates/reduce.comp).
+
+    reduce(device, op, in_addr, out_addr, shape, strides, dims, keepdim=False, dtype="float32",
+           params=None, index_addr=0) -> output shape
+
+op: sum, mean, prod, max (amax), min (amin), argmax, argmin. Values are written as float32,
+contiguous in the output shape; argmax/argmin write int64 indices (the first occurrence,
+counted row-major over the reduced dims, i.e. the flat index when all dims are reduced,
+like torch). max/min with `index_addr` also write the int64 indices there
+(torch.max(x, dim)). NaN propagates (max/min return NaN, argmax the first NaN).
+
+How: the host drops size-1 dims, splits the rest into kept and reduced dims (both in their
+original order) and merges neighbours that are contiguous with each other, so most
+reductions run with one or two dims each; up to 6 dims remain. Each output is reduced by T
+threads of one workgroup, T chosen from the shape: adjacent threads share one output when
+the reduction is the innermost stride (COLS=0; subgroup arithmetic where the device has it
+and T covers whole subgroups), adjacent threads own adjacent outputs otherwise (COLS=1).
+When there are too few outputs to fill the device and the reduced range is long, pass 1
+splits the range into chunks (gl_WorkGroupID.z) and writes partials, pass 2 reduces them.
+"""
+from __future__ import annotations
+
+import struct
+
+from ..errors import InvalidConfigError
+from .launch import Family, family, grid_1d
+
+OPS = {"sum": 0, "mean": 0, "prod": 1, "max": 2, "amax": 2, "min": 3, "amin": 3, "argmax": 4, "argmin": 5}
+MAX_DIMS = 6
+SMALL = 1 << 16
+_PUSH = struct.Struct("<QQQQIIIIf6I6I")
+_DTYPES = {"float32": 4, "float16": 2}
+
+
+def normalize_dims(ndim: int, dims) -> tuple[int, ...]:
+    """dims (int, iterable, or None/() for all) -> sorted, non-negative, unique."""
+    if dims is None:
+        return tuple(range(ndim))
+    if isinstance(dims, int):
+        dims = (dims,)
+    dims = tuple(dims)
+    if not dims:
+        return tuple(range(ndim))
+    out = set()
+    for d in dims:
+        d = int(d)
+        if not -max(ndim, 1) <= d < max(ndim, 1):
+            raise IndexError(f"dim {d} out of range for a {ndim}-d tensor")
+        out.add(d % ndim if ndim else 0)
+    return tuple(sorted(out))
+
+
+def output_shape(shape, dims=None, keepdim: bool = False) -> tuple[int, ...]:
+    """The shape torch gives `x.sum(dims, keepdim)` for an input of `shape`."""
+    shape = tuple(int(s) for s in shape)
+    red = set(normalize_dims(len(shape), dims))
+    if keepdim:
+        return tuple(1 if i in red else s for i, s in enumerate(shape))
+    return tuple(s for i, s in enumerate(shape) if i not in red)
+
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(tuple(shape)):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+def _collapse(dims: list) -> list:
+    """[(size, stride)] outer->inner without size-1 dims, contiguous neighbours merged."""
+    out: list = []
+    for size, stride in dims:
+        if size == 1:
+            continue
+        if out and out[-1][1] == stride * size:
+            out[-1] = (out[-1][0] * size, stride)
+        else:
+            out.append((size, stride))
+    return out
+
+
+def _pow2ceil(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _prod(xs) -> int:
+    n = 1
+    for x in xs:
+        n *= int(x)
+    return n
+
+
+class Reduce(Family):
+    def __init__(self, device):
+        super().__init__(device, "reduce", "reduce.comp")
+
+    def build(self, defines: dict, wg: int):
+        key = (tuple(sorted(defines.items())), wg)
+
+        def make():
+            shared = wg * 4 * (2 if defines["OP"] >= 4 else 1)
+            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, push_size=_PUSH.size)
+            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
+
+        return self.pipeline(key, make)
+
+
+def resolve_params(fam: Family, bucket: str, params: dict | None) -> dict:
+    base, _ = fam.params(bucket)
+    merged = dict(base)
+    if params:
+        merged.update(params)
+    wg = merged["WG"]
+    if wg & (wg - 1) or wg < 1:
+        raise InvalidConfigError(f"{fam.family}: WG={wg} must be a power of two")
+    return merged
+
+
+def use_subgroups(device, params: dict, t: int) -> bool:
+    f = device.facts
+    return bool(params.get("SUBGROUP")) and f.features.get("subgroup_arithmetic", False) and t >= f.max_subgroup_size
+
+
+def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, dims=None, keepdim: bool = False,
+           dtype: str = "float32", params: dict | None = None, index_addr: int = 0) -> tuple[int, ...]:
+    """Reduce the view (in_addr, shape, strides in elements) over `dims` into out_addr.
+
+    out_addr receives float32 values (int64 indices for argmax/argmin), contiguous in
+    output_shape(shape, dims, keepdim), which is returned. index_addr (max/min only): also
+    write int64 indices there. dtype: the input's storage, float32 or float16 (where
+    device.facts.features['storage_16bit']). params: an explicit parameter set (WG, ITEMS,
+    SUBGROUP, TARGET_GROUPS, SPLIT_MIN), merged over the tuned/default one.
+    """
+    if op not in OPS:
+        raise ValueError(f"unknown reduction {op!r}; one of {sorted(OPS)}")
+    if dtype not in _DTYPES:
+        raise ValueError(f"reduce: dtype {dtype!r} is not supported (float32, float16)")
+    if dtype == "float16" and not device.facts.features.get("storage_16bit"):
+        raise ValueError(f"{device.facts.name} has no 16-bit storage; float16 inputs are not supported there")
+    shape = tuple(int(s) for s in shape)
+    strides = contiguous_strides(shape) if strides is None else tuple(int(s) for s in strides)
+    if len(strides) != len(shape):
+        raise ValueError(f"shape {shape} and strides {strides} differ in length")
+    if any(s < 0 for s in strides):
+        raise ValueError("negative strides are not supported; pass the base address of the lowest element")
+    red_dims = normalize_dims(len(shape), dims)
+    out_shape = output_shape(shape, red_dims, keepdim)
+    n_out = _prod(out_shape)
+    n_red = _prod(shape[d] for d in red_dims)
+    if n_out == 0:
+        return out_shape
+    if n_red == 0 and OPS[op] >= 2:
+        raise ValueError(f"{op}: cannot reduce over an empty range (no identity)")
+    if op in ("argmax", "argmin"):
+        index_addr, out_addr = out_addr, 0
+    elif index_addr and OPS[op] in (2, 3):
+        op = "argmax" if OPS[op] == 2 else "argmin"
+
+    kept = _collapse([(shape[i], strides[i]) for i in range(len(shape)) if i not in red_dims])
+    red = _collapse([(shape[i], strides[i]) for i in red_dims]) or [(1, 0)]
+    if len(kept) + len(red) > MAX_DIMS:
+        raise ValueError(f"reduce: the view {shape} / strides {strides} needs {len(kept) + len(red)} dims after "
+                         f"merging contiguous ones; at most {MAX_DIMS} are supported. Make the input contiguous.")
+    fam = family(device, Reduce)
+    bucket = "small" if n_out * max(n_red, 1) < SMALL else "large"
+    prm = resolve_params(fam, bucket, params)
+    scale = (1.0 / n_red if n_red else float("nan")) if op == "mean" else 1.0
+    _launch(device, fam, prm, OPS[op], in_addr, 0, out_addr, index_addr, kept, red, n_out, n_red, scale,
+            dtype == "float16", allow_split=True)
+    return out_shape
+
+
+def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, red, n_out, n_red, scale, f16,
+            allow_split, idx64=True):
+    wg, items = int(prm["WG"]), int(prm["ITEMS"])
+    cols = bool(kept) and (red[-1][1] == 0 or kept[-1][1] < red[-1][1])
+
+    def layout(length):
+        if cols:
+            g = min(wg, _pow2ceil(n_out))
+            return wg // g, g
+        t = min(wg, _pow2ceil(-(-max(length, 1) // items)))
+        return t, wg // t
+
+    t, g = layout(n_red)
+    groups = -(-n_out // g)
+    nsplit = 1
+    target, split_min = int(prm.get("TARGET_GROUPS", 1)), int(prm.get("SPLIT_MIN", 1 << 30))
+    if allow_split and groups < target and n_red >= split_min:
+        nsplit = min(-(-target // groups), max(1, n_red // max(split_min // 4, 1)), 65535)
+    chunk = n_red
+    if nsplit > 1:
+        chunk = -(-n_red // nsplit)
+        nsplit = -(-n_red // chunk)
+        t, g = layout(chunk)
+    pair = opc >= 4
+
+    defines = {"OP": opc, "RD": len(red), "T": t, "COLS": int(cols), "ITEMS": items,
+               "SUBGROUP": int(not cols and use_subgroups(device, prm, t)), "IN_F16": int(f16),
+               "IN_IDX": int(in_idx != 0), "IDX64": int(idx64 and nsplit == 1)}
+    pipe = fam.build(defines, wg)
+    gx, gy, _ = grid_1d(groups, device.facts.max_workgroup_count[0])
+    dims = red + kept
+    sizes = [d[0] for d in dims] + [1] * (MAX_DIMS - len(dims))
+    strides = [d[1] for d in dims] + [0] * (MAX_DIMS - len(dims))
+
+    if nsplit == 1:
+        push = _PUSH.pack(in_addr, in_idx, out_addr, idx_addr, n_out, n_red, n_red, len(kept), scale, *sizes, *strides)
+        device.stream.dispatch(pipe, (gx, gy, 1), push, "reduce")
+        return
+    # pass 1: partials [nsplit, n_out] (+ uint32 indices), pass 2: reduce them over dim 0
+    part = device.allocator.alloc(4 * nsplit * n_out)
+    part_idx = device.allocator.alloc(4 * nsplit * n_out) if pair else None
+    push = _PUSH.pack(in_addr, in_idx, part.address, part_idx.address if pair else 0, n_out, n_red, chunk,
+                      len(kept), 1.0, *sizes, *strides)
+    device.stream.dispatch(pipe, (gx, gy, nsplit), push, "reduce.pass1")
+    _launch(device, fam, prm, opc, part.address, part_idx.address if pair else 0, out_addr, idx_addr,
+            [(n_out, 1)] if n_out > 1 else [], [(nsplit, n_out)], n_out, nsplit, scale, False, allow_split=False,
+            idx64=idx64)
+    device.stream.keep_alive(part)
+    if pair:
+        device.stream.keep_alive(part_idx)
+
+
+def sum(device, in_addr, out_addr, shape, strides=None, dims=None, keepdim=False, **kw):  # noqa: A001
+    return reduce(device, "sum", in_addr, out_addr, shape, strides, dims, keepdim, **kw)
+
+
+def mean(device, in_addr, out_addr, shape, strides=None, dims=None, keepdim=False, **kw):
+    return reduce(device, "mean", in_addr, out_addr, shape, strides, dims, keepdim, **kw)
+
+
+def amax(device, in_addr, out_addr, shape, strides=None, dims=None, keepdim=False, **kw):
+    return reduce(device, "max", in_addr, out_addr, shape, strides, dims, keepdim, **kw)
+
+
+def amin(device, in_addr, out_addr, shape, strides=None, dims=None, keepdim=False, **kw):
+    return reduce(device, "min", in_addr, out_addr, shape, strides, dims, keepdim, **kw)
+
+
+def argmax(device, in_addr, out_addr, shape, strides=None, dim=None, keepdim=False, **kw):
+    return reduce(device, "argmax", in_addr, out_addr, shape, strides, dim, keepdim, **kw)
+
+
+def argmin(device, in_addr, out_addr, shape, strides=None, dim=None, keepdim=False, **kw):
+    return reduce(device, "argmin", in_addr, out_addr, shape, strides, dim, keepdim, **kw)
