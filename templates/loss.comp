@@ -103,7 +103,7 @@ void main() {
     const uint lane = lid % TPR;
     const uint row = group * (WG / TPR) + lid / TPR;
     const bool live = row < p.N;
-    const bool smooth = p.smoothing != 0.0;
+    const bool smoothed = p.smoothing != 0.0;
     float m = -3.402823466e38, s = 0.0, wx = 0.0, wsum = 0.0;
     if (live) {
         FBuf x = FBuf(p.x);
@@ -112,7 +112,7 @@ void main() {
             float v = x.v[base + c];
             if (v > m) { s = s * exp(m - v) + 1.0; m = v; }
             else s += exp(v - m);
-            if (smooth) {
+            if (smoothed) {
                 float wc = class_weight(int(c));
                 wx += wc * v;
                 wsum += wc;
@@ -143,7 +143,7 @@ void main() {
             w = class_weight(t);
             float nll = (m - FBuf(p.x).v[row * p.C + uint(t)]) + log(s);
             l = (1.0 - p.smoothing) * w * nll;
-            if (smooth) l += p.smoothing / float(p.C) * (wsum * lse - wx);
+            if (smoothed) l += p.smoothing / float(p.C) * (wsum * lse - wx);
         }
         FBuf(p.lse).v[row] = lse;
         FBuf(p.a).v[row] = l;

@@ -34,7 +34,7 @@ _DTYPES = {"float32": 4, "float16": 2}
 
 def normalize_dims(ndim: int, dims) -> tuple[int, ...]:
     """dims (int, iterable, or None/() for all) -> sorted, non-negative, unique."""
-    if dims is None:
+    if dims is None or ndim == 0:
         return tuple(range(ndim))
     if isinstance(dims, int):
         dims = (dims,)
@@ -222,26 +222,3 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
     if pair:
         device.stream.keep_alive(part_idx)
 
-
-def sum(device, in_addr, out_addr, shape, strides=None, dims=None, keepdim=False, **kw):  # noqa: A001
-    return reduce(device, "sum", in_addr, out_addr, shape, strides, dims, keepdim, **kw)
-
-
-def mean(device, in_addr, out_addr, shape, strides=None, dims=None, keepdim=False, **kw):
-    return reduce(device, "mean", in_addr, out_addr, shape, strides, dims, keepdim, **kw)
-
-
-def amax(device, in_addr, out_addr, shape, strides=None, dims=None, keepdim=False, **kw):
-    return reduce(device, "max", in_addr, out_addr, shape, strides, dims, keepdim, **kw)
-
-
-def amin(device, in_addr, out_addr, shape, strides=None, dims=None, keepdim=False, **kw):
-    return reduce(device, "min", in_addr, out_addr, shape, strides, dims, keepdim, **kw)
-
-
-def argmax(device, in_addr, out_addr, shape, strides=None, dim=None, keepdim=False, **kw):
-    return reduce(device, "argmax", in_addr, out_addr, shape, strides, dim, keepdim, **kw)
-
-
-def argmin(device, in_addr, out_addr, shape, strides=None, dim=None, keepdim=False, **kw):
-    return reduce(device, "argmin", in_addr, out_addr, shape, strides, dim, keepdim, **kw)

@@ -23,7 +23,6 @@ _vkCmdPushConstants = lib.vkCmdPushConstants
 _vkCmdDispatch = lib.vkCmdDispatch
 _vkCmdPipelineBarrier = lib.vkCmdPipelineBarrier
 _vkCmdWriteTimestamp = lib.vkCmdWriteTimestamp
-_from_buffer = ffi.from_buffer
 
 
 class _Slot:
@@ -105,7 +104,7 @@ class Stream:
             _vkCmdBindPipeline(cmd, _COMPUTE, pipeline.handle)
             self._last_pipeline = pipeline
         if push:
-            _vkCmdPushConstants(cmd, pipeline.layout, _STAGE, 0, len(push), _from_buffer(push))
+            _vkCmdPushConstants(cmd, pipeline.layout, _STAGE, 0, len(push), push)  # cffi passes bytes as void*
         if self.profile_records is None:
             _vkCmdDispatch(cmd, groups[0], groups[1], groups[2])
         else:

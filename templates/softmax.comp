@@ -1,0 +1,204 @@
+#version 450
+// softmax / log_softmax along one dim of a contiguous tensor viewed as [outer, n, inner],
+// forward (BWD == 0) and backward (BWD == 1). A row is one (outer, inner) position: its n
+// elements are `inner` apart. T threads reduce one row (T, WG powers of two, WG / T rows
+// per workgroup):
+//   COLS == 0: the T threads of a row are adjacent (inner == 1, the last-dim fast path);
+//              cross-thread steps may use subgroup arithmetic (SUBGROUP, T >= subgroup size);
+//   COLS == 1: adjacent threads own adjacent rows (inner > 1: coalesced), shared memory.
+// Forward: one pass for the row max and the rescaled sum of exp (online), one to write.
+//   softmax:      y = exp(x - max) / sum
+//   log_softmax:  y = x - max - log(sum)
+// Backward (y = the forward output, g = grad of y):
+//   softmax:      dx = y * (g - sum(g * y))
+//   log_softmax:  dx = g - exp(y) * sum(g)
+// Tunables: local size (spec constant 0, = WG), T, COLS, ITEMS (unrolled loads), SUBGROUP.
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+#extension GL_EXT_control_flow_attributes : enable
+#ifndef SUBGROUP
+#define SUBGROUP 0
+#endif
+#if SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+
+#ifndef T
+#define T 64
+#endif
+#ifndef COLS
+#define COLS 0
+#endif
+#ifndef ITEMS
+#define ITEMS 1
+#endif
+#ifndef LOG
+#define LOG 0
+#endif
+#ifndef BWD
+#define BWD 0
+#endif
+
+#define NEG_INF (-uintBitsToFloat(0x7F800000u))
+
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
+
+layout(push_constant) uniform Params {
+    uvec2 x;    // forward input
+    uvec2 y;    // forward output; backward: the forward output
+    uvec2 g;    // backward: grad of y
+    uvec2 dx;   // backward: grad of x
+    uint rows;  // outer * inner
+    uint n;     // length of the softmax dim
+    uint inner; // elements after it (its stride)
+} p;
+
+const uint WG = gl_WorkGroupSize.x;
+const uint G = WG / T;  // rows per workgroup
+shared float sv[gl_WorkGroupSize.x];
+
+#if COLS
+#define SLOT0 ol
+#define OTHER(s) (l + (s) * G)
+#else
+#define SLOT0 (ol * T)
+#define OTHER(s) (l + (s))
+#endif
+
+// reduce v over the T threads of a row; every thread of the row gets the result.
+// Called in uniform control flow by the whole workgroup.
+#define SEG_REDUCE(NAME, COMB, SGOP, IDENT)                                          \
+float NAME(float v, uint l, uint t, uint ol) {                                        \
+    if (T == 1) return v;                                                             \
+    SG_PART(SGOP, IDENT)                                                              \
+    barrier();                                                                        \
+    sv[l] = v;                                                                        \
+    barrier();                                                                        \
+    [[unroll]] for (uint s = T / 2; s > 0; s >>= 1) {                                  \
+        if (t < s) { v = COMB(v, sv[OTHER(s)]); sv[l] = v; }                           \
+        barrier();                                                                    \
+    }                                                                                 \
+    return sv[SLOT0];                                                                 \
+}
+
+#if SUBGROUP && !COLS
+// subgroup op, then rounds of (one value per subgroup -> shared -> subgroup op); broadcast
+#define SG_PART(SGOP, IDENT)                                                          \
+    {                                                                                 \
+        v = SGOP(v);                                                                  \
+        const uint SG = gl_SubgroupSize;                                              \
+        uint cnt = T / SG;                                                            \
+        if (cnt == 1) return v;                                                       \
+        while (cnt > 1) {                                                             \
+            barrier();                                                                \
+            if (gl_SubgroupInvocationID == 0 && t / SG < cnt) sv[ol * T + t / SG] = v; \
+            barrier();                                                                \
+            v = t < cnt ? sv[ol * T + t] : IDENT;                                     \
+            v = SGOP(v);                                                              \
+            cnt = (cnt + SG - 1) / SG;                                                \
+        }                                                                             \
+        barrier();                                                                    \
+        if (t == 0) sv[ol * T] = v;                                                   \
+        barrier();                                                                    \
+        return sv[ol * T];                                                            \
+    }
+#else
+#define SG_PART(SGOP, IDENT)
+#endif
+
+float add_(float a, float b) { return a + b; }
+float max_(float a, float b) { return max(a, b); }
+SEG_REDUCE(seg_sum, add_, subgroupAdd, 0.0)
+SEG_REDUCE(seg_max, max_, subgroupMax, NEG_INF)
+
+void main() {
+    const uint l = gl_LocalInvocationID.x;
+#if COLS
+    const uint ol = l % G, t = l / G;
+#else
+    const uint ol = l / T, t = l % T;
+#endif
+    const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    const uint r = group * G + ol;
+    const bool live = r < p.rows;
+    const uint n = p.n, st = p.inner;
+    const uint base = (r / st) * n * st + (r % st);
+
+#if BWD == 0
+    FBuf X = FBuf(p.x), Y = FBuf(p.y);
+    float m = NEG_INF, s = 0.0;
+    if (live) {
+        for (uint k = t; k < n; k += T * ITEMS) {
+            [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+                uint kk = k + i * T;
+                if (kk < n) {
+                    float v = X.v[base + kk * st];
+                    if (v > m) {
+                        s = s * exp(m - v) + 1.0;
+                        m = v;
+                    } else if (v != NEG_INF) {
+                        s += exp(v - m);  // NaN stays NaN
+                    }
+                }
+            }
+        }
+    }
+    const float M = seg_max(m, l, t, ol);
+    const float S = seg_sum(m == NEG_INF ? 0.0 : s * exp(m - M), l, t, ol);
+    if (live) {
+#if LOG
+        const float shift = M + log(S);
+#endif
+        for (uint k = t; k < n; k += T * ITEMS) {
+            [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+                uint kk = k + i * T;
+                if (kk < n) {
+                    uint off = base + kk * st;
+#if LOG
+                    Y.v[off] = X.v[off] - shift;
+#else
+                    Y.v[off] = exp(X.v[off] - M) / S;
+#endif
+                }
+            }
+        }
+    }
+#else
+    FBuf Yb = FBuf(p.y), Gb = FBuf(p.g), D = FBuf(p.dx);
+    float acc = 0.0;
+    if (live) {
+        for (uint k = t; k < n; k += T * ITEMS) {
+            [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+                uint kk = k + i * T;
+                if (kk < n) {
+                    uint off = base + kk * st;
+#if LOG
+                    acc += Gb.v[off];
+#else
+                    acc += Gb.v[off] * Yb.v[off];
+#endif
+                }
+            }
+        }
+    }
+    const float S = seg_sum(acc, l, t, ol);
+    if (live) {
+        for (uint k = t; k < n; k += T * ITEMS) {
+            [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+                uint kk = k + i * T;
+                if (kk < n) {
+                    uint off = base + kk * st;
+#if LOG
+                    D.v[off] = Gb.v[off] - exp(Yb.v[off]) * S;
+#else
+                    D.v[off] = Yb.v[off] * (Gb.v[off] - S);
+#endif
+                }
+            }
+        }
+    }
+#endif
+}

@@ -1,0 +1,219 @@
+"""The aten op table and the dispatch path.
+
+Every op on a tvk tensor reaches `TVKTensor.__torch_dispatch__` (the Python dispatch
+key sits below autograd, so autograd runs first as for any backend) and comes here:
+
+  1. the op table: `TABLE[OpOverload]` or `TABLE[OpOverloadPacket]`, filled by the
+     modules in `torchvk/aten/` with the `@register(...)` decorator; each entry calls
+     tvk_kernels kernels with byte addresses, sizes and strides;
+  2. a decomposition into other aten ops (torch._decomp), for a chosen list of
+     composite ops whose pieces are all in the table (runs on Vulkan, op by op);
+  3. otherwise: NotImplementedError naming the op and its inputs, or, only when
+     TVK_CPU_FALLBACK=1 / set_cpu_fallback(True), the op on CPU (logged once, counted).
+
+Factory ops (no tensor argument) reach the PrivateUse1 key directly; they are
+registered with torch.library in `torchvk/aten/factories.py` and also land in step 1.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+
+import torch
+
+from ._tensor import TVKTensor
+
+log = logging.getLogger("torchvk")
+
+TABLE: dict = {}
+DECOMPOSE: dict = {}   # OpOverload -> python decomposition (runs through the table)
+NO_DEVICE_CHECK: set = set()  # ops that take CPU and tvk tensors on purpose (copies)
+
+_counts = {"vulkan": defaultdict(int), "cpu": defaultdict(int)}
+_fallback = [os.environ.get("TVK_CPU_FALLBACK", "").strip().lower() in ("1", "true", "yes", "on")]
+_logged: set = set()
+
+
+def register(*ops, cross_device: bool = False):
+    """Decorator: the function implements these aten ops (OpOverload or OpOverloadPacket)."""
+
+    def deco(fn):
+        for op in ops:
+            TABLE[op] = fn
+            if cross_device:
+                NO_DEVICE_CHECK.add(op)
+        return fn
+
+    return deco
+
+
+def register_decomposition(*ops):
+    """Run torch's own decomposition of these ops (their pieces must be in the table)."""
+    from torch._decomp import decomposition_table
+
+    for op in ops:
+        overloads = [getattr(op, o) for o in op.overloads()] if isinstance(op, torch._ops.OpOverloadPacket) else [op]
+        for ov in overloads:
+            fn = decomposition_table.get(ov)
+            if fn is not None:
+                DECOMPOSE[ov] = fn
+
+
+def implemented(op) -> bool:
+    return op in TABLE or getattr(op, "overloadpacket", None) in TABLE or op in DECOMPOSE
+
+
+# --------------------------------------------------------------------- public knobs
+def set_cpu_fallback(enabled: bool = True):
+    """Opt in (or out) of running ops without a Vulkan kernel on the CPU (logged and counted)."""
+    _fallback[0] = bool(enabled)
+
+
+def cpu_fallback_enabled() -> bool:
+    return _fallback[0]
+
+
+def op_counts() -> dict:
+    """{"vulkan": {op: n}, "cpu": {op: n}} since the last reset_op_counts()."""
+    return {k: dict(v) for k, v in _counts.items()}
+
+
+def reset_op_counts():
+    for v in _counts.values():
+        v.clear()
+
+
+# --------------------------------------------------------------------- dispatch
+_vk_counts = _counts["vulkan"]
+_names: dict = {}
+_Tensor = torch.Tensor
+
+
+def dispatch(func, args, kwargs):
+    impl = TABLE.get(func)
+    if impl is None:
+        impl = TABLE.get(func.overloadpacket)
+    if impl is not None:
+        if func not in NO_DEVICE_CHECK and func.overloadpacket not in NO_DEVICE_CHECK:
+            check_devices(func, args, kwargs)
+        name = _names.get(func)
+        if name is None:
+            name = _names[func] = str(func)
+        _vk_counts[name] += 1
+        return impl(*args, **kwargs)
+    decomp = DECOMPOSE.get(func)
+    if decomp is not None:
+        check_devices(func, args, kwargs)
+        return decomp(*args, **kwargs)
+    return missing(func, args, kwargs)
+
+
+def _devices_of(x, out: list):
+    if isinstance(x, _Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            if isinstance(y, _Tensor):
+                out.append(y)
+
+
+def check_devices(func, args, kwargs):
+    """All tensor arguments on tvk, except 0-dim CPU tensors (scalars), as torch allows."""
+    for x in list(args) + list(kwargs.values()):
+        if isinstance(x, _Tensor):
+            if type(x) is not TVKTensor and not (x.device.type == "cpu" and x.dim() == 0):
+                _raise_mixed(func, x)
+        elif isinstance(x, (list, tuple)):
+            for y in x:
+                if isinstance(y, _Tensor) and type(y) is not TVKTensor and not (y.device.type == "cpu" and y.dim() == 0):
+                    _raise_mixed(func, y)
+
+
+def _raise_mixed(func, other):
+    raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                       f"tvk:0 and {other.device}! (op {func}: a {other.device} tensor of shape "
+                       f"{tuple(other.shape)} was passed with tvk tensors; move it with .to('tvk') first)")
+
+
+def describe_inputs(args, kwargs) -> str:
+    parts = []
+
+    def one(x):
+        if isinstance(x, _Tensor):
+            dev = "tvk" if type(x) is TVKTensor else str(x.device)
+            return f"{dev} {str(x.dtype).replace('torch.', '')}{list(x.shape)}" + \
+                ("" if x.is_contiguous() else " non-contiguous")
+        if isinstance(x, (list, tuple)) and any(isinstance(y, _Tensor) for y in x):
+            return "[" + ", ".join(one(y) for y in x) + "]"
+        r = repr(x)
+        return r if len(r) < 40 else r[:37] + "..."
+
+    for a in args:
+        parts.append(one(a))
+    for k, v in kwargs.items():
+        parts.append(f"{k}={one(v)}")
+    return "(" + ", ".join(parts) + ")"
+
+
+def missing(func, args, kwargs):
+    if not _fallback[0]:
+        raise NotImplementedError(
+            f"TorchVK has no Vulkan implementation of {func} for inputs {describe_inputs(args, kwargs)}. "
+            f"TorchVK does not fall back to the CPU silently; set TVK_CPU_FALLBACK=1 (or call "
+            f"torchvk.set_cpu_fallback(True)) to run such ops on the CPU, logged and counted in torchvk.op_counts().")
+    return run_on_cpu(func, args, kwargs)
+
+
+def run_on_cpu(func, args, kwargs):
+    from ._tensor import from_cpu, to_cpu
+
+    name = str(func)
+    if name not in _logged:
+        _logged.add(name)
+        log.warning("TorchVK: %s has no Vulkan implementation; running it on the CPU (TVK_CPU_FALLBACK=1). "
+                    "Inputs: %s", name, describe_inputs(args, kwargs))
+    _counts["cpu"][name] += 1
+    device = None
+
+    def down(x):
+        nonlocal device
+        if type(x) is TVKTensor:
+            device = x._tvk.device
+            return to_cpu(x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(down(y) for y in x)
+        return x
+
+    cargs = [down(a) for a in args]
+    ckwargs = {k: down(v) for k, v in kwargs.items()}
+    if "device" in ckwargs and isinstance(ckwargs["device"], (torch.device, str)) and \
+            torch.device(ckwargs["device"]).type == "tvk":
+        ckwargs["device"] = torch.device("cpu")
+    out = func(*cargs, **ckwargs)
+
+    # write results of in-place / out= ops back into the tvk tensors they mutated
+    from .aten.copies import copy_into
+
+    schema = func._schema
+    mutated = {}
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            if arg.kwarg_only or i >= len(args):
+                orig, new = kwargs.get(arg.name), ckwargs.get(arg.name)
+            else:
+                orig, new = args[i], cargs[i]
+            if type(orig) is TVKTensor:
+                copy_into(orig, new)
+                mutated[id(new)] = orig
+
+    def up(x):
+        if isinstance(x, _Tensor) and not isinstance(x, TVKTensor):
+            if id(x) in mutated:
+                return mutated[id(x)]
+            return from_cpu(x, device)
+        if isinstance(x, (list, tuple)):
+            return type(x)(up(y) for y in x)
+        return x
+
+    return up(out)

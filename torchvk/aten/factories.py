@@ -1,0 +1,73 @@
+"""Factory ops: the ones that reach the PrivateUse1 key directly (no tvk tensor argument).
+
+torch.zeros/ones/full/arange/randn/... with device="tvk" are CompositeExplicitAutograd
+in torch: they call aten::empty(...) (registered here) and then an in-place op
+(zero_, fill_, normal_, ...) on the new TVKTensor, which goes through the op table.
+"""
+from __future__ import annotations
+
+import torch
+
+from .._dispatch import TABLE, register
+from .._storage import current_index, get_device
+from .._tensor import new_tensor
+
+aten = torch.ops.aten
+_lib = torch.library.Library("aten", "IMPL")
+
+
+def _device_of(device):
+    if device is None:
+        return get_device()
+    d = torch.device(device)
+    return get_device(d.index if d.index is not None else current_index())
+
+
+def _check_layout(layout, op):
+    if layout not in (None, torch.strided):
+        raise TypeError(f"TorchVK supports only strided tensors, not {layout} (op {op})")
+
+
+def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    _check_layout(layout, "aten.empty.memory_format")
+    dtype = dtype or torch.get_default_dtype()
+    stride = None
+    if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
+        stride = torch.empty(size, dtype=dtype, device="meta", memory_format=memory_format).stride()
+    return new_tensor(size, dtype, _device_of(device), stride, op="aten.empty.memory_format")
+
+
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    _check_layout(layout, "aten.empty_strided")
+    return new_tensor(size, dtype or torch.get_default_dtype(), _device_of(device), stride, op="aten.empty_strided")
+
+
+_lib.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
+_lib.impl("empty_strided", empty_strided, "PrivateUse1")
+TABLE[aten.empty.memory_format] = empty_memory_format
+TABLE[aten.empty_strided.default] = empty_strided
+
+
+@register(aten.new_empty.default)
+def new_empty(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return empty_memory_format(size, dtype=dtype or self.dtype, device=device or self.device)
+
+
+@register(aten.new_empty_strided.default)
+def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return empty_strided(size, stride, dtype=dtype or self.dtype, device=device or self.device)
+
+
+@register(aten.empty_like.default)
+def empty_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    dtype = dtype or self.dtype
+    dev = _device_of(device or self.device)
+    if memory_format in (None, torch.preserve_format) and self.is_non_overlapping_and_dense():
+        return new_tensor(self.shape, dtype, dev, self.stride(), op="aten.empty_like")
+    if memory_format in (None, torch.preserve_format):
+        memory_format = torch.contiguous_format
+    return empty_memory_format(self.shape, dtype=dtype, device=dev_index(dev), memory_format=memory_format)
+
+
+def dev_index(dev):
+    return torch.device("tvk", dev.index)
