@@ -56,10 +56,12 @@ class Device:
         from .pipeline import PipelineCache
         from .stream import Stream
 
-        self.allocator = Allocator(self)
-        self.staging = Allocator(self, host_visible=True)
         self.pipelines = PipelineCache(self)
-        self.stream = Stream(self)
+        # Mesa's null devices (RADV_FORCE_FAMILY) compile pipelines but run nothing
+        self.compile_only = self.facts.name.startswith("Null hardware")
+        self.allocator = None if self.compile_only else Allocator(self)
+        self.staging = None if self.compile_only else Allocator(self, host_visible=True)
+        self.stream = None if self.compile_only else Stream(self)
 
     def _pick_queue_family(self) -> int:
         count = ffi.new("uint32_t*")

@@ -1,0 +1,129 @@
+"""`torch.tvk`: the device module torch looks up for the `tvk` backend, plus the hooks."""
+from __future__ import annotations
+
+import torch
+
+from . import memory as _memory
+from . import _rng
+from ._storage import _current, current_index, get_device
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return is_available()
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+class TVKModule:
+    """The object registered as `torch.tvk` (torch._register_device_module)."""
+
+    # -- availability
+    @staticmethod
+    def is_available() -> bool:
+        return is_available()
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def device_count() -> int:
+        return device_count()
+
+    @staticmethod
+    def current_device() -> int:
+        return current_index()
+
+    @staticmethod
+    def set_device(device) -> None:
+        idx = torch.device(device).index if isinstance(device, (str, torch.device)) else int(device)
+        get_device(idx)
+        _current[0] = idx
+
+    @staticmethod
+    def get_device_name(device=None) -> str:
+        return get_device(_index(device)).facts.name
+
+    @staticmethod
+    def get_device_properties(device=None):
+        return get_device(_index(device)).facts
+
+    @staticmethod
+    def synchronize(device=None) -> None:
+        get_device(_index(device)).stream.synchronize()
+
+    # -- random numbers
+    manual_seed = staticmethod(_rng.manual_seed)
+    manual_seed_all = staticmethod(_rng.manual_seed)
+    seed = staticmethod(_rng.seed)
+    seed_all = staticmethod(_rng.seed)
+    initial_seed = staticmethod(_rng.initial_seed)
+    get_rng_state = staticmethod(_rng.get_rng_state)
+    set_rng_state = staticmethod(_rng.set_rng_state)
+    get_rng_state_all = staticmethod(lambda: [_rng.get_rng_state()])
+    set_rng_state_all = staticmethod(lambda states: _rng.set_rng_state(states[0]))
+
+    # -- memory
+    memory_allocated = staticmethod(_memory.memory_allocated)
+    max_memory_allocated = staticmethod(_memory.max_memory_allocated)
+    memory_reserved = staticmethod(_memory.memory_reserved)
+    max_memory_reserved = staticmethod(_memory.max_memory_reserved)
+    reset_peak_memory_stats = staticmethod(_memory.reset_peak_memory_stats)
+    reset_max_memory_allocated = staticmethod(_memory.reset_max_memory_allocated)
+    empty_cache = staticmethod(_memory.empty_cache)
+    memory_stats = staticmethod(_memory.memory_stats)
+    set_memory_limit = staticmethod(_memory.set_memory_limit)
+
+    # amp: no autocast support yet
+    @staticmethod
+    def get_amp_supported_dtype():
+        return [torch.float16, torch.bfloat16]
+
+    @staticmethod
+    def is_bf16_supported() -> bool:
+        return True
+
+
+def _index(device):
+    if device is None:
+        return current_index()
+    if isinstance(device, int):
+        return device
+    d = torch.device(device)
+    return d.index if d.index is not None else current_index()
+
+
+_available = [None]
+
+
+def is_available() -> bool:
+    if _available[0] is None:
+        try:
+            get_device()
+            _available[0] = True
+        except Exception:
+            _available[0] = False
+    return _available[0]
+
+
+def device_count() -> int:
+    try:
+        from tvk_kernels import list_devices
+
+        return len(list_devices())
+    except Exception:
+        return 0

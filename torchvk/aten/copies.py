@@ -1,0 +1,226 @@
+"""Copies: CPU <-> tvk transfers, device copies and casts, clone, fill and zero."""
+from __future__ import annotations
+
+import struct
+import types
+
+import numpy as np
+import torch
+
+from .._dispatch import register
+from .._storage import check_dtype, get_device
+from .._tensor import TVKTensor, from_cpu, itemsize, new_tensor, to_cpu, upload_into
+from .. import _kernels as K
+
+aten = torch.ops.aten
+
+
+def _is_dense_contig(t) -> bool:
+    return t.is_contiguous()
+
+
+def _range(t):
+    """A shim for stream.copy/fill: (block, offset) of the view's first byte."""
+    buf = t._tvk.buffer
+    buf.check_alive()
+    return types.SimpleNamespace(block=buf.block, offset=buf.offset + t.storage_offset() * itemsize(t.dtype), size=0)
+
+
+def device_copy(dst: TVKTensor, src: TVKTensor):
+    """dst <- src on the device; src broadcasts to dst's shape, dtypes may differ."""
+    if src._tvk.device is not dst._tvk.device:
+        raise RuntimeError(f"copy between tvk devices {src.device} and {dst.device} is not supported")
+    if dst.numel() == 0:
+        return dst
+    if src.dtype == dst.dtype and src.shape == dst.shape and dst.is_contiguous() and src.is_contiguous():
+        if src._tvk is dst._tvk and src.storage_offset() == dst.storage_offset():
+            return dst
+        dev = dst._tvk.device
+        dev.stream.copy(_range(src), _range(dst), dst.numel() * itemsize(dst.dtype))
+        return dst
+    K.copy(dst, src)
+    return dst
+
+
+def copy_into(dst: TVKTensor, src):
+    """dst (tvk, any view) <- src (CPU or tvk tensor, broadcastable, any dtype)."""
+    if isinstance(src, TVKTensor):
+        return device_copy(dst, src)
+    if not isinstance(src, torch.Tensor):
+        src = torch.as_tensor(src)
+    src = src.detach()
+    if src.device.type != "cpu":
+        src = src.cpu()
+    if src.dtype != dst.dtype:
+        src = src.to(dst.dtype)
+    if src.shape != dst.shape:
+        src = src.expand(dst.shape)
+    if dst.numel() == 0:
+        return dst
+    if dst.is_contiguous():
+        upload_into(dst, src.contiguous())
+    else:
+        tmp = new_tensor(dst.shape, dst.dtype, dst._tvk.device)
+        upload_into(tmp, src.contiguous())
+        device_copy(dst, tmp)
+    return dst
+
+
+@register(aten.copy_.default, cross_device=True)
+def copy_(self, src, non_blocking=False):
+    if isinstance(self, TVKTensor):
+        copy_into(self, src)
+        return self
+    # self on CPU, src on tvk
+    self.copy_(to_cpu(src))
+    return self
+
+
+@register(aten._copy_from.default, cross_device=True)
+def _copy_from(self, dst, non_blocking=False):
+    if isinstance(dst, TVKTensor):
+        copy_into(dst, self)
+    else:
+        dst.copy_(to_cpu(self))
+    return dst
+
+
+@register(aten._copy_from_and_resize.default, cross_device=True)
+def _copy_from_and_resize(self, dst):
+    if isinstance(dst, TVKTensor):
+        if dst.shape != self.shape:
+            raise RuntimeError("resizing a tvk tensor in place is not supported")
+        copy_into(dst, self)
+    else:
+        dst.resize_(self.shape)
+        dst.copy_(to_cpu(self))
+    return dst
+
+
+@register(aten._to_copy.default, cross_device=True)
+def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    target = torch.device(device) if device is not None else self.device
+    dtype = dtype or self.dtype
+    if target.type == "cpu":
+        out = to_cpu(self) if isinstance(self, TVKTensor) else self.clone()
+        if out.dtype != dtype:
+            out = out.to(dtype)
+        if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+            out = out.contiguous(memory_format=memory_format)
+        return out
+    if target.type != "tvk":
+        raise RuntimeError(f"TorchVK cannot copy a tvk tensor to device {target}; go through .cpu() first")
+    dev = get_device(target.index) if target.index is not None else (
+        self._tvk.device if isinstance(self, TVKTensor) else get_device())
+    check_dtype(dtype, "aten._to_copy")
+    if not isinstance(self, TVKTensor):
+        return from_cpu(self, dev, dtype)
+    if memory_format in (None, torch.preserve_format) and self.is_non_overlapping_and_dense():
+        out = new_tensor(self.shape, dtype, dev, self.stride(), op="aten._to_copy")
+    else:
+        mf = torch.contiguous_format if memory_format in (None, torch.preserve_format) else memory_format
+        stride = torch.empty(self.shape, device="meta", memory_format=mf).stride()
+        out = new_tensor(self.shape, dtype, dev, stride, op="aten._to_copy")
+    device_copy(out, self)
+    return out
+
+
+@register(aten.clone.default)
+def clone(self, *, memory_format=None):
+    if memory_format in (None, torch.preserve_format) and self.is_non_overlapping_and_dense():
+        out = new_tensor(self.shape, self.dtype, self._tvk.device, self.stride(), op="aten.clone")
+    else:
+        mf = torch.contiguous_format if memory_format in (None, torch.preserve_format) else memory_format
+        stride = torch.empty(self.shape, device="meta", memory_format=mf).stride()
+        out = new_tensor(self.shape, self.dtype, self._tvk.device, stride, op="aten.clone")
+    return device_copy(out, self)
+
+
+def contiguous(t: TVKTensor) -> TVKTensor:
+    if t.is_contiguous():
+        return t
+    out = new_tensor(t.shape, t.dtype, t._tvk.device)
+    return device_copy(out, t)
+
+
+# ------------------------------------------------------------------ fill / zero
+def _pattern(value, dtype):
+    """32-bit fill pattern for vkCmdFillBuffer, or None if the value cannot be one."""
+    if dtype == torch.float32:
+        return struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    if dtype == torch.int32:
+        return int(value) & 0xFFFFFFFF
+    if dtype in (torch.bool, torch.uint8, torch.int8):
+        b = (int(bool(value)) if dtype == torch.bool else int(value)) & 0xFF
+        return b * 0x01010101
+    if dtype in (torch.float16, torch.bfloat16):
+        h = torch.tensor([float(value)], dtype=dtype).view(torch.int16).item() & 0xFFFF
+        return h | (h << 16)
+    if dtype == torch.int64:
+        v = int(value)
+        if v in (0, -1):
+            return v & 0xFFFFFFFF
+    return None
+
+
+def fill(t: TVKTensor, value):
+    """t[...] = value."""
+    if t.numel() == 0:
+        return t
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if t.dtype.is_floating_point:
+        value = float(value)
+    elif t.dtype == torch.bool:
+        value = bool(value)
+    else:
+        value = int(value)
+    nbytes = t.numel() * itemsize(t.dtype)
+    rng = _range(t) if t.is_contiguous() else None
+    pat = _pattern(value, t.dtype)
+    if rng is not None and pat is not None and rng.offset % 4 == 0 and nbytes % 4 == 0:
+        t._tvk.device.stream.fill(rng, pat, nbytes)
+        return t
+    K.fill(t, value)
+    return t
+
+
+@register(aten.fill_.Scalar)
+def fill_scalar(self, value):
+    return fill(self, value)
+
+
+@register(aten.fill_.Tensor)
+def fill_tensor(self, value):
+    if isinstance(value, TVKTensor):
+        return device_copy(self, value.expand(self.shape) if value.dim() else value.reshape([1] * self.dim()).expand(self.shape))
+    return fill(self, value.item())
+
+
+@register(aten.zero_.default)
+def zero_(self):
+    return fill(self, 0)
+
+
+@register(aten.lift_fresh_copy.default)
+def lift_fresh_copy(self):
+    return clone(self)
+
+
+@register(aten._local_scalar_dense.default)
+def _local_scalar_dense(self):
+    return to_cpu(self).item()
+
+
+@register(aten.is_pinned.default)
+def is_pinned(self, device=None):
+    return False
+
+
+@register(aten.resize_.default)
+def resize_(self, size, memory_format=None):
+    if tuple(self.shape) == tuple(size):
+        return self
+    raise NotImplementedError(f"TorchVK cannot resize a tvk tensor in place (aten.resize_ from {list(self.shape)} "
+                              f"to {list(size)}); allocate a new tensor instead")

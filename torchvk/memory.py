@@ -1,0 +1,63 @@
+"""Memory API: the device allocator's counters, its cap and its cache."""
+from __future__ import annotations
+
+from ._storage import get_device
+
+
+def _alloc(device=None):
+    import torch
+
+    if isinstance(device, (torch.device, str)):
+        device = torch.device(device).index
+    return get_device(device).allocator
+
+
+def set_memory_limit(nbytes=None, device=None):
+    """Cap the bytes TorchVK reserves from the driver (None: no cap). Also TVK_MEMORY_LIMIT."""
+    if isinstance(nbytes, str):
+        from tvk_kernels.runtime.memory import parse_bytes
+
+        nbytes = parse_bytes(nbytes)
+    _alloc(device).set_limit(nbytes)
+
+
+def get_memory_limit(device=None):
+    return _alloc(device).limit
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes in live tvk buffers."""
+    return _alloc(device).allocated
+
+
+def max_memory_allocated(device=None) -> int:
+    return _alloc(device).peak_allocated
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes held from the driver (live buffers + cache + free space in blocks)."""
+    return _alloc(device).reserved
+
+
+def max_memory_reserved(device=None) -> int:
+    return _alloc(device).peak_reserved
+
+
+def reset_peak_memory_stats(device=None):
+    _alloc(device).reset_peak()
+
+
+def reset_max_memory_allocated(device=None):
+    _alloc(device).reset_peak()
+
+
+def empty_cache(device=None):
+    """Give cached, unused blocks back to the driver."""
+    _alloc(device).empty_cache()
+
+
+def memory_stats(device=None) -> dict:
+    s = _alloc(device).stats()
+    return {"allocated_bytes.all.current": s["allocated"], "allocated_bytes.all.peak": s["peak_allocated"],
+            "reserved_bytes.all.current": s["reserved"], "reserved_bytes.all.peak": s["peak_reserved"],
+            "limit": s["limit"], "blocks": s["blocks"]}

@@ -1,0 +1,573 @@
+"""Batched strided GEMM: C[b] = act(alpha * A[b] @ B[b] + bias), fp32 accumulate.
+
+Templates: templates/matmul.comp (tiled shared-memory GEMM, split-K partials and their
+reduce pass) and templates/matmul_coopmat.comp (VK_KHR_cooperative_matrix, fp16 inputs,
+used only where the device has the feature and a small product checked against numpy
+passed). Search space, buckets and defaults: tuning/matmul.json.
+
+Operands are byte addresses (already offset) with element strides (batch, row, col), so
+transposed and batch-broadcast (stride 0) views run without copies.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+import struct
+import warnings
+
+from ..config import arch_family, search_space
+from ..errors import InvalidConfigError, TVKError
+from .launch import Family, family, grid_1d
+
+FAMILY = "matmul"
+TEMPLATE = "matmul.comp"
+COOP_TEMPLATE = "matmul_coopmat.comp"
+
+# dtype -> (DTYPE define, element bytes)
+DTYPES = {"float32": (0, 4), "float16": (1, 2), "bfloat16": (2, 2)}
+_DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "float": "float32", "fp16": "float16", "f16": "float16",
+                  "half": "float16", "bf16": "bfloat16"}
+# activation -> ACT define
+ACTIVATIONS = {None: 0, "none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4, "sigmoid": 5, "tanh": 6}
+PARAM_NAMES = ("BM", "BN", "BK", "TM", "TN", "VEC", "UNROLL", "PAD", "SUBGROUP")
+
+# a, b, c, bias (uint64); M, N, K, batch; sAb sAm sAk; sBb sBk sBn; sCb sCm sCn; alpha; k_chunk; splits
+_PUSH = struct.Struct("<4Q4I9IfII")
+_MODE_GEMM, _MODE_PARTIAL, _MODE_REDUCE = 0, 1, 2
+_INT31 = 1 << 31
+_UINT32 = 1 << 32
+
+
+# ------------------------------------------------------------------ search space
+def _device_names(facts) -> dict:
+    return {
+        "max_shared_memory": facts.max_shared_memory,
+        "max_workgroup_invocations": facts.max_workgroup_invocations,
+        "min_subgroup_size": facts.min_subgroup_size,
+        "max_subgroup_size": facts.max_subgroup_size,
+        "subgroup_size": facts.subgroup_size,
+        "subgroup_size_control": bool(facts.subgroup_size_control),
+    }
+
+
+_SAFE = {"__builtins__": {}, "min": min, "max": max, "abs": abs, "True": True, "False": False}
+
+
+def _compile_check(space: dict):
+    """One function(params, device names) -> list of failed constraints, built from the json."""
+    derived = space.get("derived", {})
+    codes = [(name, compile(expr, f"<matmul derived {name}>", "eval")) for name, expr in derived.items()]
+    checks = [(expr, compile(expr, "<matmul constraint>", "eval")) for expr in space["constraints"]]
+
+    def failed(params: dict, dev: dict) -> list[str]:
+        env = dict(dev)
+        env.update(params)
+        for name, code in codes:
+            env[name] = eval(code, _SAFE, env)
+        out = []
+        for expr, code in checks:
+            try:
+                ok = eval(code, _SAFE, env)
+            except ZeroDivisionError:
+                ok = False
+            if not ok:
+                out.append(expr)
+        return out
+
+    return failed
+
+
+def derived(params: dict) -> dict:
+    """WG (invocations) and shared_bytes of a tiled candidate."""
+    env = dict(params)
+    for name, expr in search_space(FAMILY).get("derived", {}).items():
+        env[name] = eval(expr, _SAFE, env)
+    return {k: env[k] for k in search_space(FAMILY).get("derived", {})}
+
+
+def candidates(device, max_count: int | None = None) -> list[dict]:
+    """Every tiled-kernel parameter set of tuning/matmul.json that satisfies its constraints on `device`.
+
+    Each dict has the keys of PARAM_NAMES and can be passed as `params=` to `matmul`.
+    """
+    space = search_space(FAMILY)
+    names = list(space["params"])
+    failed = _compile_check(space)
+    dev = _device_names(device.facts)
+    out = []
+    for values in itertools.product(*(space["params"][n]["values"] for n in names)):
+        params = dict(zip(names, values))
+        if not failed(params, dev):
+            out.append(params)
+            if max_count is not None and len(out) >= max_count:
+                break
+    return out
+
+
+def validate_params(device, params: dict) -> dict:
+    """Raise InvalidConfigError unless `params` is a tiled candidate the device can run; returns it completed."""
+    missing = [n for n in PARAM_NAMES if n not in params and n != "SUBGROUP"]
+    if missing:
+        raise InvalidConfigError(f"matmul parameters lack {', '.join(missing)}; a candidate needs {', '.join(PARAM_NAMES)}")
+    p = {}
+    for n in PARAM_NAMES:
+        v = params.get(n, 0)
+        try:
+            if isinstance(v, bool):
+                raise TypeError
+            v = operator.index(v)
+        except TypeError:
+            raise InvalidConfigError(f"matmul parameter {n}={v!r} must be an integer") from None
+        if v < 0 or (v == 0 and n not in ("PAD", "SUBGROUP")):
+            raise InvalidConfigError(f"matmul parameter {n}={v!r} must be a positive integer")
+        p[n] = v
+    if p["VEC"] not in (1, 2, 4):
+        raise InvalidConfigError(f"matmul VEC={p['VEC']} must be 1, 2 or 4")
+    space = search_space(FAMILY)
+    if p["BM"] % p["TM"] or p["BN"] % p["TN"]:
+        raise InvalidConfigError(f"matmul tile BMxBN={p['BM']}x{p['BN']} is not a multiple of the per-thread tile "
+                                 f"TMxTN={p['TM']}x{p['TN']}")
+    d = derived(p)
+    device.pipelines.check_limits((d["WG"], 1, 1), shared_bytes=d["shared_bytes"], subgroup_size=p["SUBGROUP"] or None,
+                                  push_size=_PUSH.size)
+    bad = _compile_check(space)(p, _device_names(device.facts))
+    if bad:
+        raise InvalidConfigError(f"matmul parameters {p} break the constraints of tuning/matmul.json on "
+                                 f"{device.facts.name}: " + "; ".join(bad))
+    return p
+
+
+def shape_bucket(M: int, N: int, K: int, batch: int = 1) -> str:
+    env = {"M": M, "N": N, "K": K, "batch": batch}
+    for name, expr in search_space(FAMILY)["buckets"].items():
+        if eval(expr, _SAFE, env):
+            return name
+    return "large"
+
+
+def _device_classes(facts) -> list[str]:
+    return ["generic", facts.vendor.lower(), arch_family(facts)]
+
+
+# ------------------------------------------------------------------ family
+class Matmul(Family):
+    def __init__(self, device):
+        super().__init__(device, FAMILY, TEMPLATE)
+        self._configs: dict = {}
+        self._checked: set = set()
+        self.coop = None  # CoopMatmul, built on first fp16 use where the device has the feature
+
+    def config(self, bucket: str) -> tuple[dict, str]:
+        """(params, source) for a shape bucket: tuned config, else default plus per-bucket default."""
+        hit = self._configs.get(bucket)
+        if hit is None:
+            params, source = self.params(bucket)
+            params = dict(params)
+            if source == "default":
+                per = search_space(FAMILY).get("bucket_defaults", {})
+                for key in _device_classes(self.device.facts):
+                    params.update(per.get(key, {}).get(bucket, {}))
+            params = {n: params.get(n, 0) for n in PARAM_NAMES}
+            hit = self._configs[bucket] = (params, source)
+        return hit
+
+    def check(self, params: dict) -> dict:
+        key = tuple(params.get(n, 0) for n in PARAM_NAMES)
+        if key not in self._checked:
+            validate_params(self.device, params)
+            self._checked.add(key)
+        return {n: params.get(n, 0) for n in PARAM_NAMES}
+
+    def gemm(self, params: dict, dtype_id: int, mode: int, a_kmajor: bool, b_nmajor: bool, vec_a: int, vec_b: int,
+             act: int):
+        defines = {
+            "BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "TM": params["TM"], "TN": params["TN"],
+            "UNROLL": params["UNROLL"], "PAD": params["PAD"], "VEC_A": vec_a, "VEC_B": vec_b,
+            "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor), "ACT": act if mode == _MODE_GEMM else 0,
+            "DTYPE": dtype_id, "MODE": mode,
+        }
+        wg = (params["BM"] // params["TM"]) * (params["BN"] // params["TN"])
+        sub = params.get("SUBGROUP") or None
+        key = ("gemm", tuple(sorted(defines.items())), sub)
+        return self.pipeline(key, lambda: self.device.pipelines.get(
+            self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size, subgroup_size=sub))
+
+    def reduce(self, dtype_id: int, act: int):
+        wg = min(256, self.device.facts.max_workgroup_invocations)
+        defines = {"MODE": _MODE_REDUCE, "DTYPE": dtype_id, "ACT": act}
+        key = ("reduce", dtype_id, act, wg)
+        return self.pipeline(key, lambda: self.device.pipelines.get(
+            self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)), wg
+
+
+# ------------------------------------------------------------------ validation helpers
+def _norm_dtype(dtype) -> str:
+    name = getattr(dtype, "name", None) or str(dtype)
+    name = name.replace("torch.", "")
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in DTYPES:
+        raise ValueError(f"matmul: dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}")
+    return name
+
+
+def _check_int(name: str, v, minimum: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) and not hasattr(v, "__index__"):
+        raise ValueError(f"matmul: {name} must be an integer, got {v!r}")
+    v = int(v)
+    if v < minimum:
+        raise ValueError(f"matmul: {name} must be >= {minimum}, got {v}")
+    return v
+
+
+def _check_strides(name: str, strides, dims) -> tuple[int, int, int]:
+    """Returns the strides with those of size-1 dimensions set to 0 (never used)."""
+    if strides is None or len(tuple(strides)) != 3:
+        raise ValueError(f"matmul: {name} must be 3 element strides (batch, row, col), got {strides!r}")
+    out = []
+    for label, s, d in zip(("batch", "row", "col"), strides, dims):
+        s = _check_int(f"{name} {label} stride", s)
+        if s >= _UINT32:
+            raise ValueError(f"matmul: {name} {label} stride {s} does not fit 32 bits")
+        out.append(0 if d == 1 else s)
+    return tuple(out)
+
+
+def _check_extent(name: str, rows: int, cols: int, s_row: int, s_col: int):
+    span = (rows - 1) * s_row + (cols - 1) * s_col
+    if span >= _INT31:
+        raise ValueError(f"matmul: one {name} matrix spans {span + 1} elements; the kernels index within a matrix "
+                         f"with 31 bits (at most {_INT31} elements)")
+
+
+def _contig_choice(s_outer: int, s_inner: int, n_outer: int, n_inner: int) -> bool:
+    """True when an operand is best read along its inner (second) dimension."""
+    inner_ok = s_inner == 1 or n_inner == 1
+    outer_ok = s_outer == 1 or n_outer == 1
+    if inner_ok != outer_ok:
+        return inner_ok
+    if inner_ok:  # both: the longer one
+        return n_inner >= n_outer
+    return s_inner <= s_outer
+
+
+def _vec_width(limit: int, contig_stride: int, addr: int, esize: int, other_strides) -> int:
+    if contig_stride != 1:
+        return 1
+    for v in (4, 2):
+        if v <= limit and addr % (v * esize) == 0 and all(s % v == 0 for s in other_strides):
+            return v
+    return 1
+
+
+def _split_count(dev, params: dict, M: int, N: int, K: int, batch: int, bucket: str, split_k) -> int:
+    if K == 0:
+        return 1
+    if split_k is not None:
+        s = _check_int("split_k", split_k, 1)
+        return max(1, min(s, math.ceil(K / params["BK"])))
+    if bucket != "skinny":
+        return 1
+    cfg = search_space(FAMILY).get("split_k", {})
+    targets = cfg.get("target_groups", {})
+    target = 64
+    for key in _device_classes(dev.facts):
+        target = targets.get(key, target)
+    tiles = batch * math.ceil(M / params["BM"]) * math.ceil(N / params["BN"])
+    splits = math.ceil(target / tiles)
+    splits = min(splits, cfg.get("max_splits", 32), K // max(cfg.get("min_k_per_split", 256), 1))
+    return max(splits, 1)
+
+
+# ------------------------------------------------------------------ public API
+def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: int, *, batch: int = 1,
+           a_strides=None, b_strides=None, out_strides=None, bias_addr: int = 0, activation=None,
+           alpha: float = 1.0, dtype="float32", params: dict | None = None, split_k: int | None = None) -> dict:
+    """out[b] = activation(alpha * A[b] @ B[b] + bias) for b < batch, accumulated in fp32.
+
+    A[b][m, k] is at a_addr + (b*sB + m*sM + k*sK) * itemsize with a_strides = (sB, sM, sK);
+    likewise B (b_strides = (sB, sK, sN)) and out (out_strides = (sB, sM, sN)). Strides
+    are in elements; None means contiguous. A batch stride of 0 broadcasts an operand.
+    bias_addr (0: none) points to N values of `dtype`, added per output column.
+    activation: None, "relu", "gelu" (erf, torch's default), "gelu_tanh", "silu",
+    "sigmoid", "tanh". dtype: "float32", "float16" or "bfloat16" (16-bit storage,
+    fp32 accumulate). params=None runs the tuned/default config of the shape bucket
+    (fp16 may use cooperative matrices); params=dict runs exactly that tiled candidate
+    (see `candidates`). split_k=None chooses; an int forces that many K splits (1: none).
+    Records the work on the device stream and returns what ran: {"kernel", "bucket",
+    "params", "source", "splits"}.
+    """
+    dtype = _norm_dtype(dtype)
+    dtype_id, esize = DTYPES[dtype]
+    M, N, K = (_check_int(n, v) for n, v in (("M", M), ("N", N), ("K", K)))
+    batch = _check_int("batch", batch)
+    for n, v in (("M", M), ("N", N), ("K", K), ("batch", batch)):
+        if v >= _INT31:
+            raise ValueError(f"matmul: {n}={v} is too large (at most {_INT31 - 1})")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"matmul: activation {activation!r} is not one of "
+                         f"{', '.join(repr(k) for k in ACTIVATIONS)}")
+    act = ACTIVATIONS[activation]
+    if a_strides is None:
+        a_strides = (M * K, K, 1)
+    if b_strides is None:
+        b_strides = (K * N, N, 1)
+    if out_strides is None:
+        out_strides = (M * N, N, 1)
+    sa = _check_strides("a_strides", a_strides, (batch, M, K))
+    sb = _check_strides("b_strides", b_strides, (batch, K, N))
+    sc = _check_strides("out_strides", out_strides, (batch, M, N))
+    for name, addr in (("a_addr", a_addr), ("b_addr", b_addr), ("out_addr", out_addr), ("bias_addr", bias_addr)):
+        addr = _check_int(name, addr)
+        if addr >= 1 << 64:
+            raise ValueError(f"matmul: {name} does not fit 64 bits")
+        if addr % esize:
+            raise ValueError(f"matmul: {name}=0x{addr:x} is not aligned to the {esize}-byte {dtype} elements")
+    for name, addr in (("a_addr", a_addr), ("b_addr", b_addr), ("out_addr", out_addr)):
+        if addr == 0 and M * N * max(batch, 1) > 0 and (name == "out_addr" or K > 0):
+            raise ValueError(f"matmul: {name} is 0 (null)")
+    if batch > 1 and sc[0] == 0:
+        raise ValueError("matmul: out batch stride is 0 with batch > 1: every batch would write the same output")
+    if (M > 1 and sc[1] == 0) or (N > 1 and sc[2] == 0):
+        raise ValueError(f"matmul: out_strides {tuple(out_strides)} map several outputs to one element")
+    _check_extent("A", M, K, sa[1], sa[2])
+    _check_extent("B", K, N, sb[1], sb[2])
+    _check_extent("out", M, N, sc[1], sc[2])
+    feats = device.facts.features
+    if dtype != "float32" and not feats.get("storage_16bit"):
+        raise ValueError(f"matmul: dtype {dtype} needs 16-bit storage buffers, which {device.facts.name} lacks; use float32")
+    if dtype == "float16" and not feats.get("shader_float16"):
+        raise ValueError(f"matmul: dtype float16 needs shaderFloat16, which {device.facts.name} lacks; use float32")
+    alpha = float(alpha)
+
+    fam = family(device, Matmul)
+    bucket = shape_bucket(M, N, K, batch)
+    if M == 0 or N == 0 or batch == 0:
+        return {"kernel": "none", "bucket": bucket, "params": None, "source": None, "splits": 0}
+
+    if params is None:
+        if dtype == "float16" and split_k is None and bucket != "skinny":
+            coop = _coop(fam)
+            if coop is not None and coop.usable(M, N, K):
+                info = coop.run(a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, bias_addr, act, alpha)
+                info["bucket"] = bucket
+                return info
+        params, source = fam.config(bucket)
+        params = fam.check(params)
+    else:
+        if not isinstance(params, dict):
+            raise ValueError(f"matmul: params must be a dict of {', '.join(PARAM_NAMES)}, got {type(params).__name__}")
+        params = fam.check(params)
+        source = "explicit"
+
+    splits = _split_count(device, params, M, N, K, batch, bucket, split_k)
+    k_chunk = K if splits <= 1 else math.ceil(math.ceil(K / splits) / params["BK"]) * params["BK"]
+    if splits > 1:
+        splits = math.ceil(K / k_chunk)
+    if splits <= 1:
+        splits, k_chunk = 1, K
+
+    a_kmajor = _contig_choice(sa[1], sa[2], M, K)
+    b_nmajor = _contig_choice(sb[1], sb[2], K, N)
+    limit = params["VEC"]
+    vec_a = (_vec_width(limit, sa[2], a_addr, esize, (sa[0], sa[1])) if a_kmajor
+             else _vec_width(limit, sa[1], a_addr, esize, (sa[0], sa[2])))
+    vec_b = (_vec_width(limit, sb[2], b_addr, esize, (sb[0], sb[1])) if b_nmajor
+             else _vec_width(limit, sb[1], b_addr, esize, (sb[0], sb[2])))
+
+    facts = device.facts
+    tiles = math.ceil(M / params["BM"]) * math.ceil(N / params["BN"])
+    groups = grid_1d(tiles, facts.max_workgroup_count[0])
+    if groups[1] > facts.max_workgroup_count[1]:
+        raise ValueError(f"matmul: {M}x{N} needs {tiles} output tiles, more than this device can launch")
+    max_z = facts.max_workgroup_count[2]
+    chunk = max(1, max_z // splits)
+
+    scratch = None
+    if splits > 1:
+        slice_elems = min(batch, chunk) * M * N
+        if splits * slice_elems >= _INT31:
+            raise ValueError("matmul: the split-K scratch would exceed 2**31 elements; pass split_k=1")
+        scratch = device.allocator.alloc(splits * slice_elems * 4)
+        device.stream.keep_alive(scratch)
+        gemm = fam.gemm(params, dtype_id, _MODE_PARTIAL, a_kmajor, b_nmajor, vec_a, vec_b, act)
+        red, red_wg = fam.reduce(dtype_id, act)
+    else:
+        gemm = fam.gemm(params, dtype_id, _MODE_GEMM, a_kmajor, b_nmajor, vec_a, vec_b, act)
+
+    for b0 in range(0, batch, chunk):
+        nb = min(chunk, batch - b0)
+        a0 = a_addr + b0 * sa[0] * esize
+        bb0 = b_addr + b0 * sb[0] * esize
+        c0 = out_addr + b0 * sc[0] * esize
+        if splits == 1:
+            push = _PUSH.pack(a0, bb0, c0, bias_addr, M, N, K, nb, *sa, *sb, *sc, alpha, k_chunk, 1)
+            device.stream.dispatch(gemm, (groups[0], groups[1], nb), push, "matmul")
+        else:
+            push = _PUSH.pack(a0, bb0, scratch.address, 0, M, N, K, nb, *sa, *sb, *sc, 1.0, k_chunk, splits)
+            device.stream.dispatch(gemm, (groups[0], groups[1], nb * splits), push, "matmul_splitk")
+            total = nb * M * N
+            rgroups = grid_1d(math.ceil(total / red_wg), facts.max_workgroup_count[0])
+            push = _PUSH.pack(scratch.address, 0, c0, bias_addr, M, N, K, nb, *sa, *sb, *sc, alpha, k_chunk, splits)
+            device.stream.dispatch(red, rgroups, push, "matmul_splitk_reduce")
+    return {"kernel": "tiled", "bucket": bucket, "params": params, "source": source, "splits": splits}
+
+
+# ------------------------------------------------------------------ cooperative matrix path
+_coop_warned: set = set()
+
+
+def _coop(fam: Matmul):
+    """The verified cooperative-matrix runner for this device, or None."""
+    if fam.coop is None:
+        fam.coop = False
+        dev = fam.device
+        if dev.facts.features.get("cooperative_matrix") and "VK_KHR_cooperative_matrix" in getattr(dev, "extensions", ()):
+            try:
+                runner = CoopMatmul(dev)
+                if runner.shape is not None and runner.verify():
+                    fam.coop = runner
+            except (TVKError, OSError) as e:
+                key = (dev.index, str(e))
+                if key not in _coop_warned:
+                    _coop_warned.add(key)
+                    warnings.warn(f"TorchVK: the cooperative-matrix matmul is disabled on {dev.facts.name}: {e}. "
+                                  "The tiled kernel is used instead.", RuntimeWarning, stacklevel=3)
+    return fam.coop or None
+
+
+def coop_shapes(device) -> list[dict]:
+    """The device's VkCooperativeMatrixPropertiesKHR entries (empty where the extension is missing)."""
+    from ..runtime.vk import NULL, check, ffi, lib, structure_type
+
+    if "VK_KHR_cooperative_matrix" not in device.facts.extensions:
+        return []
+    ptr = lib.vkGetInstanceProcAddr(device.instance.handle, b"vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
+    if ptr == NULL:
+        return []
+    fn = ffi.cast("PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR", ptr)
+    count = ffi.new("uint32_t*")
+    check(fn(device.physical.handle, count, NULL), "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
+    n = count[0]
+    if not n:
+        return []
+    props = ffi.new("VkCooperativeMatrixPropertiesKHR[]", n)
+    stype = structure_type("VkCooperativeMatrixPropertiesKHR")
+    for i in range(n):
+        props[i].sType = stype
+        props[i].pNext = NULL
+    check(fn(device.physical.handle, count, props), "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
+    names = {lib.VK_COMPONENT_TYPE_FLOAT16_KHR: "float16", lib.VK_COMPONENT_TYPE_FLOAT32_KHR: "float32"}
+    bf16 = getattr(lib, "VK_COMPONENT_TYPE_BFLOAT16_KHR", None)
+    if bf16 is not None:
+        names[bf16] = "bfloat16"
+    out = []
+    for i in range(count[0]):
+        p = props[i]
+        out.append({"M": p.MSize, "N": p.NSize, "K": p.KSize, "A": names.get(p.AType, int(p.AType)),
+                    "B": names.get(p.BType, int(p.BType)), "C": names.get(p.CType, int(p.CType)),
+                    "result": names.get(p.ResultType, int(p.ResultType)), "saturating": bool(p.saturatingAccumulation),
+                    "scope": "subgroup" if p.scope == lib.VK_SCOPE_SUBGROUP_KHR else int(p.scope)})
+    return out
+
+
+def _pick_coop_shape(shapes: list[dict]):
+    fits = [s for s in shapes if s["A"] == "float16" and s["B"] == "float16" and s["C"] == "float32"
+            and s["result"] == "float32" and s["scope"] == "subgroup" and not s["saturating"]]
+    if not fits:
+        return None
+    # prefer 16x16x16 (every vendor that has one), then the largest M*N
+    fits.sort(key=lambda s: ((s["M"], s["N"], s["K"]) != (16, 16, 16), -s["M"] * s["N"], -s["K"]))
+    return fits[0]
+
+
+class CoopMatmul(Family):
+    """fp16 x fp16 -> fp32 GEMM on VK_KHR_cooperative_matrix (templates/matmul_coopmat.comp)."""
+
+    def __init__(self, device):
+        super().__init__(device, FAMILY, COOP_TEMPLATE)
+        self.shapes = coop_shapes(device)
+        self.shape = _pick_coop_shape(self.shapes)
+        space = search_space(FAMILY)["coopmat"]
+        params = dict(space["defaults"]["generic"])
+        for key in _device_classes(device.facts):
+            params.update(space["defaults"].get(key, {}))
+        self.min_size = space.get("min_size", 64)
+        self.cfg = params
+        self.subgroup = device.facts.subgroup_size
+
+    def usable(self, M, N, K) -> bool:
+        return min(M, N) >= self.min_size and K >= 16
+
+    def pipeline_for(self, act: int, vec_a: int, vec_b: int, a_kmajor: bool, b_nmajor: bool, cfg: dict | None = None):
+        c = dict(self.cfg if cfg is None else cfg)
+        s = self.shape
+        bm = c["SG_M"] * c["FM"] * s["M"]
+        bn = c["SG_N"] * c["FN"] * s["N"]
+        if c["BK"] % s["K"]:
+            raise InvalidConfigError(f"coopmat BK={c['BK']} is not a multiple of the matrix K={s['K']}")
+        wg = c["SG_M"] * c["SG_N"] * self.subgroup
+        shared = bm * (c["BK"] + c["PAD"]) * 2 + c["BK"] * (bn + c["PAD"]) * 2 + c["SG_M"] * c["SG_N"] * s["M"] * s["N"] * 4
+        sub = self.subgroup if self.device.facts.subgroup_size_control else None
+        self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, subgroup_size=sub, push_size=_PUSH.size)
+        defines = {"MS": s["M"], "NS": s["N"], "KS": s["K"], "SG_M": c["SG_M"], "SG_N": c["SG_N"], "FM": c["FM"],
+                   "FN": c["FN"], "BK": c["BK"], "PAD": c["PAD"], "SUBGROUP_SIZE": self.subgroup, "ACT": act,
+                   "VEC_A": vec_a, "VEC_B": vec_b, "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor), "DTYPE": 1}
+        key = ("coop", tuple(sorted(defines.items())), sub)
+        pipe = self.pipeline(key, lambda: self.device.pipelines.get(
+            self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size, subgroup_size=sub))
+        return pipe, bm, bn
+
+    def run(self, a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, bias_addr, act, alpha, cfg=None) -> dict:
+        esize = 2
+        a_kmajor = _contig_choice(sa[1], sa[2], M, K)
+        b_nmajor = _contig_choice(sb[1], sb[2], K, N)
+        vec_a = (_vec_width(4, sa[2], a_addr, esize, (sa[0], sa[1])) if a_kmajor
+                 else _vec_width(4, sa[1], a_addr, esize, (sa[0], sa[2])))
+        vec_b = (_vec_width(4, sb[2], b_addr, esize, (sb[0], sb[1])) if b_nmajor
+                 else _vec_width(4, sb[1], b_addr, esize, (sb[0], sb[2])))
+        pipe, bm, bn = self.pipeline_for(act, vec_a, vec_b, a_kmajor, b_nmajor, cfg)
+        facts = self.device.facts
+        tiles = math.ceil(M / bm) * math.ceil(N / bn)
+        groups = grid_1d(tiles, facts.max_workgroup_count[0])
+        chunk = facts.max_workgroup_count[2]
+        for b0 in range(0, batch, chunk):
+            nb = min(chunk, batch - b0)
+            push = _PUSH.pack(a_addr + b0 * sa[0] * esize, b_addr + b0 * sb[0] * esize, out_addr + b0 * sc[0] * esize,
+                              bias_addr, M, N, K, nb, *sa, *sb, *sc, alpha, K, 1)
+            self.device.stream.dispatch(pipe, (groups[0], groups[1], nb), push, "matmul_coopmat")
+        return {"kernel": "coopmat", "params": dict(self.cfg if cfg is None else cfg, shape=self.shape),
+                "source": "default", "splits": 1}
+
+    def verify(self) -> bool:
+        """Run a small product with ragged edges and a transposed operand and compare it with numpy."""
+        import numpy as np
+
+        dev = self.device
+        rng = np.random.default_rng(7)
+        M, N, K = 77, 70, 93
+        a = rng.standard_normal((M, K)).astype(np.float16)
+        bt = rng.standard_normal((N, K)).astype(np.float16)  # B given transposed: B[k, n] = bt[n, k]
+        bias = rng.standard_normal(N).astype(np.float16)
+        ab, bb, biasb = dev.upload(a), dev.upload(bt), dev.upload(bias)
+        ob = dev.allocator.alloc(M * N * 2)
+        try:
+            self.run(ab.address, bb.address, ob.address, M, N, K, 1, (0, K, 1), (0, 1, K), (0, N, 1),
+                     biasb.address, 0, 0.5)
+            got = dev.download(ob, np.float16, (M, N)).astype(np.float64)
+        finally:
+            dev.synchronize()
+        ref = 0.5 * (a.astype(np.float64) @ bt.astype(np.float64).T) + bias.astype(np.float64)
+        err = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-6)
+        for buf in (ab, bb, biasb, ob):
+            buf.free()
+        if not np.isfinite(err) or err > 5e-3:
+            key = (dev.index, "verify")
+            if key not in _coop_warned:
+                _coop_warned.add(key)
+                warnings.warn(f"TorchVK: the cooperative-matrix matmul gave wrong results on {dev.facts.name} "
+                              f"(relative error {err:.3g} against numpy); it is disabled and the tiled kernel is used.",
+                              RuntimeWarning, stacklevel=4)
+            return False
+        self.verified_error = float(err)
+        return True

@@ -1,0 +1,79 @@
+"""softmax / log_softmax along any dim of a contiguous float32 tensor (templates/softmax.comp).
+
+    softmax(device, in_addr, out_addr, shape, dim, log=False, params=None)
+    softmax_backward(device, grad_addr, out_addr, grad_in_addr, shape, dim, log=False, params=None)
+
+The tensor is viewed as [outer, n, inner] around `dim`. inner == 1 (the last dim, the common
+case) runs T adjacent threads per row with a subgroup or shared-memory reduction; inner > 1
+gives adjacent rows to adjacent threads so loads stay coalesced. Forward is max-subtracted
+(online max and rescaled sum in one pass, then a writing pass). Backward takes the forward
+output: softmax dx = y * (g - sum(g*y)); log_softmax dx = g - exp(y) * sum(g).
+"""
+from __future__ import annotations
+
+import struct
+
+from .launch import Family, family, grid_1d
+from .reduce import _pow2ceil, _prod, resolve_params, use_subgroups
+
+_PUSH = struct.Struct("<QQQQIII")
+SMALL = 1 << 16
+
+
+class Softmax(Family):
+    def __init__(self, device):
+        super().__init__(device, "softmax", "softmax.comp")
+
+    def build(self, defines: dict, wg: int):
+        key = (tuple(sorted(defines.items())), wg)
+
+        def make():
+            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=4 * wg, push_size=_PUSH.size)
+            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
+
+        return self.pipeline(key, make)
+
+
+def _run(device, x, y, g, dx, shape, dim, log, bwd, params):
+    shape = tuple(int(s) for s in shape)
+    nd = max(len(shape), 1)
+    if not -nd <= dim < nd:
+        raise IndexError(f"dim {dim} out of range for a {len(shape)}-d tensor")
+    dim %= nd
+    if not shape:
+        shape = (1,)
+    outer, n, inner = _prod(shape[:dim]), shape[dim], _prod(shape[dim + 1:])
+    rows = outer * inner
+    if rows == 0 or n == 0:
+        return
+    fam = family(device, Softmax)
+    prm = resolve_params(fam, "small" if rows * n < SMALL else "large", params)
+    wg, items = int(prm["WG"]), int(prm["ITEMS"])
+    cols = inner > 1
+    if cols:
+        g_rows = min(wg, _pow2ceil(rows))
+        t = wg // g_rows
+    else:
+        t = min(wg, _pow2ceil(-(-n // items)))
+        g_rows = wg // t
+    defines = {"T": t, "COLS": int(cols), "ITEMS": items, "LOG": int(bool(log)), "BWD": int(bwd),
+               "SUBGROUP": int(not cols and use_subgroups(device, prm, t))}
+    pipe = fam.build(defines, wg)
+    groups = grid_1d(-(-rows // g_rows), device.facts.max_workgroup_count[0])
+    device.stream.dispatch(pipe, groups, _PUSH.pack(x, y, g, dx, rows, n, inner),
+                           ("log_softmax" if log else "softmax") + ("_backward" if bwd else ""))
+
+
+def softmax(device, in_addr: int, out_addr: int, shape, dim: int = -1, log: bool = False, params: dict | None = None):
+    """out = softmax(x, dim) (log_softmax when log); x, out contiguous float32 of `shape`."""
+    _run(device, in_addr, out_addr, 0, 0, shape, dim, log, False, params)
+
+
+def log_softmax(device, in_addr: int, out_addr: int, shape, dim: int = -1, params: dict | None = None):
+    _run(device, in_addr, out_addr, 0, 0, shape, dim, True, False, params)
+
+
+def softmax_backward(device, grad_addr: int, out_addr: int, grad_in_addr: int, shape, dim: int = -1,
+                     log: bool = False, params: dict | None = None):
+    """grad_in from grad_out (grad_addr) and the forward output (out_addr), all contiguous float32."""
+    _run(device, 0, out_addr, grad_addr, grad_in_addr, shape, dim, log, True, params)
