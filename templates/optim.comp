@@ -11,7 +11,7 @@
 // MODE 2  norm partials: partial[block] = sum of squares (or max |x| with NORM_INF) of its chunk
 // MODE 3  norm final (FUSED 0 only): one workgroup reduces partials t0[0..numel) in a fixed order,
 //         writes t1[0] = sqrt(sum) (or sum with flag SQUARED, or max with NORM_INF)
-// MODE 4  clip: x *= min(c1 / (norm + 1e-6), 1) with norm read from out_[0] (no host round trip)
+// MODE 4  clip: x *= min(max_norm / (norm + 1e-6), 1) with norm read from out_[0] (no host round trip)
 // Tunables: local size (spec constant 0, also -DWG), CHUNK (elements per workgroup).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
@@ -60,13 +60,12 @@ layout(push_constant) uniform Params {
     uint numel;
     uint block_offset;
 #endif
-    float lr;   // SGD/Adam learning rate
-    float c1;   // SGD momentum | Adam beta1 | clip max_norm
-    float c2;   // SGD dampening | Adam beta2
-    float c3;   // Adam eps
-    float wd;   // weight decay
-    float c4;   // Adam step size lr / (1 - beta1^step)
-    float c5;   // Adam sqrt(1 - beta2^step)
+    // scalars, precomputed on the host in double precision like torch's Python-float arguments:
+    //   SGD:  s0 lr, s1 momentum, s2 1 - dampening, s3 weight_decay
+    //   Adam: s0 weight_decay (L2), s1 1 - beta1, s2 beta2, s3 1 - beta2, s4 eps,
+    //         s5 1 - lr * weight_decay (AdamW), s6 lr / (1 - beta1^step), s7 sqrt(1 - beta2^step)
+    //   clip: s1 max_norm
+    float s0, s1, s2, s3, s4, s5, s6, s7;
     uint flags;
 } p;
 
@@ -100,18 +99,18 @@ void run(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint s
 #if MODE == 0
     FBuf P = FBuf(a0), G = FBuf(a1), M = FBuf(a2);
     const bool maximize = (p.flags & F_MAXIMIZE) != 0u, nesterov = (p.flags & F_NESTEROV) != 0u;
-    const bool first = (p.flags & F_FIRST) != 0u, has_mom = p.c1 != 0.0;
+    const bool first = (p.flags & F_FIRST) != 0u, has_mom = p.s1 != 0.0;
     for (uint i = start + lid; i < end; i += WG) {
         float g = G.v[i];
         if (maximize) g = -g;
         float x = P.v[i];
-        if (p.wd != 0.0) g = g + p.wd * x;
+        if (p.s3 != 0.0) g = g + p.s3 * x;
         if (has_mom) {
-            float b = first ? g : M.v[i] * p.c1 + (1.0 - p.c2) * g;
+            float b = first ? g : M.v[i] * p.s1 + p.s2 * g;
             M.v[i] = b;
-            g = nesterov ? g + p.c1 * b : b;
+            g = nesterov ? g + p.s1 * b : b;
         }
-        P.v[i] = x - p.lr * g;
+        P.v[i] = x - p.s0 * g;
     }
 #elif MODE == 1
     FBuf P = FBuf(a0), G = FBuf(a1), M = FBuf(a2), S = FBuf(a3), MX = FBuf(a4);
@@ -121,21 +120,19 @@ void run(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint s
         float g = G.v[i];
         if (maximize) g = -g;
         float x = P.v[i];
-        if (p.wd != 0.0) {
-            if (decoupled) x = x * (1.0 - p.lr * p.wd);
-            else g = g + p.wd * x;
-        }
+        if (decoupled) x = x * p.s5;
+        else if (p.s0 != 0.0) g = g + p.s0 * x;
         float m = M.v[i];
-        m = m + (1.0 - p.c1) * (g - m);
-        float s = S.v[i] * p.c2 + (1.0 - p.c2) * (g * g);
+        m = m + p.s1 * (g - m);
+        float s = S.v[i] * p.s2 + p.s3 * (g * g);
         M.v[i] = m;
         S.v[i] = s;
         if (amsgrad) {
             s = max(MX.v[i], s);
             MX.v[i] = s;
         }
-        float denom = sqrt(s) / p.c5 + p.c3;
-        P.v[i] = x - p.c4 * (m / denom);
+        float denom = sqrt(s) / p.s7 + p.s4;
+        P.v[i] = x - p.s6 * (m / denom);
     }
 #elif MODE == 2
     FBuf X = FBuf(a0);
@@ -153,7 +150,7 @@ void run(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint s
 #elif MODE == 4
     FBuf X = FBuf(a0);
     float norm = FBuf(packUint2x32(p.out_)).v[0];
-    float coef = min(p.c1 / (norm + 1e-6), 1.0);
+    float coef = min(p.s1 / (norm + 1e-6), 1.0);
     for (uint i = start + lid; i < end; i += WG) X.v[i] = X.v[i] * coef;
 #endif
 }

@@ -103,10 +103,31 @@ def dispatch(func, args, kwargs):
         _vk_counts[name] += 1
         return impl(*args, **kwargs)
     decomp = DECOMPOSE.get(func)
+    if decomp is None:
+        decomp = _composite(func)
     if decomp is not None:
         check_devices(func, args, kwargs)
         return decomp(*args, **kwargs)
     return missing(func, args, kwargs)
+
+
+_composites: dict = {}
+_CEA = torch._C.DispatchKey.CompositeExplicitAutograd
+# composite kernels that would hide a missing kernel behind a CPU round trip or a wrong result
+_NO_COMPOSITE = set()
+
+
+def _composite(func):
+    """torch's CompositeExplicitAutograd kernel of func (built from other aten ops), or None."""
+    fn = _composites.get(func, False)
+    if fn is False:
+        fn = None
+        if func.namespace == "aten" and str(func) not in _NO_COMPOSITE and \
+                torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd"):
+            def fn(*args, _f=func, **kwargs):
+                return _f._op_dk(_CEA, *args, **kwargs)
+        _composites[func] = fn
+    return fn
 
 
 def _devices_of(x, out: list):

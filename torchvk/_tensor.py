@@ -64,7 +64,12 @@ class TVKTensor(torch.Tensor):
             if cpu.dtype in (torch.float16, torch.bfloat16):
                 cpu = cpu.float()
             tensor_contents = torch._tensor_str._tensor_str(cpu, len("tensor("))
-        return torch._tensor_str._str(self, tensor_contents=tensor_contents)
+        text = torch._tensor_str._str(self, tensor_contents=tensor_contents)
+        if text.startswith("TVKTensor("):
+            text = "tensor(" + text[len("TVKTensor("):]
+        if getattr(self, "_is_param", False):
+            text = "Parameter containing:\n" + text
+        return text
 
     def __reduce_ex__(self, proto):
         # saved as a plain CPU tensor: the file loads anywhere (torch.load(weights_only=True) too)
@@ -85,6 +90,17 @@ class TVKTensor(torch.Tensor):
 
     def numpy(self, *, force=False):
         raise TypeError("can't convert tvk tensor to numpy; use Tensor.cpu() to copy it to host memory first")
+
+
+def is_dense(t) -> bool:
+    """Non-overlapping and dense: the elements fill a contiguous range in some dim order."""
+    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
 
 
 def is_tvk(t) -> bool:

@@ -73,20 +73,29 @@ def search_space(family: str) -> dict:
         return json.load(f)
 
 
-def default_params(family: str, facts) -> dict:
+def default_params(family: str, facts, bucket: str = "*") -> dict:
+    """Defaults for the device class (generic, then vendor, then arch), then per-bucket overrides."""
     space = search_space(family)
-    defaults = space["defaults"]
-    params = dict(defaults["generic"])
-    for key in (facts.vendor.lower(), arch_family(facts)):
-        params.update(defaults.get(key, {}))
+    keys = ("generic", facts.vendor.lower(), arch_family(facts))
+    params = {}
+    for key in keys:
+        params.update(space["defaults"].get(key, {}))
+    for key in keys:
+        params.update(space.get("bucket_defaults", {}).get(key, {}).get(bucket, {}))
     return params
 
 
 # -------------------------------------------------------------- tuned configs
-def config_dirs() -> list[Path]:
-    dirs = []
+def user_config_dir() -> Path:
+    """Where `tvk-tune` writes by default: TVK_CONFIG_DIR, else the user's config folder."""
     if os.environ.get("TVK_CONFIG_DIR"):
-        dirs.append(Path(os.environ["TVK_CONFIG_DIR"]))
+        return Path(os.environ["TVK_CONFIG_DIR"])
+    base = os.environ.get("APPDATA") if os.name == "nt" else os.environ.get("XDG_CONFIG_HOME", str(Path.home() / ".config"))
+    return Path(base) / "torchvk" / "configs"
+
+
+def config_dirs() -> list[Path]:
+    dirs = [user_config_dir()]
     try:
         dirs.append(data_dir("tuned_configs"))
     except FileNotFoundError:  # an install without shipped configs runs on defaults
@@ -116,8 +125,8 @@ def _match_level(cfg_device: dict, facts) -> int | None:
         return 1
     if cfg_device.get("arch") != arch_family(facts):
         return None
-    if match == "arch":
-        return 2
+    if match == "arch":  # an arch config may be specific to one driver (AMD Windows vs RADV)
+        return 2 if cfg_device.get("driver_id") in (None, facts.driver_id) else None
     if cfg_device.get("device_id") == facts.device_id and cfg_device.get("driver_id") == facts.driver_id \
             and cfg_device.get("name") == facts.name:
         return 3
@@ -171,7 +180,7 @@ def _store(device_index: int, facts_id: int):
 def params_for(device, family: str, bucket: str = "*", checksum: str | None = None) -> tuple[dict, str]:
     """The parameters to run `family` with on `device` for this shape bucket, and where they came from."""
     tuned, source = _store(device.index, id(device.facts)).lookup(family, bucket, checksum)
-    params = default_params(family, device.facts)
+    params = default_params(family, device.facts, bucket)
     if tuned:
         params.update(tuned)
     return params, source

@@ -9,7 +9,7 @@ import torch
 
 from .._dispatch import register
 from .._storage import check_dtype, get_device
-from .._tensor import TVKTensor, from_cpu, itemsize, new_tensor, to_cpu, upload_into
+from .._tensor import is_dense, TVKTensor, from_cpu, itemsize, new_tensor, to_cpu, upload_into
 from .. import _kernels as K
 
 aten = torch.ops.aten
@@ -116,7 +116,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
     check_dtype(dtype, "aten._to_copy")
     if not isinstance(self, TVKTensor):
         return from_cpu(self, dev, dtype)
-    if memory_format in (None, torch.preserve_format) and self.is_non_overlapping_and_dense():
+    if memory_format in (None, torch.preserve_format) and is_dense(self):
         out = new_tensor(self.shape, dtype, dev, self.stride(), op="aten._to_copy")
     else:
         mf = torch.contiguous_format if memory_format in (None, torch.preserve_format) else memory_format
@@ -128,7 +128,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
 
 @register(aten.clone.default)
 def clone(self, *, memory_format=None):
-    if memory_format in (None, torch.preserve_format) and self.is_non_overlapping_and_dense():
+    if memory_format in (None, torch.preserve_format) and is_dense(self):
         out = new_tensor(self.shape, self.dtype, self._tvk.device, self.stride(), op="aten.clone")
     else:
         mf = torch.contiguous_format if memory_format in (None, torch.preserve_format) else memory_format
@@ -224,3 +224,8 @@ def resize_(self, size, memory_format=None):
         return self
     raise NotImplementedError(f"TorchVK cannot resize a tvk tensor in place (aten.resize_ from {list(self.shape)} "
                               f"to {list(size)}); allocate a new tensor instead")
+
+
+_lib = torch.library.Library("aten", "IMPL")
+_lib.impl("_copy_from", _copy_from, "PrivateUse1")
+_lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")

@@ -10,7 +10,7 @@ import torch
 
 from .._dispatch import TABLE, register
 from .._storage import current_index, get_device
-from .._tensor import new_tensor
+from .._tensor import is_dense, new_tensor
 
 aten = torch.ops.aten
 _lib = torch.library.Library("aten", "IMPL")
@@ -62,7 +62,7 @@ def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=Non
 def empty_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     dtype = dtype or self.dtype
     dev = _device_of(device or self.device)
-    if memory_format in (None, torch.preserve_format) and self.is_non_overlapping_and_dense():
+    if memory_format in (None, torch.preserve_format) and is_dense(self):
         return new_tensor(self.shape, dtype, dev, self.stride(), op="aten.empty_like")
     if memory_format in (None, torch.preserve_format):
         memory_format = torch.contiguous_format

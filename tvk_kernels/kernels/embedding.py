@@ -100,16 +100,18 @@ def embedding_backward(device, grad_out, indices, grad_weight, n: int, V: int, D
     explicit = params is not None
     if params is None:
         params, _ = fam.params(_bucket(n))
+    if strategy not in (None, "scan", "sort"):
+        raise ValueError(f"strategy must be 'scan' or 'sort', not {strategy!r}")
     ws = D if weight_stride is None else weight_stride
-    if not accumulate:
-        embedding_zero(device, grad_weight, V, D, weight_stride=ws, params=params if explicit else None)
-    if n <= 0:
-        return
     pad = -1
     if padding_idx is not None:
         pad = padding_idx + V if padding_idx < 0 else padding_idx
         if not 0 <= pad < V:
             raise ValueError(f"padding_idx {padding_idx} is outside the {V} rows")
+    if not accumulate:
+        embedding_zero(device, grad_weight, V, D, weight_stride=ws, params=params if explicit else None)
+    if n <= 0:
+        return
     if strategy is None:
         strategy = "scan" if n <= params["SCAN_MAX"] else "sort"
     ga, ia, gwa = _addr(grad_out), _addr(indices), _addr(grad_weight)
@@ -119,8 +121,6 @@ def embedding_backward(device, grad_out, indices, grad_weight, n: int, V: int, D
         device.stream.dispatch(pipe, grid_1d(n, _max_x(device)),
                                _push(a=ga, idx=ia, c=gwa, n=n, D=D, V=V, ws=ws, pad=pad), "embedding_bwd_scan")
         return
-    if strategy != "sort":
-        raise ValueError(f"strategy must be 'scan' or 'sort', not {strategy!r}")
     if n >= 1 << 31 or V >= (1 << 32) - 1:
         raise ValueError("the sort path needs n < 2^31 and V < 2^32 - 1")
     swg = params["SORT_WG"]

@@ -1,0 +1,273 @@
+#version 450
+// Layer norm and batch norm, forward and backward, on contiguous float32 tensors.
+// A "row" is what one set of statistics covers: a layer-norm row (n contiguous elements)
+// or a batch-norm channel (n = N * inner elements; element k sits at
+// (k / inner) * ostride + c * inner + k % inner, ostride = C * inner). T threads reduce one
+// row (T, WG powers of two, WG / T rows per workgroup, adjacent threads on one row).
+// PHASE
+//   0 LN forward:  mean, rstd = 1/sqrt(var + eps) (biased var), y = xhat * w + b
+//   1 LN backward: dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat))
+//   2 LN weight/bias grads: per column j, over a chunk of rows (gl_WorkGroupID.z):
+//     aux0[z, j] = sum g * xhat, aux1[z, j] = sum g; adjacent threads own adjacent columns
+//   3 BN forward: training (per-channel batch stats, running stats updated in place,
+//     running_var with the unbiased var) or eval (flags & 1: stats from running mean/var)
+//   4 BN backward: grad weight/bias per channel, dx for training or eval (flags & 1)
+// Optional buffers have address 0 (weight, bias, stats outputs, grads).
+// Tunables: local size (spec constant 0, = WG), T, ITEMS (unrolled loads), SUBGROUP.
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+#extension GL_EXT_control_flow_attributes : enable
+#ifndef SUBGROUP
+#define SUBGROUP 0
+#endif
+#if SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+
+#ifndef PHASE
+#define PHASE 0
+#endif
+#ifndef T
+#define T 64
+#endif
+#ifndef ITEMS
+#define ITEMS 1
+#endif
+#if PHASE == 2
+#define COLS 1
+#else
+#define COLS 0
+#endif
+
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
+
+layout(push_constant) uniform Params {
+    uvec2 x;
+    uvec2 y;     // forward output / dx
+    uvec2 g;     // grad of y
+    uvec2 w;     // weight
+    uvec2 b;     // bias
+    uvec2 mean;  // saved mean (BN eval: running mean)
+    uvec2 rstd;  // saved 1/sqrt(var + eps) (BN eval: running var)
+    uvec2 aux0;  // BN fwd: running mean; grad weight (partials for PHASE 2)
+    uvec2 aux1;  // BN fwd: running var;  grad bias
+    uint rows;   // LN rows / BN channels
+    uint n;      // elements per row
+    uint inner;  // BN: elements per (sample, channel); PHASE 2: rows per chunk
+    uint ostride;
+    float eps;
+    float momentum;
+    float unbias;  // M / (M - 1) for the running var
+    uint flags;    // 1: BN eval (statistics from the running buffers)
+} p;
+
+const uint WG = gl_WorkGroupSize.x;
+const uint G = WG / T;
+shared float sv[gl_WorkGroupSize.x];
+
+#define HAS(a) any(notEqual(a, uvec2(0)))
+
+#if COLS
+#define SLOT0 ol
+#define OTHER(s) (l + (s) * G)
+#else
+#define SLOT0 (ol * T)
+#define OTHER(s) (l + (s))
+#endif
+
+// sum of v over the T threads of a row, returned to all of them; uniform control flow
+float seg_sum(float v, uint l, uint t, uint ol) {
+    if (T == 1) return v;
+#if SUBGROUP && !COLS
+    v = subgroupAdd(v);
+    const uint SG = gl_SubgroupSize;
+    uint cnt = T / SG;
+    if (cnt == 1) return v;
+    while (cnt > 1) {
+        barrier();
+        if (gl_SubgroupInvocationID == 0 && t / SG < cnt) sv[ol * T + t / SG] = v;
+        barrier();
+        v = t < cnt ? sv[ol * T + t] : 0.0;
+        v = subgroupAdd(v);
+        cnt = (cnt + SG - 1) / SG;
+    }
+    barrier();
+    if (t == 0) sv[ol * T] = v;
+    barrier();
+    return sv[ol * T];
+#else
+    barrier();
+    sv[l] = v;
+    barrier();
+    [[unroll]] for (uint s = T / 2; s > 0; s >>= 1) {
+        if (t < s) { v += sv[OTHER(s)]; sv[l] = v; }
+        barrier();
+    }
+    return sv[SLOT0];
+#endif
+}
+
+#if PHASE <= 1
+#define OFFSET(row, k) ((row) * p.n + (k))
+#else
+#define OFFSET(row, k) (((k) / p.inner) * p.ostride + (row) * p.inner + (k) % p.inner)
+#endif
+
+// BODY runs for each element k of this thread's share of the row; `off` is its offset
+#define FOR_ROW(BODY)                                                \
+    if (live) {                                                      \
+        for (uint k0 = t; k0 < p.n; k0 += T * ITEMS) {               \
+            [[unroll]] for (uint i_ = 0; i_ < ITEMS; ++i_) {          \
+                const uint k = k0 + i_ * T;                          \
+                if (k < p.n) {                                       \
+                    const uint off = OFFSET(row, k);                 \
+                    BODY                                             \
+                }                                                    \
+            }                                                        \
+        }                                                            \
+    }
+
+void main() {
+    const uint l = gl_LocalInvocationID.x;
+#if COLS
+    const uint ol = l % G, t = l / G;
+#else
+    const uint ol = l / T, t = l % T;
+#endif
+    const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    const uint row = group * G + ol;
+    FBuf X = FBuf(p.x), Y = FBuf(p.y), Gr = FBuf(p.g), W = FBuf(p.w), B = FBuf(p.b);
+    const bool has_w = HAS(p.w), has_b = HAS(p.b), has_y = HAS(p.y);
+    const float inv_n = 1.0 / float(p.n);
+
+#if PHASE == 2
+    // ------------------------------------------------ LN grad weight / bias, column sums
+    const uint col = row;
+    const bool live = col < p.n;
+    FBuf Mn = FBuf(p.mean), Rs = FBuf(p.rstd);
+    const uint r0 = gl_WorkGroupID.z * p.inner;
+    const uint r1 = min(r0 + p.inner, p.rows);
+    float gw = 0.0, gb = 0.0;
+    if (live) {
+        for (uint r = r0 + t; r < r1; r += T * ITEMS) {
+            [[unroll]] for (uint i_ = 0; i_ < ITEMS; ++i_) {
+                const uint rr = r + i_ * T;
+                if (rr < r1) {
+                    const uint off = rr * p.n + col;
+                    const float gv = Gr.v[off];
+                    gw += gv * (X.v[off] - Mn.v[rr]) * Rs.v[rr];
+                    gb += gv;
+                }
+            }
+        }
+    }
+    gw = seg_sum(gw, l, t, ol);
+    gb = seg_sum(gb, l, t, ol);
+    if (live && t == 0) {
+        const uint dst = gl_WorkGroupID.z * p.n + col;
+        if (HAS(p.aux0)) FBuf(p.aux0).v[dst] = gw;
+        if (HAS(p.aux1)) FBuf(p.aux1).v[dst] = gb;
+    }
+#else
+    const bool live = row < p.rows;
+#if PHASE == 0
+    // ------------------------------------------------------------ LN forward
+    float s = 0.0;
+    FOR_ROW(s += X.v[off];)
+    const float mu = seg_sum(s, l, t, ol) * inv_n;
+    s = 0.0;
+    FOR_ROW(float d = X.v[off] - mu; s += d * d;)
+    const float rs = inversesqrt(seg_sum(s, l, t, ol) * inv_n + p.eps);
+    FOR_ROW(
+        float v = (X.v[off] - mu) * rs;
+        if (has_w) v *= W.v[k];
+        if (has_b) v += B.v[k];
+        Y.v[off] = v;
+    )
+    if (live && t == 0) {
+        if (HAS(p.mean)) FBuf(p.mean).v[row] = mu;
+        if (HAS(p.rstd)) FBuf(p.rstd).v[row] = rs;
+    }
+#elif PHASE == 1
+    // ------------------------------------------------------------ LN backward (dx)
+    const float mu = live ? FBuf(p.mean).v[row] : 0.0;
+    const float rs = live ? FBuf(p.rstd).v[row] : 0.0;
+    float a = 0.0, c = 0.0;
+    FOR_ROW(
+        float gv = Gr.v[off];
+        if (has_w) gv *= W.v[k];
+        a += gv;
+        c += gv * (X.v[off] - mu) * rs;
+    )
+    a = seg_sum(a, l, t, ol) * inv_n;
+    c = seg_sum(c, l, t, ol) * inv_n;
+    FOR_ROW(
+        float gv = Gr.v[off];
+        if (has_w) gv *= W.v[k];
+        Y.v[off] = rs * (gv - a - (X.v[off] - mu) * rs * c);
+    )
+#elif PHASE == 3
+    // ------------------------------------------------------------ BN forward
+    float mu, rs;
+    if ((p.flags & 1u) != 0u) {  // eval: running statistics
+        mu = live ? FBuf(p.mean).v[row] : 0.0;
+        rs = live ? inversesqrt(FBuf(p.rstd).v[row] + p.eps) : 0.0;
+    } else {
+        float s = 0.0;
+        FOR_ROW(s += X.v[off];)
+        mu = seg_sum(s, l, t, ol) * inv_n;
+        s = 0.0;
+        FOR_ROW(float d = X.v[off] - mu; s += d * d;)
+        const float var = seg_sum(s, l, t, ol) * inv_n;
+        rs = inversesqrt(var + p.eps);
+        if (live && t == 0) {
+            if (HAS(p.mean)) FBuf(p.mean).v[row] = mu;
+            if (HAS(p.rstd)) FBuf(p.rstd).v[row] = rs;
+            if (HAS(p.aux0)) {
+                FBuf rm = FBuf(p.aux0);
+                rm.v[row] = (1.0 - p.momentum) * rm.v[row] + p.momentum * mu;
+            }
+            if (HAS(p.aux1)) {
+                FBuf rv = FBuf(p.aux1);
+                rv.v[row] = (1.0 - p.momentum) * rv.v[row] + p.momentum * var * p.unbias;
+            }
+        }
+    }
+    const float wv = (live && has_w) ? W.v[row] : 1.0;
+    const float bv = (live && has_b) ? B.v[row] : 0.0;
+    const float scale = rs * wv, shift = bv - mu * rs * wv;
+    FOR_ROW(Y.v[off] = X.v[off] * scale + shift;)
+#elif PHASE == 4
+    // ------------------------------------------------------------ BN backward
+    const bool eval_ = (p.flags & 1u) != 0u;
+    const float mu = live ? FBuf(p.mean).v[row] : 0.0;
+    float rs = live ? FBuf(p.rstd).v[row] : 0.0;
+    if (eval_) rs = inversesqrt(rs + p.eps);
+    const float wv = (live && has_w) ? W.v[row] : 1.0;
+    float sg = 0.0, sgx = 0.0;
+    FOR_ROW(
+        float gv = Gr.v[off];
+        sg += gv;
+        sgx += gv * (X.v[off] - mu);
+    )
+    sg = seg_sum(sg, l, t, ol);
+    sgx = seg_sum(sgx, l, t, ol) * rs;  // sum g * xhat
+    if (live && t == 0) {
+        if (HAS(p.aux0)) FBuf(p.aux0).v[row] = sgx;
+        if (HAS(p.aux1)) FBuf(p.aux1).v[row] = sg;
+    }
+    if (has_y) {
+        if (eval_) {
+            const float k_ = wv * rs;
+            FOR_ROW(Y.v[off] = Gr.v[off] * k_;)
+        } else {
+            const float k_ = wv * rs, mg = sg * inv_n, mgx = sgx * inv_n * rs;
+            FOR_ROW(Y.v[off] = k_ * (Gr.v[off] - mg - (X.v[off] - mu) * mgx);)
+        }
+    }
+#endif
+#endif
+}

@@ -1,0 +1,224 @@
+"""Reductions (tvk_kernels/kernels/reduce.py) against torch CPU.
+
+Error bounds: sum/mean |got - ref| <= 2e-6 * sum(|x|) (per output, over its reduced range)
++ 1e-6; prod relative 1e-5; max/min/argmax/argmin exact (indices: the first occurrence).
+"""
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tvk_kernels.kernels.reduce import output_shape, reduce
+
+OPS = ["sum", "mean", "prod", "max", "min", "argmax", "argmin"]
+
+
+def torch_ref(op, x, dims, keepdim):
+    t = torch.from_numpy(np.ascontiguousarray(x)).double()
+    nd = t.dim()
+    dims = tuple(range(nd)) if dims is None else ((dims,) if isinstance(dims, int) else tuple(dims))
+    dims = tuple(range(nd)) if not dims else dims
+    if op == "sum":
+        return t.sum(dims, keepdim=keepdim).numpy()
+    if op == "mean":
+        return t.mean(dims, keepdim=keepdim).numpy()
+    if op == "max":
+        return t.amax(dims, keepdim=keepdim).numpy()
+    if op == "min":
+        return t.amin(dims, keepdim=keepdim).numpy()
+    if op == "prod":
+        r = t
+        for d in sorted((d % nd for d in dims), reverse=True):
+            r = r.prod(d, keepdim=keepdim)
+        return r.numpy()
+    f = torch.argmax if op == "argmax" else torch.argmin
+    if len(dims) == nd and nd != 1:
+        r = f(t)  # flattened index
+        return (r.reshape([1] * nd) if keepdim else r).numpy()
+    assert len(dims) == 1
+    return f(t, dims[0], keepdim=keepdim).numpy()
+
+
+def run(device, op, x, dims=None, keepdim=False, params=None, base=None, dtype="float32", index=False):
+    """Reduce the numpy view x (of `base`, default x itself) on the device."""
+    base = x if base is None else base
+    itemsize = base.dtype.itemsize
+    buf = device.upload(base)
+    offset = x.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    assert base.flags.c_contiguous and offset % itemsize == 0
+    strides = [s // itemsize for s in x.strides]
+    oshape = output_shape(x.shape, dims, keepdim)
+    n = max(int(np.prod(oshape)), 1)
+    isidx = op.startswith("arg")
+    out = device.allocator.alloc(n * (8 if isidx else 4))
+    idx = device.allocator.alloc(n * 8) if index else None
+    got_shape = reduce(device, op, buf.address + offset, out.address, x.shape, strides, dims, keepdim,
+                       dtype=dtype, params=params, index_addr=idx.address if index else 0)
+    assert got_shape == oshape
+    vals = device.download(out, np.int64 if isidx else np.float32, oshape)
+    if index:
+        return vals, device.download(idx, np.int64, oshape)
+    return vals
+
+
+def check(op, got, x, dims, keepdim):
+    ref = torch_ref(op, x.astype(np.float64), dims, keepdim)
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    if op in ("sum", "mean"):
+        l1 = torch_ref(op, np.abs(x.astype(np.float64)), dims, keepdim)
+        np.testing.assert_array_less(np.abs(got - ref), 2e-6 * l1 + 1e-6)
+    elif op == "prod":
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-30)
+    elif op.startswith("arg"):
+        np.testing.assert_array_equal(got, ref)
+    else:
+        np.testing.assert_array_equal(got, ref.astype(np.float32))
+
+
+CASES = [
+    ((1,), None, False), ((7,), None, True), ((127,), (0,), False), ((1000,), None, False),
+    ((127, 33), (1,), False), ((127, 33), (0,), True), ((127, 33), (0, 1), False), ((33, 127), -1, False),
+    ((3, 1, 7), (1,), False), ((4, 5, 6), (0,), False), ((4, 5, 6), (1,), True), ((4, 5, 6), (2,), False),
+    ((4, 5, 6), (0, 2), True), ((4, 5, 6), (1, 2), False), ((2, 3, 4, 5), (0, 2), False), ((7, 1000), (1,), False),
+]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape,dims,keepdim", CASES)
+def test_reduce_contiguous(device, rng, op, shape, dims, keepdim):
+    x = rng.standard_normal(shape).astype(np.float32)
+    if op == "prod":
+        x = (1.0 + 0.05 * x).astype(np.float32)
+    if op.startswith("arg"):
+        nd = len(shape)
+        dd = normalize(dims, nd)
+        if len(dd) > 1 and len(dd) != nd:
+            pytest.skip("torch argmax takes one dim or all")
+    check(op, run(device, op, x, dims, keepdim), x, dims, keepdim)
+
+
+def normalize(dims, nd):
+    if dims is None:
+        return tuple(range(nd))
+    return (dims,) if isinstance(dims, int) else tuple(dims)
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "argmax", "mean"])
+def test_reduce_noncontiguous(device, rng, op):
+    base = rng.standard_normal((40, 30)).astype(np.float32)
+    views = [(base.T, (0,)), (base.T, (1,)), (base[3:31, 5:12], (1,)), (base[3:31, 5:12], (0,)), (base[::3], None),
+             (base[::2, ::3].T, (0,))]
+    b4 = rng.standard_normal((5, 6, 7, 8)).astype(np.float32)
+    views += [(b4.transpose(2, 0, 3, 1), (1,)), (b4.transpose(3, 1, 0, 2)[1:7, :, ::2], (2,)),
+              (b4.transpose(1, 3, 0, 2), None)]
+    b6 = rng.standard_normal((2, 3, 4, 3, 2, 5)).astype(np.float32)
+    views += [(b6.transpose(5, 0, 4, 1, 3, 2), (3,)), (b6[:, ::2].transpose(0, 2, 1, 3, 5, 4), (2,))]
+    for x, dims in views:
+        b = b4 if x.base is b4 else (b6 if x.base is b6 else base)
+        assert np.shares_memory(x, b)
+        check(op, run(device, op, x, dims, False, base=b), x, dims, False)
+    if op in ("sum", "mean", "max"):  # several dims of a strided view
+        x = b4.transpose(2, 0, 3, 1)[:, 1:]
+        for dims in [(0, 2), (1, 3), (0, 1, 3)]:
+            check(op, run(device, op, x, dims, True, base=b4), x, dims, True)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "argmax", "argmin", "prod"])
+def test_two_pass(device, rng, op):
+    """Few outputs over long ranges: partials + final pass (forced by small SPLIT_MIN)."""
+    prm = {"TARGET_GROUPS": 16, "SPLIT_MIN": 256}
+    for shape, dims in [((20000,), None), ((5000, 3), (0,)), ((3, 5000), (1,)), ((2, 50, 60), (0, 2))]:
+        if op.startswith("arg") and len(dims or shape) > 1 and len(dims or ()) != len(shape):
+            continue
+        x = rng.standard_normal(shape).astype(np.float32)
+        if op == "prod":
+            x = (1.0 + 0.001 * x).astype(np.float32)
+        check(op, run(device, op, x, dims, False, params=prm), x, dims, False)
+
+
+@pytest.mark.parametrize("wg", [32, 256, 1024])
+@pytest.mark.parametrize("subgroup", [0, 1])
+def test_variants(device, rng, wg, subgroup):
+    """Subgroup-arithmetic and shared-memory trees at several workgroup sizes and items."""
+    if subgroup and not device.facts.features["subgroup_arithmetic"]:
+        pytest.skip("no subgroup arithmetic")
+    x = rng.standard_normal((9, 3001)).astype(np.float32)
+    x[4, 17] = x[4, 2900] = 50.0  # a tie: first occurrence wins
+    for items in (1, 4):
+        prm = {"WG": wg, "SUBGROUP": subgroup, "ITEMS": items}
+        for op in ("sum", "max", "argmax", "min"):
+            check(op, run(device, op, x, (1,), False, params=prm), x, (1,), False)
+        check("sum", run(device, "sum", x, (0,), False, params=prm), x, (0,), False)
+
+
+def test_nan_and_ties(device):
+    x = np.array([[1, 3, 3, 2], [np.nan, 1, np.nan, 5], [-np.inf, -np.inf, -np.inf, -np.inf],
+                  [2, 2, 2, 2]], np.float32)
+    for op in ("max", "min", "argmax", "argmin", "sum"):
+        got = run(device, op, x, (1,))
+        ref = torch_ref(op, x, (1,), False)
+        np.testing.assert_array_equal(got, ref.astype(got.dtype))
+    np.testing.assert_array_equal(run(device, "argmax", x), torch.argmax(torch.from_numpy(x)).numpy())
+
+
+def test_max_with_indices(device, rng):
+    x = rng.integers(0, 5, (6, 300)).astype(np.float32)
+    vals, idx = run(device, "max", x, (1,), True, index=True)
+    ref = torch.from_numpy(x).max(1, keepdim=True)
+    np.testing.assert_array_equal(vals, ref.values.numpy())
+    np.testing.assert_array_equal(idx, ref.indices.numpy())
+    vals, idx = run(device, "min", x, (0,), False, index=True)
+    ref = torch.from_numpy(x).min(0)
+    np.testing.assert_array_equal(vals, ref.values.numpy())
+    np.testing.assert_array_equal(idx, ref.indices.numpy())
+
+
+def test_float16_input(device, rng):
+    if not device.facts.features.get("storage_16bit"):
+        pytest.skip("no 16-bit storage")
+    x = rng.standard_normal((7, 130)).astype(np.float16)
+    for op in ("sum", "max", "argmax"):
+        got = run(device, op, x, (1,), dtype="float16")
+        check(op, got, x.astype(np.float32), (1,), False)
+    xt = x.T  # strided half view
+    check("sum", run(device, "sum", xt, (0,), base=x, dtype="float16"), xt.astype(np.float32), (0,), False)
+
+
+def test_edge_cases(device, rng):
+    x = np.zeros((3, 0), np.float32)
+    buf = device.upload(np.zeros(4, np.float32))
+    out = device.allocator.alloc(64)
+    assert reduce(device, "sum", buf.address, out.address, (3, 0), None, (1,)) == (3,)
+    np.testing.assert_array_equal(device.download(out, np.float32, (3,)), np.zeros(3, np.float32))
+    assert reduce(device, "prod", buf.address, out.address, (3, 0), None, (1,)) == (3,)
+    np.testing.assert_array_equal(device.download(out, np.float32, (3,)), np.ones(3, np.float32))
+    assert reduce(device, "sum", buf.address, out.address, (0, 3), None, (1,)) == (0,)
+    with pytest.raises(ValueError):
+        reduce(device, "max", buf.address, out.address, x.shape, None, (1,))
+    with pytest.raises(ValueError):
+        reduce(device, "median", buf.address, out.address, (4,), None, None)
+    with pytest.raises(IndexError):
+        reduce(device, "sum", buf.address, out.address, (4,), None, (1,))
+    s = np.array(3.5, np.float32)  # 0-d
+    np.testing.assert_array_equal(run(device, "sum", s), np.float32(3.5))
+    assert output_shape((2, 3, 4), (0, -1), True) == (1, 3, 1)
+    assert output_shape((2, 3, 4), None, False) == ()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_property_sweep(device, data):
+    nd = data.draw(st.integers(1, 4), label="ndim")
+    shape = tuple(data.draw(st.lists(st.integers(1, 9), min_size=nd, max_size=nd), label="shape"))
+    perm = data.draw(st.permutations(range(nd)), label="perm")
+    op = data.draw(st.sampled_from(["sum", "max", "argmax"]), label="op")
+    if op == "argmax":
+        dims = data.draw(st.one_of(st.none(), st.integers(-nd, nd - 1)), label="dims")
+    else:
+        dims = tuple(data.draw(st.sets(st.integers(0, nd - 1), min_size=1), label="dims"))
+    keepdim = data.draw(st.booleans(), label="keepdim")
+    seed = data.draw(st.integers(0, 2 ** 16), label="seed")
+    base = np.random.default_rng(seed).integers(-8, 8, shape).astype(np.float32)  # ties are common
+    x = base.transpose(perm)
+    check(op, run(device, op, x, dims, keepdim, base=base), x, dims, keepdim)

@@ -1,0 +1,71 @@
+"""TorchVK's torch layer: the `tvk` device, its aten op table, `torchvk.ops`, the memory API.
+
+`import torchvk` registers PyTorch's PrivateUse1 backend under the name "tvk":
+torch.device("tvk"), tensor.to("tvk"), module.to("tvk"), torch.tvk.*, and
+torch.accelerator.current_accelerator() (where no other accelerator is present).
+"""
+from __future__ import annotations
+
+import torch  # first: so tvk_kernels' OutOfMemoryError is also a torch.OutOfMemoryError
+
+import tvk_kernels  # noqa: E402
+from tvk_kernels.errors import FreedBufferError, OutOfMemoryError as _RuntimeOOM, TVKError  # noqa: E402
+
+from ._storage import OutOfMemoryError as _TorchOOM  # noqa: E402
+
+# the OOM class users catch: the runtime's own if torch was imported first (normal case)
+OutOfMemoryError = _RuntimeOOM if issubclass(_RuntimeOOM, torch.OutOfMemoryError) else _TorchOOM
+
+
+def _register_backend():
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    from ._module import TVKModule, _Guard, _Hooks
+
+    if torch._C._get_privateuse1_backend_name() == "tvk" and hasattr(torch, "tvk"):
+        return
+    _setup_privateuseone_for_python_backend(rename="tvk", backend_module=TVKModule, hook=_Hooks(),
+                                            device_guard=_Guard())
+
+
+_register_backend()
+
+from . import aten as _aten  # noqa: E402,F401  (fills the op table)
+from ._dispatch import cpu_fallback_enabled, op_counts, reset_op_counts, set_cpu_fallback  # noqa: E402
+from ._module import device_count, is_available  # noqa: E402
+from ._tensor import TVKTensor  # noqa: E402
+from .memory import (empty_cache, get_memory_limit, max_memory_allocated, max_memory_reserved,  # noqa: E402
+                     memory_allocated, memory_reserved, memory_stats, reset_peak_memory_stats, set_memory_limit)
+from . import ops  # noqa: E402,F401
+from . import optim  # noqa: E402,F401
+
+
+def synchronize(device=None):
+    """Wait for every recorded kernel to finish."""
+    torch.tvk.synchronize(device)
+
+
+def manual_seed(seed: int):
+    torch.tvk.manual_seed(seed)
+
+
+def device(index: int | None = None) -> torch.device:
+    """torch.device('tvk', index)."""
+    from ._storage import torch_device
+
+    return torch_device(index)
+
+
+def supported_ops() -> list[str]:
+    """Names of the aten ops with a Vulkan implementation (table entries and decompositions)."""
+    from ._dispatch import DECOMPOSE, TABLE
+
+    return sorted({str(k) for k in TABLE} | {str(k) for k in DECOMPOSE})
+
+
+__all__ = ["TVKTensor", "OutOfMemoryError", "FreedBufferError", "TVKError", "set_cpu_fallback",
+           "cpu_fallback_enabled", "op_counts", "reset_op_counts", "set_memory_limit", "get_memory_limit",
+           "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+           "reset_peak_memory_stats", "empty_cache", "memory_stats", "synchronize", "manual_seed", "device",
+           "is_available", "device_count", "supported_ops", "ops", "optim"]
+__version__ = tvk_kernels.__version__

@@ -1,0 +1,131 @@
+"""mm, bmm, addmm, baddbmm, ... on tvk_kernels.kernels.matmul (strided views, no copies)."""
+from __future__ import annotations
+
+import torch
+
+from tvk_kernels.kernels import matmul as _mm
+
+from .._dispatch import register
+from ._util import DTYPE_NAME, addr, dev, empty
+
+aten = torch.ops.aten
+
+
+def _check(op, *ts):
+    d = ts[0].dtype
+    for t in ts:
+        if t.dtype not in DTYPE_NAME or t.dtype != d:
+            raise TypeError(f"TorchVK: {op} supports float32/float16/bfloat16 operands of one dtype, "
+                            f"got {', '.join(str(x.dtype) for x in ts)}")
+
+
+def _fix_neg(t):
+    if any(s < 0 for s in t.stride()):
+        from ._util import contig
+
+        return contig(t)
+    return t
+
+
+def gemm(a, b, out, *, bias=None, alpha=1.0, activation=None):
+    """out[b] = act(alpha * a[b] @ b[b] + bias); a [B, M, K] or [M, K], b likewise, out [B, M, N] / [M, N]."""
+    a, b = _fix_neg(a), _fix_neg(b)
+    if a.dim() == 2:
+        M, K = a.shape
+        N = b.shape[1]
+        batch = 1
+        sa = (0, a.stride(0), a.stride(1))
+        sb = (0, b.stride(0), b.stride(1))
+        so = (0, out.stride(0), out.stride(1))
+    else:
+        batch, M, K = a.shape
+        N = b.shape[2]
+        sa, sb, so = tuple(a.stride()), tuple(b.stride()), tuple(out.stride())
+    if M * N * batch == 0:
+        return out
+    if K == 0:
+        from .copies import fill
+
+        fill(out, 0)
+        if bias is not None:
+            from .elementwise import add_into
+
+            add_into(out, bias)
+        return out
+    _mm.matmul(dev(a), addr(a), addr(b), addr(out), M, N, K, batch=batch, a_strides=sa, b_strides=sb,
+               out_strides=so, bias_addr=addr(bias) if bias is not None else 0, activation=activation,
+               alpha=float(alpha), dtype=DTYPE_NAME[a.dtype])
+    return out
+
+
+@register(aten.mm.default)
+def mm(self, mat2):
+    _check("aten.mm", self, mat2)
+    out = empty((self.shape[0], mat2.shape[1]), self.dtype, dev(self))
+    return gemm(self, mat2, out)
+
+
+@register(aten.mm.out)
+def mm_out(self, mat2, *, out):
+    _check("aten.mm", self, mat2)
+    return gemm(self, mat2, out)
+
+
+@register(aten.bmm.default)
+def bmm(self, mat2):
+    _check("aten.bmm", self, mat2)
+    out = empty((self.shape[0], self.shape[1], mat2.shape[2]), self.dtype, dev(self))
+    return gemm(self, mat2, out)
+
+
+def _bias_row(bias, N):
+    """bias as an N-vector the kernel can add per column, or None."""
+    if bias.dim() == 1 and bias.shape[0] == N and (bias.stride(0) == 1 or N == 1):
+        return bias
+    if bias.dim() == 2 and bias.shape[1] == N and (bias.shape[0] == 1 or bias.stride(0) == 0) and \
+            (bias.stride(1) == 1 or N == 1):
+        return bias[0]
+    return None
+
+
+@register(aten.addmm.default)
+def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+    _check("aten.addmm", mat1, mat2)
+    M, N = mat1.shape[0], mat2.shape[1]
+    out = empty((M, N), mat1.dtype, dev(mat1))
+    row = _bias_row(self, N) if beta == 1 and self.dtype == mat1.dtype else None
+    if row is not None:
+        return gemm(mat1, mat2, out, bias=row, alpha=alpha)
+    gemm(mat1, mat2, out, alpha=alpha)
+    from .elementwise import axpby_into
+
+    return axpby_into(out, self, 1.0, beta)
+
+
+@register(aten.baddbmm.default)
+def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+    _check("aten.baddbmm", batch1, batch2)
+    B, M, N = batch1.shape[0], batch1.shape[1], batch2.shape[2]
+    out = empty((B, M, N), batch1.dtype, dev(batch1))
+    gemm(batch1, batch2, out, alpha=alpha)
+    if beta == 0:
+        return out
+    from .elementwise import axpby_into
+
+    return axpby_into(out, self, 1.0, beta)
+
+
+@register(aten.mv.default)
+def mv(self, vec):
+    _check("aten.mv", self, vec)
+    out = empty((self.shape[0], 1), self.dtype, dev(self))
+    gemm(self, vec.unsqueeze(1), out)
+    return out.view(self.shape[0])
+
+
+@register(aten.dot.default)
+def dot(self, other):
+    _check("aten.dot", self, other)
+    out = empty((1, 1), self.dtype, dev(self))
+    gemm(self.unsqueeze(0), other.unsqueeze(1), out)
+    return out.view(())

@@ -1,0 +1,1 @@
+"""Optimizers that call TorchVK's fused kernels (filled in below)."""

@@ -1,0 +1,189 @@
+"""Layer norm and batch norm, forward and backward (templates/norm.comp).
+
+All tensors are contiguous float32 buffers given by address; 0 means "absent" for every
+optional buffer (weight, bias, statistics outputs, gradients).
+
+Layer norm over the last `normalized_ndim` dims of `shape` (rows = the leading dims):
+    layer_norm(device, x_addr, y_addr, shape, normalized_ndim=1, weight_addr=0, bias_addr=0,
+               eps=1e-5, mean_addr=0, rstd_addr=0, params=None)
+        y = (x - mean) * rstd * weight + bias; mean, rstd = 1/sqrt(var + eps) per row ([rows] float32).
+    layer_norm_backward(device, grad_addr, x_addr, mean_addr, rstd_addr, shape, normalized_ndim=1,
+                        weight_addr=0, grad_in_addr=0, grad_weight_addr=0, grad_bias_addr=0, params=None)
+        grad_in per row; grad_weight / grad_bias ([normalized numel]) as column sums over rows
+        (one kernel, or chunks of rows + the reduce kernel when there are few columns).
+
+Batch norm over (N, C, *) (channels on dim 1; (N, C) for 1-d), like torch.nn.functional.batch_norm:
+    batch_norm(device, x_addr, y_addr, shape, weight_addr=0, bias_addr=0, running_mean_addr=0,
+               running_var_addr=0, training=True, momentum=0.1, eps=1e-5, save_mean_addr=0,
+               save_invstd_addr=0, params=None)
+        training: per-channel batch mean and biased var normalize x; the running buffers (if
+        given) are updated in place: r = (1 - momentum) * r + momentum * stat, with the unbiased
+        var for running_var; save_mean / save_invstd ([C]) keep the batch statistics for backward.
+        eval (training=False): normalize with running_mean / running_var.
+    batch_norm_backward(device, grad_addr, x_addr, shape, save_mean_addr=0, save_invstd_addr=0,
+                        weight_addr=0, grad_in_addr=0, grad_weight_addr=0, grad_bias_addr=0,
+                        training=True, running_mean_addr=0, running_var_addr=0, eps=1e-5, params=None)
+        training: uses the saved batch statistics (the gradient flows through them, like autograd);
+        eval: uses the running statistics (grad_in = grad * weight / sqrt(running_var + eps)).
+"""
+from __future__ import annotations
+
+import struct
+
+from .launch import Family, family, grid_1d
+from .reduce import _pow2ceil, _prod, reduce, resolve_params, use_subgroups
+
+_PUSH = struct.Struct("<9Q4I3fI")
+SMALL = 1 << 16
+LN_FWD, LN_BWD, LN_GWB, BN_FWD, BN_BWD = range(5)
+
+
+class Norm(Family):
+    def __init__(self, device):
+        super().__init__(device, "norm", "norm.comp")
+
+    def build(self, defines: dict, wg: int):
+        key = (tuple(sorted(defines.items())), wg)
+
+        def make():
+            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=4 * wg, push_size=_PUSH.size)
+            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
+
+        return self.pipeline(key, make)
+
+
+def _params(device, total: int, params):
+    return resolve_params(family(device, Norm), "small" if total < SMALL else "large", params)
+
+
+def _row_launch(device, phase, prm, rows, n, addrs, inner=1, ostride=0, eps=0.0, momentum=0.0, unbias=1.0, flags=0,
+                label="norm"):
+    """One row (LN row / BN channel) per T adjacent threads."""
+    wg, items = int(prm["WG"]), int(prm["ITEMS"])
+    t = min(wg, _pow2ceil(-(-max(n, 1) // items)))
+    defines = {"PHASE": phase, "T": t, "ITEMS": items, "SUBGROUP": int(use_subgroups(device, prm, t))}
+    pipe = family(device, Norm).build(defines, wg)
+    groups = grid_1d(-(-rows // (wg // t)), device.facts.max_workgroup_count[0])
+    a = {k: 0 for k in ("x", "y", "g", "w", "b", "mean", "rstd", "aux0", "aux1")}
+    a.update({k: int(v or 0) for k, v in addrs.items()})
+    push = _PUSH.pack(a["x"], a["y"], a["g"], a["w"], a["b"], a["mean"], a["rstd"], a["aux0"], a["aux1"],
+                      rows, n, inner, ostride, eps, momentum, unbias, flags)
+    device.stream.dispatch(pipe, groups, push, label)
+
+
+def _split_ln(shape, normalized_ndim):
+    shape = tuple(int(s) for s in shape)
+    k = int(normalized_ndim)
+    if not 1 <= k <= len(shape):
+        raise ValueError(f"layer_norm: normalized_ndim {k} does not fit shape {shape}")
+    return _prod(shape[:-k]), _prod(shape[-k:])
+
+
+def layer_norm(device, x_addr: int, y_addr: int, shape, normalized_ndim: int = 1, weight_addr: int = 0,
+               bias_addr: int = 0, eps: float = 1e-5, mean_addr: int = 0, rstd_addr: int = 0,
+               params: dict | None = None):
+    """y = layer_norm(x) over the last normalized_ndim dims; mean/rstd ([rows]) are written if given."""
+    rows, n = _split_ln(shape, normalized_ndim)
+    if rows == 0 or n == 0:
+        return
+    prm = _params(device, rows * n, params)
+    _row_launch(device, LN_FWD, prm, rows, n, dict(x=x_addr, y=y_addr, w=weight_addr, b=bias_addr, mean=mean_addr,
+                                                    rstd=rstd_addr), eps=eps, label="layer_norm")
+
+
+def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rstd_addr: int, shape,
+                        normalized_ndim: int = 1, weight_addr: int = 0, grad_in_addr: int = 0,
+                        grad_weight_addr: int = 0, grad_bias_addr: int = 0, params: dict | None = None):
+    """Gradients of layer_norm from grad_out (grad_addr), x and the saved mean / rstd."""
+    rows, n = _split_ln(shape, normalized_ndim)
+    if n == 0:
+        return
+    prm = _params(device, rows * n, params)
+    if grad_in_addr and rows:
+        _row_launch(device, LN_BWD, prm, rows, n, dict(x=x_addr, y=grad_in_addr, g=grad_addr, w=weight_addr,
+                                                        mean=mean_addr, rstd=rstd_addr), label="layer_norm_backward")
+    if not (grad_weight_addr or grad_bias_addr):
+        return
+    # column sums over rows: adjacent threads on adjacent columns, T threads down the rows
+    wg, items = int(prm["WG"]), int(prm["ITEMS"])
+    g_cols = min(wg, _pow2ceil(n))
+    t = wg // g_cols
+    groups = -(-n // g_cols)
+    nsplit = 1
+    target, split_rows = int(prm.get("TARGET_GROUPS", 1)), max(int(prm.get("SPLIT_ROWS", 1 << 30)), 1)
+    if groups < target and rows >= 2 * split_rows:
+        nsplit = min(-(-target // groups), rows // split_rows, 65535)
+    chunk = -(-max(rows, 1) // nsplit)
+    nsplit = max(1, -(-rows // chunk))
+    pipe = family(device, Norm).build({"PHASE": LN_GWB, "T": t, "ITEMS": items, "SUBGROUP": 0}, wg)
+    gx, gy, _ = grid_1d(groups, device.facts.max_workgroup_count[0])
+    if nsplit == 1:
+        aux0, aux1, parts = grad_weight_addr, grad_bias_addr, []
+    else:
+        parts = [device.allocator.alloc(4 * nsplit * n) if a else None for a in (grad_weight_addr, grad_bias_addr)]
+        aux0, aux1 = (p.address if p is not None else 0 for p in parts)
+    push = _PUSH.pack(x_addr, 0, grad_addr, 0, 0, mean_addr, rstd_addr, aux0, aux1, rows, n, chunk, 0,
+                      0.0, 0.0, 1.0, 0)
+    device.stream.dispatch(pipe, (gx, gy, nsplit), push, "layer_norm_backward.params")
+    for part, dst in zip(parts, (grad_weight_addr, grad_bias_addr)):
+        if part is not None:
+            reduce(device, "sum", part.address, dst, (nsplit, n), (n, 1), (0,))
+            device.stream.keep_alive(part)
+
+
+def _split_bn(shape):
+    shape = tuple(int(s) for s in shape)
+    if len(shape) < 2:
+        raise ValueError(f"batch_norm expects (N, C, *) input, got shape {shape}")
+    c, inner = shape[1], _prod(shape[2:])
+    return shape[0], c, inner
+
+
+def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bias_addr: int = 0,
+               running_mean_addr: int = 0, running_var_addr: int = 0, training: bool = True,
+               momentum: float = 0.1, eps: float = 1e-5, save_mean_addr: int = 0, save_invstd_addr: int = 0,
+               params: dict | None = None):
+    """torch.nn.functional.batch_norm on (N, C, *) float32; see the module docstring."""
+    n_, c, inner = _split_bn(shape)
+    m = n_ * inner
+    if c == 0 or m == 0:
+        return
+    prm = _params(device, c * m, params)
+    addrs = dict(x=x_addr, y=y_addr, w=weight_addr, b=bias_addr)
+    if training:
+        if m <= 1:
+            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, got input of "
+                             f"shape {tuple(shape)}")
+        addrs.update(mean=save_mean_addr, rstd=save_invstd_addr, aux0=running_mean_addr, aux1=running_var_addr)
+        flags, unbias = 0, m / (m - 1)
+    else:
+        if not (running_mean_addr and running_var_addr):
+            raise ValueError("batch_norm: eval mode needs running_mean and running_var")
+        addrs.update(mean=running_mean_addr, rstd=running_var_addr)
+        flags, unbias = 1, 1.0
+    _row_launch(device, BN_FWD, prm, c, m, addrs, inner=inner, ostride=c * inner, eps=eps,
+                momentum=0.0 if momentum is None else momentum, unbias=unbias, flags=flags, label="batch_norm")
+
+
+def batch_norm_backward(device, grad_addr: int, x_addr: int, shape, save_mean_addr: int = 0,
+                        save_invstd_addr: int = 0, weight_addr: int = 0, grad_in_addr: int = 0,
+                        grad_weight_addr: int = 0, grad_bias_addr: int = 0, training: bool = True,
+                        running_mean_addr: int = 0, running_var_addr: int = 0, eps: float = 1e-5,
+                        params: dict | None = None):
+    """Gradients of batch_norm: grad_in (N, C, *), grad_weight and grad_bias ([C]); see the module docstring."""
+    n_, c, inner = _split_bn(shape)
+    m = n_ * inner
+    if c == 0:
+        return
+    prm = _params(device, c * max(m, 1), params)
+    if training:
+        addrs = dict(mean=save_mean_addr, rstd=save_invstd_addr)
+        flags = 0
+    else:
+        if not (running_mean_addr and running_var_addr):
+            raise ValueError("batch_norm_backward: eval mode needs running_mean and running_var")
+        addrs = dict(mean=running_mean_addr, rstd=running_var_addr)
+        flags = 1
+    addrs.update(x=x_addr, g=grad_addr, w=weight_addr, y=grad_in_addr, aux0=grad_weight_addr, aux1=grad_bias_addr)
+    _row_launch(device, BN_BWD, prm, c, m, addrs, inner=inner, ostride=c * inner, eps=eps, flags=flags,
+                label="batch_norm_backward")

@@ -1,0 +1,65 @@
+"""`tvk-tune`: search kernel parameters for a device and store the winners."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="tvk-tune", description=__doc__)
+    ap.add_argument("--device", type=int, default=None, help="Vulkan device index (default TVK_DEVICE or 0)")
+    ap.add_argument("--ops", default=None, help="comma-separated kernel families (default: all with a tuner target)")
+    ap.add_argument("--shapes", default="suite", help="'suite', 'tiny', or a JSON file: {family: [shape, ...]}")
+    ap.add_argument("--trials", type=int, default=30, help="trials per (family, shape bucket)")
+    ap.add_argument("--time-budget", type=float, default=None, help="seconds for the whole run, split over studies")
+    ap.add_argument("--storage", default=None, help="Optuna storage URL (default: SQLite in the cache dir; "
+                                                     "postgresql://... lets several machines tune one study)")
+    ap.add_argument("--resume", action="store_true", help="continue existing studies instead of starting over")
+    ap.add_argument("--out", default=None, help="folder for <device-key>.json (default: TVK_CONFIG_DIR or ~/.config/torchvk/configs)")
+    ap.add_argument("--target", choices=["rdna1"], default=None,
+                    help="rdna1: tune statically for Navi 10 on Mesa's null RADV device (no card needed)")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+
+    from ..errors import TVKError
+    from ..runtime import get_device
+    from .targets import TARGETS
+
+    families = args.ops.split(",") if args.ops else sorted(TARGETS)
+    unknown = [f for f in families if f not in TARGETS]
+    if unknown:
+        print(f"tvk-tune: no tuner for {unknown}; choose from {sorted(TARGETS)}", file=sys.stderr)
+        return 2
+    suite = args.shapes
+    if suite not in ("suite", "tiny"):
+        with open(suite) as f:
+            custom = json.load(f)
+        for fam, shapes in custom.items():
+            TARGETS[fam].suites["custom"] = shapes
+        suite = "custom"
+    try:
+        if args.target == "rdna1":
+            from . import rdna1
+
+            device = get_device(0)
+            if not rdna1.on_null_navi10(device):
+                return rdna1.reexec_on_null_navi10(argv)
+            out = args.out or "tuned_configs"
+            for path in rdna1.static_tune(device, families, suite, args.trials, out):
+                print(f"tvk-tune --target rdna1: wrote {path}")
+            return 0
+        from .driver import tune
+
+        device = get_device(args.device)
+        tune(device, families, suite, args.trials, args.time_budget, args.storage, args.resume, args.out,
+             progress=not args.no_progress)
+    except (TVKError, ValueError) as e:
+        print(f"tvk-tune: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""RDNA1 without the card: compile every candidate for Navi 10 with the real RDNA1 compiler
+(ACO, through Mesa's null RADV device), read its registers, spills, LDS and occupancy, drop
+what cannot run well, and rank the rest with a cost model of the Radeon RX 5600 XT.
+
+Cost model (documented, deliberately simple; replace with measurements by running
+`tvk-tune --device 0` on the card):
+  - 36 CUs x 2 SIMD32 = 72 SIMDs at 1.56 GHz: 7.19 TFLOP/s fp32 (FMA = 2 FLOP)
+  - LDS: 128 B/clock per CU -> 7.2 TB/s; DRAM: 288 GB/s (12 Gbps GDDR6, 192-bit)
+  - occupancy (waves per SIMD) = min(ACO's "Subgroups per SIMD" (register-limited),
+    LDS-limited: floor(64 KiB / LDS per workgroup) workgroups per CU, 20)
+  - efficiency = (fraction of SIMDs with work) x min(1, resident waves per SIMD / 4):
+    fewer than 4 waves per SIMD leave latency exposed
+  - time = max(FLOPs / peak, LDS bytes / LDS bandwidth, DRAM bytes / DRAM bandwidth) / efficiency
+           x wave-quantization tail (last partial round) + 4 us launch
+Rejected outright: any spilled VGPR/SGPR, any scratch, LDS above the driver's limit
+(32 KiB on AMD's Windows driver for Navi 10, 64 KiB on RADV).
+
+AMD's Windows driver compiles with its own compiler, not ACO: the register counts here
+are RADV's. The configs are labelled "static-model" and the README says how to replace them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import math
+import os
+import random
+import subprocess
+import sys
+
+SIMDS = 72
+CLOCK_HZ = 1.56e9
+PEAK_FLOPS = SIMDS * 32 * 2 * CLOCK_HZ
+LDS_BW = 36 * 128 * CLOCK_HZ
+DRAM_BW = 288e9
+LDS_PER_CU = 65536
+LAUNCH_S = 4e-6
+DRIVERS = {  # key name -> (VkDriverId, shared memory per workgroup the driver reports)
+    "amd-proprietary": (1, 32768),
+    "radv": (3, 65536),
+}
+
+
+def predict_seconds(work: dict, stats: dict, wave: int = 64) -> dict:
+    inv = work["invocations"]
+    waves_per_group = -(-inv // wave)
+    occ = stats.get("Subgroups per SIMD", 20) or 1
+    lds = stats.get("LDS size", work.get("lds_per_group", 0)) or 0
+    if lds:
+        groups_per_cu = max(LDS_PER_CU // lds, 0)
+        occ = min(occ, max(groups_per_cu * waves_per_group // 2, 0))
+    occ = max(min(occ, 20), 1)
+    total_waves = work["groups"] * waves_per_group
+    spread = min(1.0, total_waves / SIMDS)  # fraction of SIMDs with work at all
+    resident = max(1.0, min(occ, total_waves / SIMDS))  # waves per busy SIMD
+    eff = spread * min(1.0, resident / 4)
+    slots = SIMDS * occ
+    tail = math.ceil(total_waves / slots) * slots / total_waves if total_waves > slots else 1.0
+    t_alu = work["flops"] / PEAK_FLOPS
+    t_lds = work["lds_bytes"] / LDS_BW
+    t_mem = work["dram_bytes"] / DRAM_BW
+    bound, t = max(("alu", t_alu), ("lds", t_lds), ("dram", t_mem), key=lambda x: x[1])
+    return {"seconds": t / eff * tail + LAUNCH_S, "occupancy_waves_per_simd": occ, "bound": bound}
+
+
+def radv_icd() -> str | None:
+    for pattern in ("/usr/share/vulkan/icd.d/radeon_icd*.json", "/etc/vulkan/icd.d/radeon_icd*.json"):
+        found = glob.glob(pattern)
+        if found:
+            return found[0]
+    return None
+
+
+def on_null_navi10(device) -> bool:
+    return device.facts.name.startswith("Null hardware") and "NAVI10" in device.facts.name.upper()
+
+
+def reexec_on_null_navi10(argv) -> int:
+    """Run this tvk-tune command again with only the null Navi 10 device visible."""
+    icd = radv_icd()
+    if icd is None:
+        print("tvk-tune --target rdna1 needs Mesa's RADV driver (Debian: apt-get install mesa-vulkan-drivers)", file=sys.stderr)
+        return 1
+    env = dict(os.environ, RADV_FORCE_FAMILY="navi10", VK_ICD_FILENAMES=icd, VK_DRIVER_FILES=icd, TVK_DEVICE="0")
+    env.pop("TVK_VALIDATION", None)
+    return subprocess.call([sys.executable, "-m", "tvk_kernels.tune.cli", *argv], env=env)
+
+
+def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
+    """Compile up to `trials` candidates (the default first), keep those that fit, rank by the model."""
+    from ..config import default_params
+    from ..errors import InvalidConfigError, ShaderCompileError
+    from .space import bucket_of, candidates
+
+    facts = dataclasses.replace(device.facts, max_shared_memory=shared_limit)
+    bucket = bucket_of(target.family, shapes[0])
+    default = default_params(target.family, facts, bucket)
+    pool = candidates(target.family, facts)
+    random.Random(seed).shuffle(pool)
+    chosen = [default] + [c for c in pool if c != default][: max(trials - 1, 0)]
+    scored, rejected = [], []
+    for params in chosen:
+        defines, local_size, subgroup = target.static_defines(params)
+        try:
+            # the push-constant range does not change code generation; 128 B covers every kernel
+            pipe = device.pipelines.get(target.template, defines, local_size=local_size, push_size=128,
+                                        subgroup_size=subgroup, capture_stats=True)
+        except (InvalidConfigError, ShaderCompileError) as e:
+            rejected.append((params, str(e).splitlines()[0]))
+            continue
+        stats = pipe.stats or {}
+        spills = stats.get("Spilled VGPRs", 0) + stats.get("Spilled SGPRs", 0) + stats.get("Scratch size", 0)
+        if spills:
+            rejected.append((params, f"spills ({stats.get('Spilled VGPRs')} VGPR, {stats.get('Spilled SGPRs')} SGPR)"))
+            continue
+        if stats.get("LDS size", 0) > shared_limit:
+            rejected.append((params, f"LDS {stats['LDS size']} B > {shared_limit} B"))
+            continue
+        wave = subgroup or 64
+        preds = [predict_seconds(target.work(s, params), stats, wave) for s in shapes]
+        score = math.exp(sum(math.log(p["seconds"]) for p in preds) / len(preds))
+        scored.append((score, params, stats, preds))
+    scored.sort(key=lambda x: x[0])
+    return scored, rejected, default
+
+
+def static_tune(device, families, suite, trials, out_dir):
+    from pathlib import Path
+
+    from ..config import device_key_name
+    from .driver import write_config
+    from .space import bucket_of
+    from .targets import TARGETS
+
+    paths = []
+    for driver_name, (driver_id, shared_limit) in DRIVERS.items():
+        results = {}
+        for family in families:
+            target = TARGETS[family]
+            if not hasattr(target, "work"):
+                continue
+            by_bucket: dict = {}
+            for s in target.suites[suite]:
+                by_bucket.setdefault(bucket_of(family, s), []).append(s)
+            for bucket, shapes in by_bucket.items():
+                scored, rejected, default = rank(device, target, shapes, trials, shared_limit)
+                if not scored:
+                    continue
+                score, params, stats, preds = scored[0]
+                default_score = next((s for s, p, _, _ in scored if p == default), None)
+                keep = ("VGPRs", "SGPRs", "LDS size", "Subgroups per SIMD", "Spilled VGPRs", "Spilled SGPRs", "Instructions")
+                results.setdefault(family, (target.template, {}))[1][bucket] = {
+                    "params": params,
+                    "provenance": {
+                        "method": "static: ACO (RADV null Navi 10) statistics + RX 5600 XT cost model",
+                        "predicted_seconds": [p["seconds"] for p in preds], "bound": [p["bound"] for p in preds],
+                        "occupancy_waves_per_simd": preds[0]["occupancy_waves_per_simd"],
+                        "compiler_stats": {k: stats.get(k) for k in keep},
+                        "default_predicted_seconds": default_score,
+                        "predicted_speedup": (default_score / score) if default_score else None,
+                        "candidates_compiled": len(scored) + len(rejected), "rejected": len(rejected),
+                        "rejected_examples": [r for _, r in rejected[:5]], "shapes": shapes,
+                        "shared_memory_limit": shared_limit,
+                        "replace_with_measured": "tvk-tune --device 0 --out <TVK_CONFIG_DIR> (on the card)",
+                    },
+                }
+        overrides = {"driver_id": driver_id, "driver": driver_name, "max_shared_memory": shared_limit,
+                     "name": "AMD Radeon RX 5600 XT (Navi 10)", "device_id": None, "driver_version": None, "driver_info": None}
+        paths.append(write_config(Path(out_dir), device.facts, "static-model", results, match="arch",
+                                  name=f"rdna1--{driver_name}", device_overrides=overrides))
+    return paths

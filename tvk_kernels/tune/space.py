@@ -1,0 +1,86 @@
+"""Search spaces (tuning/<family>.json) as data: enumerate, derive, constrain, bucket."""
+from __future__ import annotations
+
+import itertools
+import math
+from functools import lru_cache
+
+from ..config import search_space
+
+_SAFE = {"min": min, "max": max, "abs": abs, "math": math, "True": True, "False": False}
+
+
+def limits(facts) -> dict:
+    """Device limits that constraints may name."""
+    return {
+        "max_workgroup_invocations": facts.max_workgroup_invocations,
+        "max_workgroup_size_x": facts.max_workgroup_size[0],
+        "max_shared_memory": facts.max_shared_memory,
+        "subgroup_size": facts.subgroup_size,
+        "min_subgroup_size": facts.min_subgroup_size,
+        "max_subgroup_size": facts.max_subgroup_size,
+        "subgroup_size_control": facts.subgroup_size_control,
+        "max_push_constants": facts.max_push_constants,
+        "cooperative_matrix": facts.features.get("cooperative_matrix", False),
+        "shader_float16": facts.features.get("shader_float16", False),
+    }
+
+
+@lru_cache(maxsize=None)
+def _compiled(expr: str):
+    return compile(expr, f"<constraint {expr}>", "eval")
+
+
+def evaluate(expr: str, names: dict):
+    return eval(_compiled(expr), {"__builtins__": {}}, {**_SAFE, **names})
+
+
+def with_derived(space: dict, params: dict) -> dict:
+    names = dict(params)
+    for name, expr in space.get("derived", {}).items():
+        names[name] = evaluate(expr, names)
+    return names
+
+
+def violations(space: dict, params: dict, facts) -> list[str]:
+    """The constraints `params` break on this device (empty: valid)."""
+    names = {**limits(facts), **with_derived(space, params)}
+    bad = []
+    for expr in space.get("constraints", []):
+        try:
+            if not evaluate(expr, names):
+                bad.append(expr)
+        except Exception as e:  # a constraint naming something absent is a broken space file
+            bad.append(f"{expr} ({e})")
+    return bad
+
+
+def param_values(space: dict) -> dict:
+    return {name: spec["values"] if isinstance(spec, dict) else list(spec) for name, spec in space["params"].items()}
+
+
+def candidates(family: str, facts, limit: int | None = None) -> list[dict]:
+    """Every parameter set of the family's space that fits this device."""
+    space = search_space(family)
+    values = param_values(space)
+    names = list(values)
+    out = []
+    for combo in itertools.product(*(values[n] for n in names)):
+        params = dict(zip(names, combo))
+        if not violations(space, params, facts):
+            out.append(params)
+            if limit and len(out) >= limit:
+                break
+    return out
+
+
+def bucket_of(family: str, shape: dict) -> str:
+    """First bucket whose expression holds for the shape (names: the shape's keys)."""
+    buckets = search_space(family).get("buckets", {})
+    for name, expr in buckets.items():
+        try:
+            if evaluate(expr, shape):
+                return name
+        except Exception:
+            continue
+    return "*"
