@@ -28,9 +28,14 @@ def main(argv=None) -> int:
             if name == "vector-add":
                 from . import vector_add
 
-                if args.quick and sizes is None:
-                    sizes = [1_000, 100_000]
-                vector_add.run(device, args.out, sizes, progress=not args.no_progress)
+                vsizes = sizes if args.experiment == "vector-add" else None
+                vector_add.run(device, args.out, vsizes or ([1_000, 100_000] if args.quick else None),
+                               progress=not args.no_progress)
+            elif name == "matmul":
+                from . import matmul
+
+                msizes = sizes if args.experiment == "matmul" else None
+                matmul.run(device, args.out, msizes or ([64, 128] if args.quick else None), progress=not args.no_progress)
             else:
                 print(f"tvk-bench {name}: not implemented yet in this version", file=sys.stderr)
                 if args.experiment != "all":

@@ -1,0 +1,281 @@
+"""matmul family (templates/matmul.comp, matmul_coopmat.comp) against torch CPU in float64.
+
+Error bound, per output element, with scale = |alpha| * (|A| @ |B|) + |bias|:
+  float32  : |got - ref| <= 1e-5 * scale + 1e-6   (fp32 accumulation)
+  float16  : |got - ref| <= 2e-3 * scale + 1e-3   (fp32 accumulation, fp16 output rounding 2^-11)
+  bfloat16 : |got - ref| <= 1e-2 * scale + 1e-2   (fp32 accumulation, bf16 output rounding 2^-8)
+The reference uses the same (already rounded) fp16/bf16 inputs, so only the accumulation
+and the output rounding differ. Activations are evaluated by torch (gelu: exact erf).
+"""
+import numpy as np
+import pytest
+import torch
+
+from tvk_kernels.errors import InvalidConfigError, ShaderCompileError
+from tvk_kernels.kernels import matmul as mm
+
+TOL = {"float32": (1e-5, 1e-6), "float16": (2e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}
+ACTS = [None, "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"]
+
+
+# ------------------------------------------------------------------ helpers
+def _storage(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float array -> the numpy array holding it in `dtype` storage (bf16 as raw uint16 bits)."""
+    if dtype == "float32":
+        return np.ascontiguousarray(x, dtype=np.float32)
+    if dtype == "float16":
+        return np.ascontiguousarray(x, dtype=np.float16)
+    t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(torch.bfloat16)
+    return t.view(torch.int16).numpy().view(np.uint16).copy()
+
+
+def _values(x: np.ndarray, dtype: str) -> np.ndarray:
+    """storage array (or a view of it) -> float64 values."""
+    if dtype == "bfloat16":
+        return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return x.astype(np.float64)
+
+
+def _operand(device, base: np.ndarray, view: np.ndarray):
+    """Upload a contiguous base array; return (buffer, address of view[0,0,0], element strides of view)."""
+    assert base.flags.c_contiguous and view.ndim == 3
+    buf = device.upload(base)
+    off = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    return buf, buf.address + off, tuple(s // base.itemsize for s in view.strides)
+
+
+def _act(t: torch.Tensor, activation):
+    fns = {None: lambda x: x, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
+           "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"), "silu": torch.nn.functional.silu,
+           "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+    return fns[activation](t)
+
+
+def check(device, rng, M, N, K, *, batch=1, dtype="float32", a_layout="mk", b_layout="kn", a_bcast=False,
+          b_bcast=False, out_layout="mn", bias=False, activation=None, alpha=1.0, params=None, split_k=None,
+          a_step=1):
+    """Build A, B in the given layouts, run mm.matmul, compare with torch float64; returns the info dict."""
+    npdt = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}[dtype]
+    ab = 1 if a_bcast else batch
+    bb = 1 if b_bcast else batch
+    # A: "mk" row-major, "km" transposed (column-major) storage; a_step > 1 leaves gaps between columns
+    if a_layout == "mk":
+        a_base = _storage(rng.standard_normal((ab, M, K * a_step)), dtype)
+        a_view = a_base[:, :, ::a_step]
+    else:
+        a_base = _storage(rng.standard_normal((ab, K * a_step, M)), dtype)
+        a_view = a_base[:, ::a_step, :].transpose(0, 2, 1)
+    if b_layout == "kn":
+        b_base = _storage(rng.standard_normal((bb, K, N)), dtype)
+        b_view = b_base
+    else:
+        b_base = _storage(rng.standard_normal((bb, N, K)), dtype)
+        b_view = b_base.transpose(0, 2, 1)
+    if a_bcast:
+        a_view = np.broadcast_to(a_view, (batch, M, K))
+    if b_bcast:
+        b_view = np.broadcast_to(b_view, (batch, K, N))
+    abuf, a_addr, sa = _operand(device, a_base, a_view)
+    bbuf, b_addr, sb = _operand(device, b_base, b_view)
+    if out_layout == "mn":
+        out_shape, sc = (batch, M, N), (M * N, N, 1)
+    else:  # transposed output: out[b, m, n] at b*M*N + n*M + m
+        out_shape, sc = (batch, N, M), (M * N, 1, M)
+    out = device.allocator.alloc(batch * M * N * np.dtype(npdt).itemsize)
+    bias_buf, bias_addr, bias_v = None, 0, np.zeros(N)
+    if bias:
+        bias_s = _storage(rng.standard_normal(N), dtype)
+        bias_buf = device.upload(bias_s)
+        bias_addr, bias_v = bias_buf.address, _values(bias_s, dtype)
+
+    info = mm.matmul(device, a_addr, b_addr, out.address, M, N, K, batch=batch, a_strides=sa, b_strides=sb,
+                     out_strides=sc, bias_addr=bias_addr, activation=activation, alpha=alpha, dtype=dtype,
+                     params=params, split_k=split_k)
+    got = _values(device.download(out, npdt, out_shape), dtype)
+    if out_layout != "mn":
+        got = got.transpose(0, 2, 1)
+
+    A, B = torch.from_numpy(_values(a_view, dtype)), torch.from_numpy(_values(b_view, dtype))
+    pre = alpha * (A @ B) + torch.from_numpy(bias_v)
+    ref = _act(pre, activation).numpy()
+    scale = abs(alpha) * (A.abs() @ B.abs()).numpy() + np.abs(bias_v)
+    rtol, atol = TOL[dtype]
+    err = np.abs(got - ref)
+    bad = err > rtol * scale + atol
+    assert not bad.any(), (f"{dtype} {M}x{N}x{K} batch={batch} act={activation} {info}: {bad.sum()} of {bad.size} "
+                           f"outside the bound; worst error {err.max():.3g} at scale {scale.flat[err.argmax()]:.3g}")
+    for buf in (abuf, bbuf, out, bias_buf):
+        if buf is not None:
+            buf.free()
+    return info
+
+
+# ------------------------------------------------------------------ float32 shapes and layouts
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (7, 7, 7), (127, 127, 127), (1, 127, 7), (127, 1, 33), (7, 65, 1),
+                                   (65, 33, 129), (64, 128, 96), (0, 5, 3), (3, 4, 0)])
+def test_shapes(device, rng, M, N, K):
+    check(device, rng, M, N, K)
+
+
+@pytest.mark.parametrize("a_layout,b_layout,out_layout", [("km", "kn", "mn"), ("mk", "nk", "mn"), ("km", "nk", "nm")])
+def test_transposed(device, rng, a_layout, b_layout, out_layout):
+    check(device, rng, 45, 37, 70, a_layout=a_layout, b_layout=b_layout, out_layout=out_layout)
+    check(device, rng, 64, 32, 48, a_layout=a_layout, b_layout=b_layout, out_layout=out_layout)  # vector loads
+
+
+def test_general_strides(device, rng):
+    """No unit stride at all on A (every other column), transposed B."""
+    check(device, rng, 19, 23, 21, a_step=2, b_layout="nk")
+    check(device, rng, 19, 23, 21, a_layout="km", a_step=3)
+
+
+def test_batched_broadcast(device, rng):
+    check(device, rng, 9, 13, 17, batch=3)
+    check(device, rng, 9, 13, 17, batch=3, a_bcast=True, alpha=0.5)
+    check(device, rng, 33, 20, 40, batch=2, b_bcast=True, b_layout="nk", bias=True, activation="relu")
+
+
+@pytest.mark.parametrize("activation", ACTS)
+def test_bias_activation(device, rng, activation):
+    check(device, rng, 37, 45, 29, bias=True, activation=activation, alpha=0.75)
+
+
+# ------------------------------------------------------------------ 16-bit storage
+def _need16(device, dtype):
+    f = device.facts.features
+    if not f["storage_16bit"] or (dtype == "float16" and not f["shader_float16"]):
+        pytest.skip(f"{device.facts.name} has no {dtype} storage")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16bit_storage(device, rng, dtype):
+    _need16(device, dtype)
+    check(device, rng, 7, 7, 7, dtype=dtype)
+    check(device, rng, 127, 65, 33, dtype=dtype, bias=True, activation="gelu", b_layout="nk")
+    check(device, rng, 64, 64, 64, dtype=dtype, a_layout="km", batch=2, b_bcast=True)
+
+
+# ------------------------------------------------------------------ split-K
+def test_split_k(device, rng):
+    info = check(device, rng, 5, 3, 2000)
+    assert info["bucket"] == "skinny" and info["splits"] > 1, info
+    info = check(device, rng, 9, 17, 300, batch=2, split_k=4, bias=True, activation="silu", alpha=2.0,
+                 b_layout="nk", out_layout="nm")
+    assert info["splits"] == 4, info
+    info = check(device, rng, 7, 7, 7, split_k=8)  # more splits than K slices: clamped
+    assert info["splits"] == 1, info
+
+
+def test_split_k_fp16(device, rng):
+    _need16(device, "float16")
+    info = check(device, rng, 6, 10, 1100, dtype="float16", split_k=3, bias=True, activation="tanh")
+    assert info["splits"] == 3, info
+
+
+# ------------------------------------------------------------------ tuning candidates
+EXPLICIT = [
+    {"BM": 16, "BN": 16, "BK": 8, "TM": 1, "TN": 1, "VEC": 1, "UNROLL": 1, "PAD": 0, "SUBGROUP": 0},
+    {"BM": 32, "BN": 64, "BK": 16, "TM": 4, "TN": 8, "VEC": 2, "UNROLL": 4, "PAD": 1, "SUBGROUP": 0},
+    {"BM": 64, "BN": 32, "BK": 32, "TM": 8, "TN": 2, "VEC": 4, "UNROLL": 8, "PAD": 4, "SUBGROUP": 0},
+    {"BM": 128, "BN": 16, "BK": 8, "TM": 8, "TN": 1, "VEC": 4, "UNROLL": 8, "PAD": 0, "SUBGROUP": 0},
+]
+
+
+@pytest.mark.parametrize("params", EXPLICIT, ids=lambda p: f"{p['BM']}x{p['BN']}x{p['BK']}-{p['TM']}x{p['TN']}")
+def test_explicit_candidates(device, rng, params):
+    mm.validate_params(device, params)
+    info = check(device, rng, 67, 45, 52, params=params)
+    assert info["params"] == params and info["source"] == "explicit"
+    check(device, rng, 64, 64, 64, params=params, a_layout="km", b_layout="nk", bias=True, activation="relu")
+
+
+def test_candidates_list(device):
+    cands = mm.candidates(device)
+    assert len(cands) > 100
+    f = device.facts
+    for p in cands:
+        d = mm.derived(p)
+        assert d["WG"] <= f.max_workgroup_invocations and d["shared_bytes"] <= f.max_shared_memory
+        assert p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0
+    assert {(p["BM"], p["BN"]) for p in cands} >= {(16, 16), (64, 64)}
+    for p in cands[:: max(1, len(cands) // 50)]:  # a sample passes the full check
+        mm.validate_params(device, p)
+
+
+def test_invalid_config(device, rng):
+    too_much_shared = {"BM": 128, "BN": 128, "BK": 256, "TM": 8, "TN": 8, "VEC": 4, "UNROLL": 4, "PAD": 0}
+    with pytest.raises(InvalidConfigError, match="shared memory"):
+        check(device, rng, 8, 8, 8, params=too_much_shared)
+    too_many_threads = {"BM": 128, "BN": 128, "BK": 8, "TM": 1, "TN": 1, "VEC": 1, "UNROLL": 1, "PAD": 0}
+    with pytest.raises(InvalidConfigError, match="invocations"):
+        check(device, rng, 8, 8, 8, params=too_many_threads)
+    with pytest.raises(InvalidConfigError, match="multiple"):
+        mm.validate_params(device, {"BM": 48, "BN": 64, "BK": 16, "TM": 5, "TN": 4, "VEC": 1, "UNROLL": 1, "PAD": 0})
+    with pytest.raises(InvalidConfigError, match="lack"):
+        mm.validate_params(device, {"BM": 64})
+
+
+def test_validation_errors(device):
+    buf = device.allocator.alloc(4096)
+    a = buf.address
+    cases = [
+        (dict(dtype="int8"), "dtype"),
+        (dict(M=-1), "M must be >= 0"),
+        (dict(K=2.5), "K must be an integer"),
+        (dict(a_strides=(1, 2)), "a_strides must be 3"),
+        (dict(b_strides=(0, -4, 1)), "b_strides row stride"),
+        (dict(activation="swish"), "activation"),
+        (dict(batch=2, out_strides=(0, 4, 1)), "batch stride is 0"),
+        (dict(out_strides=(16, 0, 1)), "several outputs"),
+        (dict(a_addr=a + 2), "not aligned"),
+        (dict(b_addr=0), "b_addr is 0"),
+        (dict(split_k=0), "split_k must be >= 1"),
+        (dict(params="big"), "params must be a dict"),
+    ]
+    for kw, msg in cases:
+        args = dict(a_addr=a, b_addr=a, out_addr=a, M=4, N=4, K=4)
+        args.update(kw)
+        with pytest.raises(ValueError, match=msg):
+            mm.matmul(device, args.pop("a_addr"), args.pop("b_addr"), args.pop("out_addr"), args.pop("M"),
+                      args.pop("N"), args.pop("K"), **args)
+    buf.free()
+
+
+# ------------------------------------------------------------------ cooperative matrices
+def test_coopmat_skips_cleanly(device, rng):
+    """Where the device has no cooperative matrices, fp16 runs on the tiled kernel without warnings."""
+    if device.facts.features["cooperative_matrix"]:
+        pytest.skip("device has cooperative matrices: see test_coopmat")
+    assert mm.coop_shapes(device) == [] or not device.facts.features["cooperative_matrix"]
+    _need16(device, "float16")
+    info = check(device, rng, 96, 80, 64, dtype="float16")
+    assert info["kernel"] == "tiled"
+
+
+def test_coopmat(device, rng):
+    if not device.facts.features["cooperative_matrix"]:
+        pytest.skip(f"{device.facts.name} has no VK_KHR_cooperative_matrix")
+    fam = mm.family(device, mm.Matmul)
+    if mm._coop(fam) is None:
+        pytest.skip(f"the cooperative-matrix kernel is unavailable here (shapes {mm.coop_shapes(device)})")
+    for layout in (("mk", "kn"), ("km", "nk")):
+        info = check(device, rng, 200, 136, 100, dtype="float16", a_layout=layout[0], b_layout=layout[1],
+                     bias=True, activation="gelu", alpha=0.5)
+        assert info["kernel"] == "coopmat", info
+    info = check(device, rng, 130, 70, 48, batch=2, dtype="float16", a_bcast=True, out_layout="nm")
+    assert info["kernel"] == "coopmat", info
+
+
+def test_coopmat_template_compiles():
+    """matmul_coopmat.comp compiles wherever glslc knows GL_KHR_cooperative_matrix (glslang >= 13)."""
+    from tvk_kernels.runtime.compiler import compile_template
+
+    defines = {"MS": 16, "NS": 16, "KS": 16, "SG_M": 2, "SG_N": 4, "FM": 4, "FN": 2, "BK": 32, "PAD": 8,
+               "SUBGROUP_SIZE": 32, "ACT": 2, "VEC_A": 4, "VEC_B": 2, "A_KMAJOR": 0, "B_NMAJOR": 1, "DTYPE": 1}
+    try:
+        spirv = compile_template("matmul_coopmat.comp", defines)
+    except ShaderCompileError as e:
+        if "GL_KHR_cooperative_matrix" in str(e) and "not supported" in str(e):
+            pytest.skip("this glslc predates GL_KHR_cooperative_matrix (needs glslang >= 13)")
+        raise
+    assert spirv[:4] == b"\x03\x02\x23\x07"

@@ -1,0 +1,571 @@
+"""Pointwise ops on tvk_kernels.kernels.elementwise: N-d strided, broadcasting, mixed dtypes.
+
+Type promotion follows torch (torch._prims_common.elementwise_dtypes on dtype-only
+stand-ins, cached); the kernel computes in float when any input is floating, else in
+int64/int32, and casts to the output dtype. 0-dim CPU tensors and Python numbers go in
+as push-constant scalars.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as _KIND, elementwise_dtypes as _edt
+
+from tvk_kernels.kernels import elementwise as E
+
+from .._dispatch import register
+from .._storage import check_dtype
+from .._tensor import TVKTensor, new_tensor
+
+aten = torch.ops.aten
+DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL = _KIND.DEFAULT, _KIND.INT_TO_FLOAT, _KIND.ALWAYS_BOOL
+_EW_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.int64: "int64", torch.int32: "int32",
+              torch.bool: "bool"}
+
+
+def operand(t: TVKTensor) -> E.Operand:
+    name = _EW_DTYPES.get(t.dtype)
+    if name is None:
+        raise TypeError(f"TorchVK elementwise kernels do not support dtype {t.dtype}")
+    return E.Operand(t.tvk_address, tuple(t.shape), tuple(t.stride()), name)
+
+
+def _value(x):
+    """tvk tensor -> itself; CPU 0-dim tensor -> Python number; number -> number."""
+    if isinstance(x, TVKTensor):
+        return x
+    if isinstance(x, torch.Tensor):
+        return x.item()
+    return x
+
+
+def _kernel_arg(x):
+    return operand(x) if isinstance(x, TVKTensor) else x
+
+
+_promo_cache: dict = {}
+
+
+def _key(x):
+    if isinstance(x, torch.Tensor):
+        return (x.dtype, x.dim() == 0)
+    return type(x)
+
+
+def promote(args, kind=DEFAULT):
+    """torch's result dtype of an elementwise op over args (tensors or numbers)."""
+    key = (kind,) + tuple(_key(x) for x in args)
+    r = _promo_cache.get(key)
+    if r is None:
+        stand = []
+        for x in args:
+            if isinstance(x, torch.Tensor):
+                stand.append(torch.empty(() if x.dim() == 0 else (1,), dtype=x.dtype, device="meta"))
+            else:
+                stand.append(x)
+        r = _promo_cache[key] = _edt(*stand, type_promotion_kind=kind)[1]
+    return r
+
+
+def _shape(args):
+    shapes = [tuple(x.shape) for x in args if isinstance(x, TVKTensor)]
+    return torch.broadcast_shapes(*shapes) if shapes else ()
+
+
+def _device(args):
+    for x in args:
+        if isinstance(x, TVKTensor):
+            return x._tvk.device
+    raise RuntimeError("no tvk tensor among the operands")
+
+
+def run(kop, args, *, out=None, dtype=None, kind=DEFAULT, scalars=(), compute=None):
+    """out = kop(*args) (new tensor of the promoted dtype unless out/dtype given)."""
+    vals = [_value(a) for a in args]
+    if out is None:
+        if dtype is None:
+            dtype = promote(args, kind)
+        check_dtype(dtype, "aten." + kop)
+        out = new_tensor(_shape(vals), dtype, _device(vals))
+    if out.numel() == 0:
+        return out
+    E.elementwise(_device(vals), kop, tuple(_kernel_arg(v) for v in vals), operand(out), scalars, compute)
+    return out
+
+
+def run_(kop, self, args, *, kind=DEFAULT, scalars=(), compute=None, opname=""):
+    """In place into self (self is the first operand unless args says otherwise)."""
+    dtype = promote(args, kind)
+    if not _can_cast(dtype, self.dtype):
+        raise RuntimeError(f"result type {str(dtype).replace('torch.', '').capitalize()} can't be cast to the "
+                           f"desired output type {str(self.dtype).replace('torch.', '').capitalize()} ({opname})")
+    shape = _shape([_value(a) for a in args])
+    if tuple(torch.broadcast_shapes(shape, tuple(self.shape))) != tuple(self.shape):
+        raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(shape)}")
+    return run(kop, args, out=self, scalars=scalars, compute=compute)
+
+
+def _can_cast(src, dst) -> bool:
+    return torch.can_cast(src, dst)
+
+
+def _out_into(result, out):
+    """Copy a result into a user-given out= tensor."""
+    from .copies import device_copy
+
+    if tuple(out.shape) != tuple(result.shape):
+        from .copies import resize_
+
+        resize_(out, result.shape)
+    return device_copy(out, result)
+
+
+# ------------------------------------------------------------------ helpers for other modules
+def add_into(out, other, alpha=1.0):
+    return run("add", (out, other), out=out, scalars=(alpha,))
+
+
+def axpby_into(out, other, a=1.0, b=1.0):
+    """out = a * out + b * other (other broadcasts)."""
+    if a != 1.0:
+        run("mul", (out, a), out=out)
+    return run("add", (out, other), out=out, scalars=(b,))
+
+
+def ew(kop, *args, dtype=None, kind=DEFAULT, scalars=()):
+    return run(kop, args, dtype=dtype, kind=kind, scalars=scalars)
+
+
+# ------------------------------------------------------------------ binary arithmetic
+def _alpha_check(self, other, alpha):
+    if alpha is None:
+        return 1
+    return alpha
+
+
+@register(aten.add.Tensor, aten.add.Scalar)
+def add(self, other, *, alpha=1):
+    return run("add", (self, other), scalars=(alpha,))
+
+
+@register(aten.add_.Tensor, aten.add_.Scalar)
+def add_(self, other, *, alpha=1):
+    return run_("add", self, (self, other), scalars=(alpha,), opname="add_")
+
+
+@register(aten.sub.Tensor, aten.sub.Scalar)
+def sub(self, other, *, alpha=1):
+    if self.dtype == torch.bool if isinstance(self, torch.Tensor) else False:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported.")
+    return run("sub", (self, other), scalars=(alpha,))
+
+
+@register(aten.sub_.Tensor, aten.sub_.Scalar)
+def sub_(self, other, *, alpha=1):
+    return run_("sub", self, (self, other), scalars=(alpha,), opname="sub_")
+
+
+@register(aten.rsub.Tensor, aten.rsub.Scalar)
+def rsub(self, other, *, alpha=1):
+    return run("sub", (other, self), scalars=(alpha,)) if isinstance(other, TVKTensor) else \
+        run("sub", (_as_scalar_operand(other), self), scalars=(alpha,))
+
+
+def _as_scalar_operand(x):
+    return x.item() if isinstance(x, torch.Tensor) else x
+
+
+@register(aten.mul.Tensor, aten.mul.Scalar)
+def mul(self, other):
+    return run("mul", (self, other))
+
+
+@register(aten.mul_.Tensor, aten.mul_.Scalar)
+def mul_(self, other):
+    return run_("mul", self, (self, other), opname="mul_")
+
+
+@register(aten.div.Tensor, aten.div.Scalar)
+def div(self, other):
+    return run("div", (self, other), kind=INT_TO_FLOAT)
+
+
+@register(aten.div_.Tensor, aten.div_.Scalar)
+def div_(self, other):
+    return run_("div", self, (self, other), kind=INT_TO_FLOAT, opname="div_")
+
+
+@register(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(self, other, *, rounding_mode=None):
+    if rounding_mode is None:
+        return div(self, other)
+    raise NotImplementedError(f"TorchVK: div with rounding_mode={rounding_mode!r} has no Vulkan kernel yet")
+
+
+@register(aten.maximum.default)
+def maximum(self, other):
+    return run("maximum", (self, other))
+
+
+@register(aten.minimum.default)
+def minimum(self, other):
+    return run("minimum", (self, other))
+
+
+@register(aten.pow.Tensor_Scalar)
+def pow_ts(self, exponent):
+    if exponent == 2:
+        return run("square", (self,), dtype=promote((self, exponent)))
+    if exponent == 1:
+        from .copies import clone
+
+        return clone(self)
+    if exponent == 0.5:
+        return run("sqrt", (self,), dtype=promote((self, exponent)))
+    return run("pow_scalar", (self,), dtype=promote((self, exponent)), scalars=(exponent,))
+
+
+@register(aten.pow_.Scalar)
+def pow_ts_(self, exponent):
+    return run("pow_scalar", (self,), out=self, scalars=(exponent,))
+
+
+@register(aten.pow.Scalar)
+def pow_st(self, exponent):
+    return run("rpow_scalar", (exponent,), dtype=promote((self, exponent)), scalars=(self,))
+
+
+@register(aten.pow.Tensor_Tensor)
+def pow_tt(self, exponent):
+    return run("pow", (self, exponent))
+
+
+# ------------------------------------------------------------------ unary
+def _unary(kop, kind=DEFAULT):
+    def impl(self):
+        return run(kop, (self,), kind=kind)
+
+    def impl_(self):
+        return run_(kop, self, (self,), kind=kind, opname=kop + "_")
+
+    return impl, impl_
+
+
+for _name, _kop, _kind in [("neg", "neg", DEFAULT), ("abs", "abs", DEFAULT), ("exp", "exp", INT_TO_FLOAT),
+                           ("log", "log", INT_TO_FLOAT), ("sqrt", "sqrt", INT_TO_FLOAT),
+                           ("rsqrt", "rsqrt", INT_TO_FLOAT), ("relu", "relu", DEFAULT),
+                           ("sigmoid", "sigmoid", INT_TO_FLOAT), ("tanh", "tanh", INT_TO_FLOAT),
+                           ("reciprocal", "reciprocal", INT_TO_FLOAT), ("silu", "silu", DEFAULT)]:
+    _f, _f_ = _unary(_kop, _kind)
+    register(getattr(aten, _name).default)(_f)
+    if hasattr(aten, _name + "_"):
+        register(getattr(aten, _name + "_").default)(_f_)
+
+
+@register(aten.square.default)
+def square(self):
+    return run("square", (self,), dtype=promote((self, 2)))
+
+
+@register(aten.gelu.default)
+def gelu(self, *, approximate="none"):
+    return run("gelu_tanh" if approximate == "tanh" else "gelu", (self,))
+
+
+@register(aten.gelu_.default)
+def gelu_(self, *, approximate="none"):
+    return run("gelu_tanh" if approximate == "tanh" else "gelu", (self,), out=self)
+
+
+@register(aten.gelu_backward.default)
+def gelu_backward(grad_output, self, *, approximate="none"):
+    return run("gelu_tanh_backward" if approximate == "tanh" else "gelu_backward", (grad_output, self))
+
+
+@register(aten.silu_backward.default)
+def silu_backward(grad_output, self):
+    return run("silu_backward", (grad_output, self))
+
+
+@register(aten.sigmoid_backward.default)
+def sigmoid_backward(grad_output, output):
+    return run("sigmoid_backward", (grad_output, output))
+
+
+@register(aten.tanh_backward.default)
+def tanh_backward(grad_output, output):
+    return run("tanh_backward", (grad_output, output))
+
+
+@register(aten.threshold_backward.default)
+def threshold_backward(grad_output, self, threshold):
+    return run("threshold_backward", (grad_output, self), dtype=grad_output.dtype, scalars=(threshold,))
+
+
+@register(aten.leaky_relu.default)
+def leaky_relu(self, negative_slope=0.01):
+    return run("leaky_relu", (self,), dtype=self.dtype, scalars=(negative_slope,))
+
+
+@register(aten.leaky_relu_.default)
+def leaky_relu_(self, negative_slope=0.01):
+    return run("leaky_relu", (self,), out=self, scalars=(negative_slope,))
+
+
+@register(aten.leaky_relu_backward.default)
+def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
+    return run("leaky_relu_backward", (grad_output, self), dtype=grad_output.dtype, scalars=(negative_slope,))
+
+
+def _clamp_args(self, lo, hi):
+    return (None if lo is None else _as_scalar_operand(lo)), (None if hi is None else _as_scalar_operand(hi))
+
+
+@register(aten.clamp.default)
+def clamp(self, min=None, max=None):
+    lo, hi = _clamp_args(self, min, max)
+    args = (self,) + tuple(x for x in (lo, hi) if x is not None)
+    return run("clamp", (self,), dtype=promote(args), scalars=(lo, hi))
+
+
+@register(aten.clamp_.default)
+def clamp_(self, min=None, max=None):
+    lo, hi = _clamp_args(self, min, max)
+    return run("clamp", (self,), out=self, scalars=(lo, hi))
+
+
+@register(aten.clamp_min.default)
+def clamp_min(self, min):
+    return clamp(self, min, None)
+
+
+@register(aten.clamp_max.default)
+def clamp_max(self, max):
+    return clamp(self, None, max)
+
+
+@register(aten.clamp_min_.default)
+def clamp_min_(self, min):
+    return clamp_(self, min, None)
+
+
+@register(aten.clamp_max_.default)
+def clamp_max_(self, max):
+    return clamp_(self, None, max)
+
+
+@register(aten.clamp.Tensor)
+def clamp_t(self, min=None, max=None):
+    out = self
+    if min is not None:
+        out = maximum(out, min)
+    if max is not None:
+        out = minimum(out, max)
+    return out if out is not self else run("copy", (self,), dtype=self.dtype)
+
+
+@register(aten.hardtanh.default)
+def hardtanh(self, min_val=-1, max_val=1):
+    return run("clamp", (self,), dtype=self.dtype, scalars=(min_val, max_val))
+
+
+@register(aten.hardtanh_backward.default)
+def hardtanh_backward(grad_output, self, min_val, max_val):
+    inside = logical_and(gt(self, min_val), lt(self, max_val))
+    return where(inside, grad_output, 0.0)
+
+
+@register(aten.sign.default)
+def sign(self):
+    return run("sub", (gt(self, 0), lt(self, 0)), dtype=self.dtype, compute="int32" if not self.dtype.is_floating_point else None) \
+        if self.dtype != torch.bool else run("copy", (self,), dtype=torch.bool)
+
+
+# ------------------------------------------------------------------ comparisons and logic
+def _cmp(kop):
+    def impl(self, other):
+        return run(kop, (self, other), dtype=torch.bool)
+
+    def impl_(self, other):
+        return run(kop, (self, other), out=self)
+
+    return impl, impl_
+
+
+for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
+    _f, _f_ = _cmp(_name)
+    register(getattr(aten, _name).Tensor, getattr(aten, _name).Scalar)(_f)
+    register(getattr(aten, _name + "_").Tensor, getattr(aten, _name + "_").Scalar)(_f_)
+    globals()[_name] = _f
+
+
+@register(aten.logical_not.default)
+def logical_not(self):
+    return run("eq", (self, 0), dtype=torch.bool)
+
+
+@register(aten.logical_and.default)
+def logical_and(self, other):
+    return run("mul", (ne(self, 0) if self.dtype != torch.bool else self,
+                       ne(other, 0) if isinstance(other, TVKTensor) and other.dtype != torch.bool else other),
+               dtype=torch.bool, compute="int32")
+
+
+@register(aten.logical_or.default)
+def logical_or(self, other):
+    return run("maximum", (ne(self, 0) if self.dtype != torch.bool else self,
+                           ne(other, 0) if isinstance(other, TVKTensor) and other.dtype != torch.bool else other),
+               dtype=torch.bool, compute="int32")
+
+
+@register(aten.bitwise_not.default)
+def bitwise_not(self):
+    if self.dtype == torch.bool:
+        return logical_not(self)
+    raise TypeError(f"TorchVK: aten.bitwise_not supports bool only, not {self.dtype}")
+
+
+@register(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)
+def bitwise_and(self, other):
+    if self.dtype == torch.bool and (not isinstance(other, torch.Tensor) or other.dtype == torch.bool):
+        return logical_and(self, other)
+    raise TypeError(f"TorchVK: aten.bitwise_and supports bool only, not {self.dtype}")
+
+
+@register(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)
+def bitwise_or(self, other):
+    if self.dtype == torch.bool and (not isinstance(other, torch.Tensor) or other.dtype == torch.bool):
+        return logical_or(self, other)
+    raise TypeError(f"TorchVK: aten.bitwise_or supports bool only, not {self.dtype}")
+
+
+# ------------------------------------------------------------------ ternary
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def where(condition, self, other):
+    dtype = promote((self, other))
+    return run("where", (condition, self, other), dtype=dtype)
+
+
+@register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def masked_fill(self, mask, value):
+    return run("where", (mask, _as_scalar_operand(value), self), dtype=self.dtype)
+
+
+@register(aten.masked_fill_.Scalar, aten.masked_fill_.Tensor)
+def masked_fill_(self, mask, value):
+    return run("where", (mask, _as_scalar_operand(value), self), out=self)
+
+
+@register(aten.addcmul.default)
+def addcmul(self, tensor1, tensor2, *, value=1):
+    return run("addcmul", (self, tensor1, tensor2), scalars=(value,))
+
+
+@register(aten.addcmul_.default)
+def addcmul_(self, tensor1, tensor2, *, value=1):
+    return run("addcmul", (self, tensor1, tensor2), out=self, scalars=(value,))
+
+
+@register(aten.addcdiv.default)
+def addcdiv(self, tensor1, tensor2, *, value=1):
+    return run("addcdiv", (self, tensor1, tensor2), scalars=(value,))
+
+
+@register(aten.addcdiv_.default)
+def addcdiv_(self, tensor1, tensor2, *, value=1):
+    return run("addcdiv", (self, tensor1, tensor2), out=self, scalars=(value,))
+
+
+@register(aten.lerp.Scalar)
+def lerp(self, end, weight):
+    return run("lerp_scalar", (self, end), scalars=(_as_scalar_operand(weight),))
+
+
+@register(aten.lerp_.Scalar)
+def lerp_(self, end, weight):
+    return run("lerp_scalar", (self, end), out=self, scalars=(_as_scalar_operand(weight),))
+
+
+@register(aten.lerp.Tensor)
+def lerp_t(self, end, weight):
+    return run("addcmul", (self, weight, sub(end, self)))
+
+
+@register(aten.lerp_.Tensor)
+def lerp_t_(self, end, weight):
+    return run("addcmul", (self, weight, sub(end, self)), out=self)
+
+
+# ------------------------------------------------------------------ foreach (per tensor)
+def _foreach(fn, inplace, value_pos=None):
+    def impl(self, *args, **kwargs):
+        args = list(args)
+        if value_pos is not None and len(args) > value_pos:  # addcmul/addcdiv scalars: list or CPU tensor
+            v = args.pop(value_pos)
+            if isinstance(v, torch.Tensor):
+                v = v.tolist()
+            kwargs["value"] = v
+        outs = []
+        for i in range(len(self)):
+            a = [x[i] if isinstance(x, (list, tuple)) else x for x in args]
+            kw = {k: (v[i] if isinstance(v, (list, tuple)) else v) for k, v in kwargs.items()}
+            outs.append(fn(self[i], *a, **kw))
+        return None if inplace else outs
+
+    return impl
+
+
+_FOREACH = {
+    "add": (add, add_), "sub": (sub, sub_), "mul": (mul, mul_), "div": (div, div_),
+    "maximum": (maximum, None), "minimum": (minimum, None),
+    "addcmul": (addcmul, addcmul_), "addcdiv": (addcdiv, addcdiv_), "lerp": (lerp, lerp_),
+}
+for _name, (_f, _f_) in _FOREACH.items():
+    vpos = 2 if _name in ("addcmul", "addcdiv") else None
+    if _name == "lerp":
+        _f = lambda s, e, w: lerp_t(s, e, w) if isinstance(w, TVKTensor) else lerp(s, e, w)  # noqa: E731
+        _f_ = lambda s, e, w: lerp_t_(s, e, w) if isinstance(w, TVKTensor) else lerp_(s, e, w)  # noqa: E731
+    for suffix, fn, inplace in (("", _f, False), ("_", _f_, True)):
+        pk = getattr(aten, "_foreach_" + _name + suffix, None)
+        if pk is None or fn is None:
+            continue
+        for ov in pk.overloads():
+            if not ov.endswith("out"):
+                register(getattr(pk, ov))(_foreach(fn, inplace, vpos))
+
+for _name in ("sqrt", "neg", "abs", "exp", "reciprocal", "sign", "zero"):
+    _fn = {"sign": sign}.get(_name) or globals().get(_name)
+    if _name == "zero":
+        continue
+    pk = getattr(aten, "_foreach_" + _name, None)
+    if pk is not None:
+        register(pk.default)(_foreach(_fn, False))
+    pk = getattr(aten, "_foreach_" + _name + "_", None)
+    if pk is not None and _name + "_" in globals():
+        register(pk.default)(_foreach(globals()[_name + "_"], True))
+
+
+@register(aten._foreach_zero_.default)
+def _foreach_zero_(self):
+    from .copies import fill
+
+    for t in self:
+        fill(t, 0)
+
+
+@register(aten._foreach_copy_.default)
+def _foreach_copy_(self, src, non_blocking=False):
+    from .copies import copy_into
+
+    for d, s in zip(self, src):
+        copy_into(d, s)
+
+
+@register(aten._foreach_pow.ScalarAndTensor, aten._foreach_pow.List, aten._foreach_pow.Scalar)
+def _foreach_pow(self, exponent):
+    if isinstance(self, (list, tuple)):
+        if isinstance(exponent, (list, tuple)):
+            return [pow_tt(a, b) for a, b in zip(self, exponent)]
+        return [pow_ts(a, exponent) for a in self]
+    return [pow_st(self, e) for e in exponent]

@@ -1,0 +1,133 @@
+"""Experiment 2: square matmul 128..4096, fp32 and fp16 (and bf16 where the device has it).
+
+TFLOP/s from Vulkan timestamps (median after warm-up, inputs rotated), relative error
+(Frobenius) against a float64 product of the same inputs, side by side with torch CPU
+and, where present, torch CUDA (fp32 with TF32 off, and fp16) measured in the same run.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .common import environment, md_table, median, write_result
+
+DEFAULT_SIZES = [128, 256, 512, 1024, 2048, 4096]
+
+
+def _to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "float16":
+        return x.astype(np.float16)
+    if dtype == "bfloat16":  # round-to-nearest-even to the top 16 bits of fp32
+        u = x.astype(np.float32).view(np.uint32)
+        return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16))
+    return x.astype(np.float32)
+
+
+def _from_storage(x: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bfloat16":
+        return (x.astype(np.uint32) << 16).view(np.float32)
+    return x.astype(np.float32)
+
+
+def measure_tvk(device, n: int, dtype: str, repeats: int, n_inputs: int = 2) -> dict:
+    from ..kernels.matmul import matmul
+
+    rng = np.random.default_rng(n)
+    hosts = [(_to_storage(rng.standard_normal((n, n), dtype=np.float32), dtype),
+              _to_storage(rng.standard_normal((n, n), dtype=np.float32), dtype)) for _ in range(n_inputs)]
+    np_dtype = np.uint16 if dtype == "bfloat16" else (np.float16 if dtype == "float16" else np.float32)
+    bufs = [(device.upload(a), device.upload(b)) for a, b in hosts]
+    out = device.allocator.alloc(n * n * np.dtype(np_dtype).itemsize)
+    info = matmul(device, bufs[0][0].address, bufs[0][1].address, out.address, n, n, n, dtype=dtype)
+    got = _from_storage(device.download(out, np_dtype, (n, n)), dtype).astype(np.float64)
+    a64, b64 = (_from_storage(h, dtype).astype(np.float64) for h in hosts[0])
+    ref = a64 @ b64
+    rel_err = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
+    for i in range(2):
+        matmul(device, bufs[i % n_inputs][0].address, bufs[i % n_inputs][1].address, out.address, n, n, n, dtype=dtype)
+    device.synchronize()
+    gpu = []
+    with device.stream.profiling() as records:
+        marks = []
+        for i in range(repeats):
+            start = len(records)
+            a, b = bufs[i % n_inputs]
+            matmul(device, a.address, b.address, out.address, n, n, n, dtype=dtype)
+            device.synchronize()
+            gpu.append(sum(t for _, t in records[start:]))
+    for a, b in bufs:
+        a.free(), b.free()
+    out.free()
+    t = median(gpu)
+    return {"gpu_s": t, "tflops": 2 * n ** 3 / t / 1e12 if t else None, "rel_err": rel_err,
+            "kernel": info.get("kernel") if isinstance(info, dict) else None,
+            "params": info.get("params") if isinstance(info, dict) else None,
+            "config_source": info.get("source") if isinstance(info, dict) else None}
+
+
+def measure_torch(n: int, dtype: str, device: str, repeats: int):
+    import torch
+
+    tdtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    a = torch.randn(n, n, device=device).to(tdtype)
+    b = torch.randn(n, n, device=device).to(tdtype)
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        for _ in range(3):
+            a @ b
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(repeats):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            a @ b
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) * 1e-3)
+        return median(times)
+    if dtype != "float32" or n > 2048:
+        return None  # CPU half matmul and huge CPU products say nothing useful
+    times = []
+    for _ in range(max(2, repeats // 5)):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return median(times)
+
+
+def run(device, out_dir, sizes=None, progress=True, dtypes=None) -> dict:
+    sizes = sizes or DEFAULT_SIZES
+    feats = device.facts.features
+    if dtypes is None:
+        dtypes = ["float32"]
+        if feats.get("storage_16bit") and feats.get("shader_float16"):
+            dtypes.append("float16")
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except Exception:
+        torch, has_cuda = None, False
+    jobs = [(d, n) for d in dtypes for n in sizes]
+    if progress:
+        from tqdm import tqdm
+
+        jobs = tqdm(jobs, desc="matmul", unit="shape")
+    results, rows = [], []
+    for dtype, n in jobs:
+        repeats = 20 if n <= 1024 else 10
+        r = {"n": n, "dtype": dtype, **measure_tvk(device, n, dtype, repeats)}
+        r["torch_cpu_s"] = measure_torch(n, dtype, "cpu", repeats) if torch is not None else None
+        r["torch_cuda_s"] = measure_torch(n, dtype, "cuda", repeats) if has_cuda else None
+        r["torch_cuda_tflops"] = 2 * n ** 3 / r["torch_cuda_s"] / 1e12 if r["torch_cuda_s"] else None
+        r["tvk_vs_cuda"] = r["tflops"] / r["torch_cuda_tflops"] if r["torch_cuda_tflops"] and r["tflops"] else None
+        results.append(r)
+        rows.append([dtype, n, r["kernel"], r["gpu_s"] and r["gpu_s"] * 1e3, r["tflops"], r["rel_err"],
+                     r["torch_cpu_s"] and r["torch_cpu_s"] * 1e3, r["torch_cuda_tflops"], r["tvk_vs_cuda"]])
+    payload = {"experiment": "matmul", "environment": environment(device), "results": results,
+               "notes": "torch CUDA fp32 with TF32 off; GPU times from Vulkan timestamps and CUDA events"}
+    table = md_table(["dtype", "n", "kernel", "tvk ms", "tvk TFLOP/s", "rel err vs fp64", "torch CPU ms",
+                      "torch CUDA TFLOP/s", "tvk/CUDA"], rows)
+    write_result(out_dir, "matmul", payload, table)
+    return payload
