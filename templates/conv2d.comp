@@ -2,13 +2,16 @@
 // 2-D convolution (NCHW, float32) as an implicit GEMM, C[M,N] = sum_k A[M,K] * B[K,N],
 // one template for the three directions, selected by DIR:
 //   DIR 0  forward         M = batch*OH*OW (n,oh,ow)  N = OC/G (oc)          K = IC/G*KH*KW (ic,kh,kw)
-//   DIR 1  grad wrt input  M = batch*H*W   (n,ih,iw)  N = IC/G (ic)          K = OC/G*KH*KW (oc,kh,kw)
+//   DIR 1  grad wrt input  M = batch*Hc*Wc (n,ih,iw)  N = IC/G (ic)          K = OC/G*KHc*KWc (oc,kh,kw)
 //   DIR 2  grad wrt weight M = OC/G (oc)              N = IC/G*KH*KW (ic,kh,kw) K = batch*OH*OW (n,oh,ow)
 // A and B are never materialised: every workgroup stages a BM x BK tile of A and a BK x BN
 // tile of B in shared memory through an index mapping (the im2col addresses), with small
 // per-tile tables in shared memory holding the decoded (n, oh, ow) / (ic, kh, kw) offsets so
 // the inner loads need no integer division. Out-of-range taps (padding, tails, DIR 1's
-// stride holes) load zeros. Groups and split-K slices run on grid z (z = split * G + g).
+// tails) load zeros. Groups and split-K slices run on grid z (z = split * G + g).
+// DIR 1 runs once per stride phase (rh, rw): the input rows ih = ih0 + a*sh (a < Hc) that
+// (ih + ph) % sh == rh puts in that phase only meet the kernel rows kh = kh0 + b*khs (b < KHc)
+// with kh*dh % sh == rh, so no stride holes are multiplied; then oh = base_h + a - b*step_h.
 // DIR 2 with split-K writes partial sums, [split][OC][IC/G*KH*KW], summed by conv2d_reduce.comp.
 //
 // Tunables (defines): BM, BN, BK tile; TM, TN outputs per thread; PAD shared-row padding
@@ -51,10 +54,25 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer RBuf { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) writeonly buffer WBuf { float v[]; };
 
+#if DIR == 1
 layout(push_constant) uniform Params {
-    uvec2 a;     // DIR 0: x          DIR 1: grad_out   DIR 2: grad_out
-    uvec2 b;     // DIR 0: weight     DIR 1: weight     DIR 2: x
-    uvec2 c;     // DIR 0: out        DIR 1: grad_in    DIR 2: grad_weight (or split-K partials)
+    uvec2 a;     // grad_out
+    uvec2 b;     // weight
+    uvec2 c;     // grad_in
+    uint n, ic, h, w;
+    uint oc, oh, ow, groups;
+    uint kh, kw, sh, sw;
+    uint ih0, iw0, hc, wc;     // this phase's input rows / columns: ih = ih0 + a*sh, a < hc
+    uint kh0, kw0, khs, kws;   // its kernel taps: kh = kh0 + b*khs
+    uint khc, kwc;             // tap counts (0: the phase gets no gradient)
+    int base_h, base_w;        // oh = base_h + a - b*step_h
+    uint step_h, step_w;
+} p;
+#else
+layout(push_constant) uniform Params {
+    uvec2 a;     // DIR 0: x          DIR 2: grad_out
+    uvec2 b;     // DIR 0: weight     DIR 2: x
+    uvec2 c;     // DIR 0: out        DIR 2: grad_weight (or split-K partials)
     uvec2 bias;  // DIR 0 only, read when flags & 1
     uint n, ic, h, w;
     uint oc, oh, ow, groups;
@@ -63,6 +81,7 @@ layout(push_constant) uniform Params {
     uint kchunk; // K per split-K slice (a multiple of BK); >= K when not split
     uint flags;  // bit 0: add bias
 } p;
+#endif
 
 shared float As[BK][BM + PAD];
 shared float Bs[BK][BN + PAD];
@@ -70,8 +89,8 @@ shared float Bs[BK][BN + PAD];
 shared ivec3 mtab[BM];  // (x plane base of row's image, oh*sh - ph, ow*sw - pw)
 shared ivec3 ktab[BK];  // (ic*H*W, kh*dh, kw*dw)
 #elif DIR == 1
-shared ivec3 mtab[BM];  // (grad_out image base, ih + ph, iw + pw)
-shared ivec4 ktab[BK];  // (oc*OH*OW, kh*dh, kw*dw, weight offset oc*ICg*KH*KW + kh*KW + kw or -1)
+shared ivec3 mtab[BM];  // (grad_out image base, base_h + a, base_w + b)
+shared ivec4 ktab[BK];  // (oc*OH*OW, b_h*step_h, b_w*step_w, weight offset oc*ICg*KH*KW + kh*KW + kw or -1)
 #else
 shared ivec3 ntab[BN];  // (ic*H*W, kh*dh, kw*dw)
 shared ivec4 ktab[BK];  // (grad_out offset n*OC*OHW + oh*OW + ow or -1, x image base n*IC*HW, oh*sh - ph, ow*sw - pw)
@@ -86,7 +105,8 @@ void main() {
 #if DIR == 0
     const uint M = p.n * ohw, N = ocg, K = icg * khw;
 #elif DIR == 1
-    const uint M = p.n * hw, N = icg, K = ocg * khw;
+    const uint hwc = p.hc * p.wc, khwc = p.khc * p.kwc;
+    const uint M = p.n * hwc, N = icg, K = ocg * khwc;
 #else
     const uint M = ocg, N = icg * khw, K = p.n * ohw;
 #endif
@@ -97,8 +117,12 @@ void main() {
     }
     const uint m0 = (tile % mtiles) * BM, n0 = (tile / mtiles) * BN;
     const uint g = gl_WorkGroupID.z % G, split = gl_WorkGroupID.z / G;
+#if DIR == 1
+    const uint kbeg = 0, kend = K;
+#else
     const uint kbeg = split * p.kchunk;
     const uint kend = min(K, kbeg + p.kchunk);
+#endif
 
     RBuf A = RBuf(p.a), B = RBuf(p.b);
 
@@ -119,9 +143,9 @@ void main() {
         uint m = m0 + i;
         ivec3 t = ivec3(0, -FAR, -FAR);
         if (m < M) {
-            uint nn = m / hw, r = m - nn * hw;
-            uint y = r / p.w, x = r - y * p.w;
-            t = ivec3(int((nn * p.oc + g * ocg) * ohw), int(y + p.ph), int(x + p.pw));
+            uint nn = m / hwc, r = m - nn * hwc;
+            uint y = r / p.wc, x = r - y * p.wc;
+            t = ivec3(int((nn * p.oc + g * ocg) * ohw), p.base_h + int(y), p.base_w + int(x));
         }
         mtab[i] = t;
     }
@@ -166,9 +190,10 @@ void main() {
 #elif DIR == 1
             ivec4 t = ivec4(0, FAR, FAR, -1);
             if (k < kend) {
-                uint o = k / khw, r = k - o * khw;
-                uint ky = r / p.kw, kx = r - ky * p.kw;
-                t = ivec4(int(o * ohw), int(ky * p.dh), int(kx * p.dw), int(o * icg * khw + r));
+                uint o = k / khwc, r = k - o * khwc;
+                uint by = r / p.kwc, bx = r - by * p.kwc;
+                uint ky = p.kh0 + by * p.khs, kx = p.kw0 + bx * p.kws;
+                t = ivec4(int(o * ohw), int(by * p.step_h), int(bx * p.step_w), int(o * icg * khw + ky * p.kw + kx));
             }
 #else
             ivec4 t = ivec4(-1, 0, FAR, FAR);
@@ -206,22 +231,10 @@ void main() {
                 }
 #else
                 ivec4 kt = ktab[kl];
-                int ty = mt.y - kt.y, tx = mt.z - kt.z;  // = oh*sh, ow*sw when this tap hits
+                int y = mt.y - kt.y, x = mt.z - kt.z;  // the output pixel this tap reads
                 float v = 0.0;
-                if (ty >= 0 && tx >= 0) {
-                    uint y = uint(ty), x = uint(tx);
-                    bool ok = true;
-                    if (p.sh != 1) {
-                        y = uint(ty) / p.sh;
-                        ok = y * p.sh == uint(ty);
-                    }
-                    if (p.sw != 1) {
-                        x = uint(tx) / p.sw;
-                        ok = ok && x * p.sw == uint(tx);
-                    }
-                    if (ok && y < p.oh && x < p.ow) {
-                        v = A.v[uint(mt.x + kt.x) + y * p.ow + x];
-                    }
+                if (uint(y) < p.oh && uint(x) < p.ow) {
+                    v = A.v[uint(mt.x + kt.x + y * int(p.ow) + x)];
                 }
 #endif
 #endif
@@ -297,8 +310,9 @@ void main() {
     [[unroll]] for (uint i = 0; i < TM; ++i) {
         uint m = m0 + tm + i * BMT;
         if (m < M) {
-            uint nn = m / hw, r = m - nn * hw;
-            uint base = (nn * p.ic + g * icg) * hw + r;
+            uint nn = m / hwc, r = m - nn * hwc;
+            uint y = r / p.wc, x = r - y * p.wc;
+            uint base = (nn * p.ic + g * icg) * hw + (p.ih0 + y * p.sh) * p.w + p.iw0 + x * p.sw;
             [[unroll]] for (uint j = 0; j < TN; ++j) {
                 uint col = n0 + tn + j * BNT;
                 if (col < N) {

@@ -196,7 +196,7 @@ float tvk_ncdf(float x) {
     return x >= 0.0 ? 1.0 - h : h;
 }
 float tvk_sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
-float tvk_tanh(float x) { return tanh(clamp(x, -15.0, 15.0)); }
+float tvk_tanh(float x) { return abs(x) > 15.0 ? sign(x) : tanh(x); }  // no inf/inf for large |x|
 float tvk_gelu_tanh(float x) {
     float inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
     return 0.5 * x * (1.0 + tvk_tanh(inner));
@@ -218,6 +218,7 @@ float tvk_pow(float x, float y) {  // torch semantics: negative bases with integ
     if (y == 1.0) return x;
     if (y == 0.0) return 1.0;
     if (y == 0.5) return sqrt(x);
+    if (x == 1.0) return 1.0;
     if (isnan(x) || isnan(y)) return TVK_NAN;
     float ax = abs(x);
     float r;

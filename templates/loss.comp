@@ -43,8 +43,8 @@ layout(push_constant) uniform Params {
     uvec2 weight;  // float [C], or 0 for none
     uvec2 a;       // per-row loss (fwd; the output itself for reduction none) / grad_out (bwd)
     uvec2 b;       // per-row target weight (fwd) / grad_input (bwd)
-    uvec2 lse;     // per-row logsumexp (cross-entropy)
-    uvec2 aux;     // [0] total weight, [1] class-weight sum W; reduce: out is `b`... see MODE 2
+    uvec2 lse;     // per-row logsumexp (cross-entropy); MODE 2: the output
+    uvec2 aux;     // [0] total target weight, [1] class-weight sum W
     uint N;
     uint C;
     int ignore_index;

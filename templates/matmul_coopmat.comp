@@ -5,10 +5,16 @@
 //
 // The workgroup is SG_M x SG_N subgroups of SUBGROUP_SIZE invocations; each subgroup owns
 // FM x FN accumulator matrices of MS x NS (the device's cooperative-matrix shape, with
-// depth KS), so the workgroup tile is BM = SG_M*FM*MS by BN = SG_N*FN*NS. Each BK slice
-// of A and B is staged in shared memory as fp16 (any strides; zero-filled past the
-// edges), then loaded into cooperative matrices. The accumulators go back through a
-// per-subgroup MS x NS fp32 staging area for the strided, bounds-checked epilogue.
+// depth KS), so the workgroup tile is BM = SG_M*FM*MS by BN = SG_N*FN*NS.
+// Each BK slice of A and B is staged in shared memory as fp16 in the operand's own
+// contiguity (A: [m][k] when A_KMAJOR, else [k][m]; B: [k][n] when B_NMAJOR, else [n][k]),
+// moved as 16-byte octets of halves (one 16-byte global load where the operand is
+// contiguous and aligned: VEC 8; narrower or scalar loads otherwise, zero-filled past the
+// edges), and read with row- or column-major cooperative loads to match. STAGES 2 keeps
+// two shared buffers and prefetches the next slice into registers while the current one
+// is multiplied (one barrier per slice); STAGES 1 uses one buffer (less shared memory).
+// The accumulators go back through a per-subgroup MS x NS fp32 staging area for the
+// strided, bounds-checked epilogue.
 // Needs glslang >= 13 (GL_KHR_cooperative_matrix); SPIR-V for Vulkan 1.2 is enough.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
@@ -72,10 +78,14 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef ACT
 #define ACT 0
 #endif
+#ifndef STAGES
+#define STAGES 2
+#endif
 
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer HBuf { float16_t v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer H2Buf { f16vec2 v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 8) buffer H4Buf { f16vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer U1Buf { uint v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer U2Buf { uvec2 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer U4Buf { uvec4 v[]; };
 
 layout(push_constant) uniform Params {
     uvec2 a;
@@ -133,39 +143,37 @@ float activation(float v) {
 #endif
 }
 
-// up to 4 halves from element e along a dimension of stride `stride`, valid while pos + q < lim
-f16vec4 load_v1(uvec2 base, uint e, uint stride, uint pos, uint lim) {
-    return f16vec4(pos < lim ? HBuf(base).v[e] : float16_t(0.0), float16_t(0.0), float16_t(0.0), float16_t(0.0));
+// 8 halves (an "octet", packed in a uvec4) from element e along a dimension of stride
+// `stride`, element q valid while pos + q < lim, zero past the edge. VEC > 1 needs
+// stride 1, e % VEC == 0 and a VEC-aligned base (the host checks).
+uvec4 pack8(float16_t h[8]) {
+    return uvec4(packFloat2x16(f16vec2(h[0], h[1])), packFloat2x16(f16vec2(h[2], h[3])),
+                 packFloat2x16(f16vec2(h[4], h[5])), packFloat2x16(f16vec2(h[6], h[7])));
 }
-#if VEC_A == 2 || VEC_B == 2
-f16vec4 load_v2(uvec2 base, uint e, uint stride, uint pos, uint lim) {
-    if (pos + 2u <= lim) return f16vec4(H2Buf(base).v[e >> 1], float16_t(0.0), float16_t(0.0));
-    return load_v1(base, e, stride, pos, lim);
+
+uvec4 load_octet_scalar(uvec2 base, uint e, uint stride, uint pos, uint lim) {
+    float16_t h[8];
+    HBuf b = HBuf(base);
+    [[unroll]] for (uint q = 0u; q < 8u; ++q) h[q] = (pos + q < lim) ? b.v[e + q * stride] : float16_t(0.0);
+    return pack8(h);
 }
-#endif
-#if VEC_A == 4 || VEC_B == 4
-f16vec4 load_v4(uvec2 base, uint e, uint stride, uint pos, uint lim) {
-    if (pos + 4u <= lim) return H4Buf(base).v[e >> 2];
-    f16vec4 r = f16vec4(float16_t(0.0));
-    [[unroll]] for (uint q = 0u; q < 3u; ++q)
-        if (pos + q < lim) r[q] = HBuf(base).v[e + q * stride];
-    return r;
+
+#define DEFINE_LOAD(NAME, VEC)                                                         \
+uvec4 NAME(uvec2 base, uint e, uint stride, uint pos, uint lim) {                      \
+    if (VEC == 8 && pos + 8u <= lim) return U4Buf(base).v[e >> 3];                     \
+    if (VEC == 4 && pos + 8u <= lim) {                                                 \
+        U2Buf b = U2Buf(base);                                                         \
+        return uvec4(b.v[e >> 2], b.v[(e >> 2) + 1u]);                                 \
+    }                                                                                  \
+    if (VEC == 2 && pos + 8u <= lim) {                                                 \
+        U1Buf b = U1Buf(base);                                                         \
+        uint i = e >> 1;                                                               \
+        return uvec4(b.v[i], b.v[i + 1u], b.v[i + 2u], b.v[i + 3u]);                   \
+    }                                                                                  \
+    return load_octet_scalar(base, e, stride, pos, lim);                               \
 }
-#endif
-#if VEC_A == 4
-#define LOAD_A load_v4
-#elif VEC_A == 2
-#define LOAD_A load_v2
-#else
-#define LOAD_A load_v1
-#endif
-#if VEC_B == 4
-#define LOAD_B load_v4
-#elif VEC_B == 2
-#define LOAD_B load_v2
-#else
-#define LOAD_B load_v1
-#endif
+DEFINE_LOAD(load_a, VEC_A)
+DEFINE_LOAD(load_b, VEC_B)
 
 const uint WM = FM * MS;
 const uint WN = FN * NS;
@@ -173,31 +181,80 @@ const uint BM = SG_M * WM;
 const uint BN = SG_N * WN;
 const uint NSG = SG_M * SG_N;
 const uint WG = NSG * SUBGROUP_SIZE;
-const uint AS = BK + PAD;  // As[m][k]: row stride in halves (keep a multiple of 8: 16 bytes)
-const uint BS = BN + PAD;  // Bs[k][n]
 
-shared float16_t As[BM * AS];
-shared float16_t Bs[BK * BS];
-shared float Cs[NSG * MS * NS];
-
+// shared tiles in octets (uvec4 = 8 halves); row lengths in halves are multiples of 8
 #if A_KMAJOR
-const uint A_PER = BK / VEC_A;
+const uint A_ROWS = BM, A_ROW = BK + PAD, A_OCT_ROW = BK / 8u;   // As[m][k]
 #else
-const uint A_PER = BM / VEC_A;
+const uint A_ROWS = BK, A_ROW = BM + PAD, A_OCT_ROW = BM / 8u;   // As[k][m]
 #endif
-const uint A_VECS = BM * BK / VEC_A;
-const uint A_ITERS = (A_VECS + WG - 1) / WG;
 #if B_NMAJOR
-const uint B_PER = BN / VEC_B;
+const uint B_ROWS = BK, B_ROW = BN + PAD, B_OCT_ROW = BN / 8u;   // Bs[k][n]
 #else
-const uint B_PER = BK / VEC_B;
+const uint B_ROWS = BN, B_ROW = BK + PAD, B_OCT_ROW = BK / 8u;   // Bs[n][k]
 #endif
-const uint B_VECS = BN * BK / VEC_B;
-const uint B_ITERS = (B_VECS + WG - 1) / WG;
+const uint A_STRIDE8 = A_ROW / 8u, B_STRIDE8 = B_ROW / 8u;
+const uint A_TILE8 = A_ROWS * A_STRIDE8, B_TILE8 = B_ROWS * B_STRIDE8;
+const uint A_OCTS = A_ROWS * A_OCT_ROW, B_OCTS = B_ROWS * B_OCT_ROW;
+const uint A_ITERS = (A_OCTS + WG - 1u) / WG;
+const uint B_ITERS = (B_OCTS + WG - 1u) / WG;
+
+shared uvec4 As[STAGES * A_TILE8];
+shared uvec4 Bs[STAGES * B_TILE8];
+shared float Cs[NSG * MS * NS];
 
 #define ACC_T coopmat<float, gl_ScopeSubgroup, MS, NS, gl_MatrixUseAccumulator>
 #define A_T coopmat<float16_t, gl_ScopeSubgroup, MS, KS, gl_MatrixUseA>
 #define B_T coopmat<float16_t, gl_ScopeSubgroup, KS, NS, gl_MatrixUseB>
+
+uvec4 ra[A_ITERS];
+uvec4 rb[B_ITERS];
+
+void fetch(uvec2 abase, uvec2 bbase, uint m0, uint n0, uint k0, uint tid) {
+    [[unroll]] for (uint it = 0u; it < A_ITERS; ++it) {
+        const uint v = tid + it * WG;
+        uvec4 val = uvec4(0u);
+        if (A_ITERS * WG == A_OCTS || v < A_OCTS) {
+            const uint row = v / A_OCT_ROW, q8 = (v % A_OCT_ROW) * 8u;
+#if A_KMAJOR
+            const uint gm = m0 + row, gk = k0 + q8;
+            if (gm < p.M) val = load_a(abase, gm * p.sAm + gk * p.sAk, p.sAk, gk, p.K);
+#else
+            const uint gk = k0 + row, gm = m0 + q8;
+            if (gk < p.K) val = load_a(abase, gm * p.sAm + gk * p.sAk, p.sAm, gm, p.M);
+#endif
+        }
+        ra[it] = val;
+    }
+    [[unroll]] for (uint it = 0u; it < B_ITERS; ++it) {
+        const uint v = tid + it * WG;
+        uvec4 val = uvec4(0u);
+        if (B_ITERS * WG == B_OCTS || v < B_OCTS) {
+            const uint row = v / B_OCT_ROW, q8 = (v % B_OCT_ROW) * 8u;
+#if B_NMAJOR
+            const uint gk = k0 + row, gn = n0 + q8;
+            if (gk < p.K) val = load_b(bbase, gk * p.sBk + gn * p.sBn, p.sBn, gn, p.N);
+#else
+            const uint gn = n0 + row, gk = k0 + q8;
+            if (gn < p.N) val = load_b(bbase, gk * p.sBk + gn * p.sBn, p.sBk, gk, p.K);
+#endif
+        }
+        rb[it] = val;
+    }
+}
+
+void stash(uint stage, uint tid) {
+    [[unroll]] for (uint it = 0u; it < A_ITERS; ++it) {
+        const uint v = tid + it * WG;
+        if (A_ITERS * WG == A_OCTS || v < A_OCTS)
+            As[stage * A_TILE8 + (v / A_OCT_ROW) * A_STRIDE8 + v % A_OCT_ROW] = ra[it];
+    }
+    [[unroll]] for (uint it = 0u; it < B_ITERS; ++it) {
+        const uint v = tid + it * WG;
+        if (B_ITERS * WG == B_OCTS || v < B_OCTS)
+            Bs[stage * B_TILE8 + (v / B_OCT_ROW) * B_STRIDE8 + v % B_OCT_ROW] = rb[it];
+    }
+}
 
 void main() {
     const uint tid = gl_LocalInvocationIndex;
@@ -219,67 +276,62 @@ void main() {
     [[unroll]] for (uint i = 0u; i < FM; ++i)
         [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = ACC_T(0.0);
 
+    fetch(abase, bbase, m0, n0, 0u, tid);
+    stash(0u, tid);
+    barrier();
+    uint stage = 0u;
     for (uint k0 = 0u; k0 < p.K; k0 += BK) {
-        [[unroll]] for (uint it = 0u; it < A_ITERS; ++it) {
-            const uint v = tid + it * WG;
-            if (A_ITERS * WG == A_VECS || v < A_VECS) {
-                const uint row = v / A_PER, col = (v % A_PER) * VEC_A;
-                f16vec4 val = f16vec4(float16_t(0.0));
-#if A_KMAJOR
-                const uint gm = m0 + row, gk = k0 + col;
-                if (gm < p.M) val = LOAD_A(abase, gm * p.sAm + gk * p.sAk, p.sAk, gk, p.K);
-                [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[row * AS + col + q] = val[q];
-#else
-                const uint gk = k0 + row, gm = m0 + col;
-                if (gk < p.K) val = LOAD_A(abase, gm * p.sAm + gk * p.sAk, p.sAm, gm, p.M);
-                [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[(col + q) * AS + row] = val[q];
-#endif
-            }
-        }
-        [[unroll]] for (uint it = 0u; it < B_ITERS; ++it) {
-            const uint v = tid + it * WG;
-            if (B_ITERS * WG == B_VECS || v < B_VECS) {
-                const uint row = v / B_PER, col = (v % B_PER) * VEC_B;
-                f16vec4 val = f16vec4(float16_t(0.0));
-#if B_NMAJOR
-                const uint gk = k0 + row, gn = n0 + col;
-                if (gk < p.K) val = LOAD_B(bbase, gk * p.sBk + gn * p.sBn, p.sBn, gn, p.N);
-                [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[row * BS + col + q] = val[q];
-#else
-                const uint gn = n0 + row, gk = k0 + col;
-                if (gn < p.N) val = LOAD_B(bbase, gk * p.sBk + gn * p.sBn, p.sBk, gk, p.K);
-                [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[(col + q) * BS + row] = val[q];
-#endif
-            }
-        }
-        barrier();
-
+        const bool more = k0 + BK < p.K;
+        if (more) fetch(abase, bbase, m0, n0, k0 + BK, tid);  // in flight during the products
+        const uint a_off = stage * A_TILE8, b_off = stage * B_TILE8;
         [[unroll]] for (uint kk = 0u; kk < BK; kk += KS) {
             A_T fa[FM];
             B_T fb[FN];
-            [[unroll]] for (uint i = 0u; i < FM; ++i)
-                coopMatLoad(fa[i], As, (sm * WM + i * MS) * AS + kk, AS, gl_CooperativeMatrixLayoutRowMajor);
-            [[unroll]] for (uint j = 0u; j < FN; ++j)
-                coopMatLoad(fb[j], Bs, kk * BS + sn * WN + j * NS, BS, gl_CooperativeMatrixLayoutRowMajor);
+            [[unroll]] for (uint i = 0u; i < FM; ++i) {
+                const uint m = sm * WM + i * MS;
+#if A_KMAJOR
+                coopMatLoad(fa[i], As, a_off + m * A_STRIDE8 + kk / 8u, A_STRIDE8, gl_CooperativeMatrixLayoutRowMajor);
+#else
+                coopMatLoad(fa[i], As, a_off + kk * A_STRIDE8 + m / 8u, A_STRIDE8, gl_CooperativeMatrixLayoutColumnMajor);
+#endif
+            }
+            [[unroll]] for (uint j = 0u; j < FN; ++j) {
+                const uint n = sn * WN + j * NS;
+#if B_NMAJOR
+                coopMatLoad(fb[j], Bs, b_off + kk * B_STRIDE8 + n / 8u, B_STRIDE8, gl_CooperativeMatrixLayoutRowMajor);
+#else
+                coopMatLoad(fb[j], Bs, b_off + n * B_STRIDE8 + kk / 8u, B_STRIDE8, gl_CooperativeMatrixLayoutColumnMajor);
+#endif
+            }
             [[unroll]] for (uint i = 0u; i < FM; ++i)
                 [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = coopMatMulAdd(fa[i], fb[j], acc[i][j]);
         }
+#if STAGES == 2
+        if (more) stash(stage ^ 1u, tid);
         barrier();
+        stage ^= 1u;
+#else
+        barrier();
+        if (more) {
+            stash(0u, tid);
+            barrier();
+        }
+#endif
     }
 
     HBuf C = HBuf(offset_addr(p.c, bz, p.sCb, 1u));
     const bool has_bias = p.bias != uvec2(0u);
-    const uint stage = sg * MS * NS;
+    const uint cst = sg * MS * NS;
     [[unroll]] for (uint i = 0u; i < FM; ++i) {
         [[unroll]] for (uint j = 0u; j < FN; ++j) {
-            coopMatStore(acc[i][j], Cs, stage, NS, gl_CooperativeMatrixLayoutRowMajor);
+            coopMatStore(acc[i][j], Cs, cst, NS, gl_CooperativeMatrixLayoutRowMajor);
             barrier();
             const uint mb = m0 + sm * WM + i * MS, nb = n0 + sn * WN + j * NS;
             for (uint e = lane; e < MS * NS; e += SUBGROUP_SIZE) {
                 const uint r = e / NS, c = e - r * NS;
                 const uint gm = mb + r, gn = nb + c;
                 if (gm < p.M && gn < p.N) {
-                    float v = p.alpha * Cs[stage + e];
+                    float v = p.alpha * Cs[cst + e];
                     if (has_bias) v += float(HBuf(p.bias).v[gn]);
                     C.v[gm * p.sCm + gn * p.sCn] = float16_t(activation(v));
                 }

@@ -3,7 +3,8 @@
 // A "row" is what one set of statistics covers: a layer-norm row (n contiguous elements)
 // or a batch-norm channel (n = N * inner elements; element k sits at
 // (k / inner) * ostride + c * inner + k % inner, ostride = C * inner). T threads reduce one
-// row (T, WG powers of two, WG / T rows per workgroup, adjacent threads on one row).
+// row (T, WG powers of two, p.tlog = log2(T), WG / T rows per workgroup, adjacent threads
+// on one row).
 // PHASE
 //   0 LN forward:  mean, rstd = 1/sqrt(var + eps) (biased var), y = xhat * w + b
 //   1 LN backward: dx = rstd * (g*w - mean(g*w) - xhat * mean(g*w*xhat))
@@ -13,7 +14,7 @@
 //     running_var with the unbiased var) or eval (flags & 1: stats from running mean/var)
 //   4 BN backward: grad weight/bias per channel, dx for training or eval (flags & 1)
 // Optional buffers have address 0 (weight, bias, stats outputs, grads).
-// Tunables: local size (spec constant 0, = WG), T, ITEMS (unrolled loads), SUBGROUP.
+// Tunables: local size (spec constant 0, = WG), ITEMS (unrolled loads), SUBGROUP.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -29,9 +30,6 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
 #ifndef PHASE
 #define PHASE 0
-#endif
-#ifndef T
-#define T 64
 #endif
 #ifndef ITEMS
 #define ITEMS 1
@@ -62,10 +60,12 @@ layout(push_constant) uniform Params {
     float momentum;
     float unbias;  // M / (M - 1) for the running var
     uint flags;    // 1: BN eval (statistics from the running buffers)
+    uint tlog;     // log2(threads per row)
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
-const uint G = WG / T;
+#define T (1u << p.tlog)
+#define G (WG >> p.tlog)
 shared float sv[gl_WorkGroupSize.x];
 
 #define HAS(a) any(notEqual(a, uvec2(0)))
@@ -102,7 +102,7 @@ float seg_sum(float v, uint l, uint t, uint ol) {
     barrier();
     sv[l] = v;
     barrier();
-    [[unroll]] for (uint s = T / 2; s > 0; s >>= 1) {
+    for (uint s = T / 2; s > 0; s >>= 1) {
         if (t < s) { v += sv[OTHER(s)]; sv[l] = v; }
         barrier();
     }

@@ -4,14 +4,14 @@
 // The host splits the (collapsed) shape into kept dims (the output, row-major) and RD
 // reduced dims; p.size/p.stride hold the reduced dims first (innermost last), then the
 // p.nk kept dims. Each output is reduced by T threads of one workgroup (T, WG powers of
-// two, WG / T outputs per workgroup):
+// two, p.tlog = log2(T), WG / T outputs per workgroup):
 //   COLS == 0: the T threads of one output are adjacent (contiguous reductions), and the
 //              cross-thread step may use subgroup arithmetic (SUBGROUP, needs T >= subgroup size);
 //   COLS == 1: adjacent threads own adjacent outputs (reductions over a strided dim whose
 //              kept dims are contiguous), cross-thread step in shared memory.
 // Two-pass: gl_WorkGroupID.z picks a chunk [z*chunk, z*chunk + chunk) of the reduced
 // range; pass 1 writes per-chunk partials, pass 2 (IN_IDX for arg-ops) reduces them.
-// Tunables: local size (spec constant 0, = WG), T, COLS, ITEMS (unrolled loads per thread
+// Tunables: local size (spec constant 0, = WG), COLS, ITEMS (unrolled loads per thread
 // and step), SUBGROUP. OP: 0 sum, 1 prod, 2 max, 3 min, 4 argmax, 5 argmin.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
@@ -38,9 +38,6 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #endif
 #ifndef RD
 #define RD 1
-#endif
-#ifndef T
-#define T 64
 #endif
 #ifndef COLS
 #define COLS 0
@@ -88,12 +85,14 @@ layout(push_constant) uniform Params {
     uint chunk;     // reduced elements per gl_WorkGroupID.z
     uint nk;        // kept dims
     float scale;    // sum: result * scale (mean)
+    uint tlog;      // log2(threads per output)
     uint size[6];   // RD reduced dims (innermost last), then nk kept dims
     uint stride[6]; // in elements
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
-const uint G = WG / T;  // outputs per workgroup
+#define T (1u << p.tlog)
+#define G (WG >> p.tlog)  // outputs per workgroup
 shared float sv[gl_WorkGroupSize.x];
 #if PAIR
 shared uint si[gl_WorkGroupSize.x];
@@ -220,60 +219,60 @@ void main() {
         }
     }
 
-#if T > 1
+    if (T > 1) {
 #if SUBGROUP && !COLS
-    // subgroup reduce, then rounds of (one value per subgroup -> shared -> subgroup reduce)
-    sg_reduce(acc, ai);
-    const uint SG = gl_SubgroupSize;
-    uint cnt = T / SG;
-    while (cnt > 1) {
-        barrier();
-        if (gl_SubgroupInvocationID == 0 && t / SG < cnt) {
-            sv[ol * T + t / SG] = acc;
-#if PAIR
-            si[ol * T + t / SG] = ai;
-#endif
-        }
-        barrier();
-        acc = IDENT;
-        ai = NOIDX;
-        if (t < cnt) {
-            acc = sv[ol * T + t];
-#if PAIR
-            ai = si[ol * T + t];
-#endif
-        }
+        // subgroup reduce, then rounds of (one value per subgroup -> shared -> subgroup reduce)
         sg_reduce(acc, ai);
-        cnt = (cnt + SG - 1) / SG;
-    }
-#else
-    sv[l] = acc;
+        const uint SG = gl_SubgroupSize;
+        uint cnt = T / SG;
+        while (cnt > 1) {
+            barrier();
+            if (gl_SubgroupInvocationID == 0 && t / SG < cnt) {
+                sv[ol * T + t / SG] = acc;
 #if PAIR
-    si[l] = ai;
+                si[ol * T + t / SG] = ai;
 #endif
-    barrier();
-    [[unroll]] for (uint s = T / 2; s > 0; s >>= 1) {
-        if (t < s) {
-#if COLS
-            const uint other = l + s * G;
-#else
-            const uint other = l + s;
-#endif
+            }
+            barrier();
+            acc = IDENT;
+            ai = NOIDX;
+            if (t < cnt) {
+                acc = sv[ol * T + t];
 #if PAIR
-            float b = sv[other];
-            uint ib = si[other];
-            if (takes(acc, ai, b, ib)) { acc = b; ai = ib; }
-            sv[l] = acc;
-            si[l] = ai;
-#else
-            acc = comb(acc, sv[other]);
-            sv[l] = acc;
+                ai = si[ol * T + t];
 #endif
+            }
+            sg_reduce(acc, ai);
+            cnt = (cnt + SG - 1) / SG;
         }
+#else
+        sv[l] = acc;
+#if PAIR
+        si[l] = ai;
+#endif
         barrier();
+        for (uint s = T / 2; s > 0; s >>= 1) {
+            if (t < s) {
+#if COLS
+                const uint other = l + s * G;
+#else
+                const uint other = l + s;
+#endif
+#if PAIR
+                float b = sv[other];
+                uint ib = si[other];
+                if (takes(acc, ai, b, ib)) { acc = b; ai = ib; }
+                sv[l] = acc;
+                si[l] = ai;
+#else
+                acc = comb(acc, sv[other]);
+                sv[l] = acc;
+#endif
+            }
+            barrier();
+        }
+#endif
     }
-#endif
-#endif
 
     if (live && t == 0) {
         const uint dst = gl_WorkGroupID.z * p.n_out + o;  // pass 1 partials: [chunk][n_out]

@@ -1,8 +1,8 @@
 #version 450
 // softmax / log_softmax along one dim of a contiguous tensor viewed as [outer, n, inner],
 // forward (BWD == 0) and backward (BWD == 1). A row is one (outer, inner) position: its n
-// elements are `inner` apart. T threads reduce one row (T, WG powers of two, WG / T rows
-// per workgroup):
+// elements are `inner` apart. T threads reduce one row (T, WG powers of two, p.tlog =
+// log2(T), WG / T rows per workgroup):
 //   COLS == 0: the T threads of a row are adjacent (inner == 1, the last-dim fast path);
 //              cross-thread steps may use subgroup arithmetic (SUBGROUP, T >= subgroup size);
 //   COLS == 1: adjacent threads own adjacent rows (inner > 1: coalesced), shared memory.
@@ -12,7 +12,7 @@
 // Backward (y = the forward output, g = grad of y):
 //   softmax:      dx = y * (g - sum(g * y))
 //   log_softmax:  dx = g - exp(y) * sum(g)
-// Tunables: local size (spec constant 0, = WG), T, COLS, ITEMS (unrolled loads), SUBGROUP.
+// Tunables: local size (spec constant 0, = WG), COLS, ITEMS (unrolled loads), SUBGROUP.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -26,9 +26,6 @@
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
-#ifndef T
-#define T 64
-#endif
 #ifndef COLS
 #define COLS 0
 #endif
@@ -54,10 +51,12 @@ layout(push_constant) uniform Params {
     uint rows;  // outer * inner
     uint n;     // length of the softmax dim
     uint inner; // elements after it (its stride)
+    uint tlog;  // log2(threads per row)
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
-const uint G = WG / T;  // rows per workgroup
+#define T (1u << p.tlog)
+#define G (WG >> p.tlog)  // rows per workgroup
 shared float sv[gl_WorkGroupSize.x];
 
 #if COLS
@@ -77,7 +76,7 @@ float NAME(float v, uint l, uint t, uint ol) {                                  
     barrier();                                                                        \
     sv[l] = v;                                                                        \
     barrier();                                                                        \
-    [[unroll]] for (uint s = T / 2; s > 0; s >>= 1) {                                  \
+    for (uint s = T / 2; s > 0; s >>= 1) {                                            \
         if (t < s) { v = COMB(v, sv[OTHER(s)]); sv[l] = v; }                           \
         barrier();                                                                    \
     }                                                                                 \

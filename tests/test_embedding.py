@@ -104,3 +104,13 @@ def test_bad_padding_idx(device):
     buf = device.allocator.alloc(64)
     with pytest.raises(ValueError):
         embedding_backward(device, buf, buf, buf, 1, 3, 1, padding_idx=3)
+
+
+def test_invalid_params(device):
+    from tvk_kernels import InvalidConfigError
+
+    buf = device.allocator.alloc(256)
+    with pytest.raises(InvalidConfigError):
+        embedding_backward(device, buf, buf, buf, 4, 2, 1, strategy="sort", params=dict(SMALL_SORT, SORT_WG=48))
+    with pytest.raises(InvalidConfigError):
+        embedding_forward(device, buf, buf, buf, 4, 2, 1, params={"WG": 4096, "VEC": 1, "ITEMS": 1})

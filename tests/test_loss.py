@@ -132,3 +132,13 @@ def test_bad_reduction(device):
     buf = device.allocator.alloc(64)
     with pytest.raises(ValueError):
         L.cross_entropy_forward(device, buf, buf, buf, 1, 1, reduction="avg")
+
+
+def test_invalid_params(device):
+    from tvk_kernels import InvalidConfigError
+
+    buf = device.allocator.alloc(64)
+    with pytest.raises(InvalidConfigError):
+        L.cross_entropy_forward(device, buf, buf, buf, 1, 4, params={"WG": 64, "CE_WG": 64, "TPR": 3, "RED_WG": 64})
+    with pytest.raises(InvalidConfigError):
+        L.nll_loss_forward(device, buf, buf, buf, buf, 1, 4, params={"WG": 64, "CE_WG": 64, "TPR": 4, "RED_WG": 96})

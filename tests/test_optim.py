@@ -159,3 +159,13 @@ def test_argument_errors(device):
         O.adam_step(device, [(buf, buf, buf, buf, 0, 4)], amsgrad=True)
     with pytest.raises(ValueError):
         O.foreach_norm(device, [(buf, 4)], buf, norm_type=1.0)
+
+
+def test_invalid_params(device):
+    from tvk_kernels import InvalidConfigError
+
+    buf = device.allocator.alloc(64)
+    with pytest.raises(InvalidConfigError):
+        O.sgd_step(device, [(buf, buf, 0, 4)], 0.1, params={"WG": 48, "CHUNK": 96})
+    with pytest.raises(InvalidConfigError):
+        O.sgd_step(device, [(buf, buf, 0, 4)], 0.1, params={"WG": 2048, "CHUNK": 4096})

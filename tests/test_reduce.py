@@ -33,6 +33,11 @@ def torch_ref(op, x, dims, keepdim):
             r = r.prod(d, keepdim=keepdim)
         return r.numpy()
     f = torch.argmax if op == "argmax" else torch.argmin
+    dims = tuple(sorted(d % nd for d in dims))
+    if 1 < len(dims) < nd:  # TorchVK extension: row-major index over the reduced dims
+        kept = [d for d in range(nd) if d not in dims]
+        r = f(t.permute(*kept, *dims).reshape(*[t.shape[d] for d in kept], -1), -1)
+        return (r.reshape([1 if d in dims else t.shape[d] for d in range(nd)]) if keepdim else r).numpy()
     if len(dims) == nd and nd != 1:
         r = f(t)  # flattened index
         return (r.reshape([1] * nd) if keepdim else r).numpy()
@@ -90,18 +95,7 @@ def test_reduce_contiguous(device, rng, op, shape, dims, keepdim):
     x = rng.standard_normal(shape).astype(np.float32)
     if op == "prod":
         x = (1.0 + 0.05 * x).astype(np.float32)
-    if op.startswith("arg"):
-        nd = len(shape)
-        dd = normalize(dims, nd)
-        if len(dd) > 1 and len(dd) != nd:
-            pytest.skip("torch argmax takes one dim or all")
     check(op, run(device, op, x, dims, keepdim), x, dims, keepdim)
-
-
-def normalize(dims, nd):
-    if dims is None:
-        return tuple(range(nd))
-    return (dims,) if isinstance(dims, int) else tuple(dims)
 
 
 @pytest.mark.parametrize("op", ["sum", "max", "argmax", "mean"])
@@ -129,12 +123,13 @@ def test_two_pass(device, rng, op):
     """Few outputs over long ranges: partials + final pass (forced by small SPLIT_MIN)."""
     prm = {"TARGET_GROUPS": 16, "SPLIT_MIN": 256}
     for shape, dims in [((20000,), None), ((5000, 3), (0,)), ((3, 5000), (1,)), ((2, 50, 60), (0, 2))]:
-        if op.startswith("arg") and len(dims or shape) > 1 and len(dims or ()) != len(shape):
-            continue
         x = rng.standard_normal(shape).astype(np.float32)
         if op == "prod":
             x = (1.0 + 0.001 * x).astype(np.float32)
         check(op, run(device, op, x, dims, False, params=prm), x, dims, False)
+    if op.startswith("arg"):  # ties across chunks: the first occurrence still wins
+        x = np.random.default_rng(7).integers(0, 4, (20000,)).astype(np.float32)
+        check(op, run(device, op, x, None, False, params=prm), x, None, False)
 
 
 @pytest.mark.parametrize("wg", [32, 256, 1024])
@@ -160,6 +155,13 @@ def test_nan_and_ties(device):
         ref = torch_ref(op, x, (1,), False)
         np.testing.assert_array_equal(got, ref.astype(got.dtype))
     np.testing.assert_array_equal(run(device, "argmax", x), torch.argmax(torch.from_numpy(x)).numpy())
+    y = np.random.default_rng(3).integers(-3, 3, (4, 300)).astype(np.float32)
+    y[1, [150, 290]] = np.nan
+    y[2] = -np.inf
+    for sg in (0, 1):  # long rows: the subgroup / shared trees see the NaNs and ties
+        for op in ("max", "min", "argmax", "argmin"):
+            got = run(device, op, y, (1,), params={"WG": 32, "SUBGROUP": sg, "ITEMS": 1})
+            np.testing.assert_array_equal(got, torch_ref(op, y, (1,), False).astype(got.dtype))
 
 
 def test_max_with_indices(device, rng):

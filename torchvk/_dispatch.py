@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections import defaultdict
 
 import torch
@@ -91,6 +92,15 @@ _Tensor = torch.Tensor
 
 
 def dispatch(func, args, kwargs):
+    try:
+        return _dispatch(func, args, kwargs)
+    except Exception as e:
+        if _in_autograd_worker():
+            return _defer_error(func, args, kwargs, e)
+        raise
+
+
+def _dispatch(func, args, kwargs):
     impl = TABLE.get(func)
     if impl is None:
         impl = TABLE.get(func.overloadpacket)
@@ -104,11 +114,126 @@ def dispatch(func, args, kwargs):
         return impl(*args, **kwargs)
     decomp = DECOMPOSE.get(func)
     if decomp is None:
+        decomp = _variant(func)
+    if decomp is None:
         decomp = _composite(func)
     if decomp is not None:
         check_devices(func, args, kwargs)
         return decomp(*args, **kwargs)
     return missing(func, args, kwargs)
+
+
+# ------------------------------------------------------------------ errors inside backward
+# Autograd runs the backward of tvk tensors on its device thread. An exception raised there
+# from a C++ autograd node unwinds through torch's (Python) device guard, whose noexcept
+# stream calls then reach Python with the error still set, and the process aborts. So in that
+# thread an error is deferred: the op returns an uninitialised result of the right shape, the
+# backward runs to its end, and an engine callback raises the error in the caller's backward().
+def _in_autograd_worker() -> bool:
+    return torch._C._current_autograd_node() is not None and \
+        isinstance(threading.current_thread(), threading._DummyThread)
+
+
+_deferred: list = []
+
+
+def _raise_deferred():
+    if _deferred:
+        err = _deferred[0]
+        _deferred.clear()
+        raise err
+
+
+def _defer_error(func, args, kwargs, err):
+    from ._tensor import TVKTensor, new_tensor
+    from .aten.views import meta_of
+
+    def to_meta(x):
+        if type(x) is TVKTensor:
+            return meta_of(x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(to_meta(y) for y in x)
+        return x
+
+    try:
+        out = func(*[to_meta(a) for a in args], **{k: to_meta(v) for k, v in kwargs.items()})
+    except Exception:
+        raise err from None  # cannot even shape the result; nothing better to do
+    mutated = {}
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            orig = kwargs.get(arg.name) if (arg.kwarg_only or i >= len(args)) else args[i]
+            if type(orig) is TVKTensor:
+                mutated[arg.name] = orig
+    dev = next((a._tvk.device for a in list(args) + list(kwargs.values()) if type(a) is TVKTensor), None)
+
+    def up(x):
+        if isinstance(x, torch.Tensor):
+            return new_tensor(x.shape, x.dtype, dev, x.stride())
+        if isinstance(x, (list, tuple)):
+            return type(x)(up(y) for y in x)
+        return x
+
+    if not _deferred:
+        _deferred.append(err)
+        torch.autograd.Variable._execution_engine.queue_callback(_raise_deferred)
+    if mutated and isinstance(out, torch.Tensor):
+        return next(iter(mutated.values()))
+    return up(out)
+
+
+_variants: dict = {}
+
+
+def _lookup(op):
+    fn = TABLE.get(op) or TABLE.get(op.overloadpacket) or DECOMPOSE.get(op)
+    if fn is None:
+        return None
+    return lambda *a, _op=op, **k: dispatch(_op, a, k)
+
+
+def _variant(func):
+    """`op.out(..., out=o)` or `op_(self, ...)` through the table's functional `op`: compute, then copy."""
+    fn = _variants.get(func, False)
+    if fn is not False:
+        return fn
+    fn = None
+    name, ov = func.overloadpacket.__name__, func._overloadname
+    try:
+        if ov == "out" or ov.endswith("_out"):
+            base = getattr(torch.ops.aten, name)
+            functional = getattr(base, "default" if ov == "out" else ov[:-4])
+            outs = [a.name for a in func._schema.arguments if a.kwarg_only and a.alias_info is not None
+                    and a.alias_info.is_write]
+            call = _lookup(functional)
+            if call is not None and outs:
+                def fn(*args, _call=call, _outs=outs, **kwargs):
+                    from .aten.copies import copy_into
+
+                    dsts = [kwargs.pop(n) for n in _outs]
+                    res = _call(*args, **kwargs)
+                    res_t = res if isinstance(res, (tuple, list)) else (res,)
+                    for d, r in zip(dsts, res_t):
+                        if tuple(d.shape) != tuple(r.shape):
+                            from .aten.copies import resize_
+
+                            resize_(d, r.shape)
+                        copy_into(d, r)
+                    return dsts[0] if len(dsts) == 1 else tuple(dsts)
+        elif name.endswith("_") and not name.startswith("_"):
+            base = getattr(torch.ops.aten, name[:-1], None)
+            functional = getattr(base, ov, None) if base is not None else None
+            call = _lookup(functional) if functional is not None else None
+            if call is not None:
+                def fn(self, *args, _call=call, **kwargs):
+                    from .aten.copies import copy_into
+
+                    copy_into(self, _call(self, *args, **kwargs))
+                    return self
+    except AttributeError:
+        fn = None
+    _variants[func] = fn
+    return fn
 
 
 _composites: dict = {}
@@ -126,6 +251,10 @@ def _composite(func):
                 torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd"):
             def fn(*args, _f=func, **kwargs):
                 return _f._op_dk(_CEA, *args, **kwargs)
+        elif func.namespace == "aten" and str(func) not in _NO_COMPOSITE and \
+                torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+            def fn(*args, _f=func, **kwargs):
+                return _f.decompose(*args, **kwargs)
         _composites[func] = fn
     return fn
 

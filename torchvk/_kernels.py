@@ -1,15 +1,17 @@
-"""Glue between tvk tensors and tvk_kernels kernel functions (addresses, shapes, strides)."""
+"""Glue between tvk tensors and tvk_kernels kernel functions used by the copy paths."""
 from __future__ import annotations
 
-import torch
+from tvk_kernels.kernels import elementwise as _E
 
 
 def copy(dst, src):
     """dst <- src (broadcast, cast), any strides."""
-    raise NotImplementedError(
-        f"TorchVK needs the strided copy kernel (tvk_kernels.kernels.elementwise) for a copy "
-        f"{src.dtype}{list(src.shape)} stride {src.stride()} -> {dst.dtype}{list(dst.shape)} stride {dst.stride()}")
+    from .aten.elementwise import operand
+
+    _E.copy(dst._tvk.device, operand(src), operand(dst))
 
 
 def fill(t, value):
-    raise NotImplementedError(f"TorchVK needs the fill kernel for {t.dtype}{list(t.shape)}")
+    from .aten.elementwise import operand
+
+    _E.fill(t._tvk.device, operand(t), value)

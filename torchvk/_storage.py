@@ -45,20 +45,22 @@ def np_dtype(dtype):
 def supported_dtypes(device: Device | None = None) -> tuple:
     dev = device or get_device()
     f = dev.facts.features
-    out = [torch.float32, torch.int64, torch.bool, torch.int32, torch.uint8]
+    out = [torch.float32, torch.int64, torch.bool, torch.int32]
     if f.get("storage_16bit"):
         out.append(torch.float16)
-        out.append(torch.bfloat16)
     return tuple(out)
 
 
 _checked: dict = {}
 
 
+_STORAGE_ONLY = (torch.uint8,)  # may exist (torch makes empty uint8 buffers internally), no kernels use it
+
+
 def check_dtype(dtype, op: str):
     ok = _checked.get(dtype)
     if ok is None:
-        ok = _checked[dtype] = dtype in supported_dtypes()
+        ok = _checked[dtype] = dtype in supported_dtypes() or dtype in _STORAGE_ONLY
     if not ok:
         names = ", ".join(str(d).replace("torch.", "") for d in supported_dtypes())
         raise TypeError(f"TorchVK does not support dtype {dtype} (op {op}); supported on "

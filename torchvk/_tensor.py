@@ -88,6 +88,9 @@ class TVKTensor(torch.Tensor):
         memo[id(self)] = out
         return out
 
+    def tolist(self):
+        return to_cpu(self).tolist()
+
     def numpy(self, *, force=False):
         raise TypeError("can't convert tvk tensor to numpy; use Tensor.cpu() to copy it to host memory first")
 

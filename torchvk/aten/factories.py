@@ -71,3 +71,52 @@ def empty_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, m
 
 def dev_index(dev):
     return torch.device("tvk", dev.index)
+
+
+# ------------------------------------------------------------------ constants made on the host
+# arange / linspace / eye are functions of a few scalars: they are generated on the host and
+# uploaded (one transfer, no device input is read). Registered for PrivateUse1 so that the
+# tensor is created at its final size (a tvk tensor cannot be resized in place).
+def _host_const(fn):
+    def impl(*args, dtype=None, layout=None, device=None, pin_memory=None, **kw):
+        _check_layout(layout, "aten.arange")
+        cpu = fn(*args, dtype=dtype, **kw)
+        from .._tensor import from_cpu
+
+        return from_cpu(cpu, _device_of(device))
+
+    return impl
+
+
+_arange = _host_const(lambda *a, dtype=None: torch.arange(*a, dtype=dtype))
+_lib.impl("arange", _arange, "PrivateUse1")
+_lib.impl("arange.start", _arange, "PrivateUse1")
+_lib.impl("arange.start_step", _arange, "PrivateUse1")
+_eye = _host_const(lambda *a, dtype=None: torch.eye(*a, dtype=dtype))
+_lib.impl("eye", _eye, "PrivateUse1")
+_lib.impl("eye.m", _eye, "PrivateUse1")
+_linspace = _host_const(lambda *a, dtype=None: torch.linspace(*a, dtype=dtype))
+_lib.impl("linspace", _linspace, "PrivateUse1")
+_randperm = None
+TABLE[aten.arange.default] = _arange
+TABLE[aten.arange.start] = _arange
+TABLE[aten.arange.start_step] = _arange
+
+
+@register(aten.arange.start_out)
+def arange_start_out(start, end, step=1, *, out):
+    cpu = torch.arange(start, end, step, dtype=out.dtype)
+    from .copies import copy_into
+
+    if tuple(out.shape) != tuple(cpu.shape):
+        from .copies import resize_
+
+        resize_(out, cpu.shape)
+    return copy_into(out, cpu)
+
+
+@register(aten.linspace.out)
+def linspace_out(start, end, steps, *, out):
+    from .copies import copy_into
+
+    return copy_into(out, torch.linspace(start, end, steps, dtype=out.dtype))

@@ -8,23 +8,27 @@ computes grad_bias. Search space, constraints, buckets and defaults: tuning/conv
 Buffers are plain byte addresses (ints, or anything with `.address`); shapes are tuples.
 Inputs must be contiguous NCHW / (OC, IC/groups, KH, KW).
 
-The small helpers for search spaces (`space_limits`, `check_params`, `enumerate_space`)
-are shared with pool.py.
+`check_params` (constraints of a space, as InvalidConfigError) is shared with pool.py.
 """
 from __future__ import annotations
 
-import itertools
+import math
 import struct
+from functools import lru_cache
 
 from .launch import Family, family, grid_1d
-from ..config import arch_family, params_for, search_space
+from ..config import arch_family, search_space
 from ..errors import InvalidConfigError
+from ..tune.space import bucket_of, candidates as space_candidates, limits, violations, with_derived
 
 FAMILY = "conv2d"
+TEMPLATE = "conv2d.comp"
+REDUCE_TEMPLATE = "conv2d_reduce.comp"
 DIRS = {"fwd": 0, "bwd_input": 1, "bwd_weight": 2}
 _PUSH = struct.Struct("<4Q18I")  # a, b, c, bias; n ic h w; oc oh ow groups; kh kw sh sw; ph pw dh dw; kchunk flags
+_PUSH_BI = struct.Struct("<3Q22I2i2I")  # DIR 1: a, b, c; n ic h w; oc oh ow groups; kh kw sh sw; phase (see template)
 _RPUSH = struct.Struct("<2Q5I")  # src, dst; count A B sa si
-_GEMM_KEYS = ("BM", "BN", "BK", "TM", "TN", "PAD", "WG")
+_GEMM_KEYS = ("BM", "BN", "BK", "TM", "TN", "PAD")
 
 
 # ------------------------------------------------------------------ search-space helpers
@@ -45,68 +49,41 @@ def _pair(v, name: str) -> tuple[int, int]:
     return t
 
 
-def space_limits(device) -> dict:
-    """Device limits by the names the constraint expressions use."""
-    f = device.facts
-    return {"max_shared_memory": f.max_shared_memory, "max_workgroup_invocations": f.max_workgroup_invocations,
-            "max_workgroup_size_x": f.max_workgroup_size[0], "subgroup_size": f.subgroup_size,
-            "max_push_constants": f.max_push_constants}
+def device_classes(facts) -> tuple[str, ...]:
+    """Keys of per-device-class tables, weakest first (generic, vendor, arch)."""
+    return ("generic", facts.vendor.lower(), arch_family(facts))
 
 
-def _eval(expr: str, names: dict):
-    return eval(expr, {"__builtins__": {}, "min": min, "max": max}, names)  # our own JSON, no user input
-
-
-def derived(space: dict, params: dict) -> dict:
-    return {k: _eval(e, dict(params)) for k, e in space.get("derived", {}).items()}
+def by_class(table, facts, fallback):
+    """A per-device-class value from a {generic, vendor, arch} table (or a plain value)."""
+    if not isinstance(table, dict):
+        return fallback if table is None else table
+    value = fallback
+    for key in device_classes(facts):
+        value = table.get(key, value)
+    return value
 
 
 def check_params(device, family_name: str, params: dict) -> dict:
-    """Raise InvalidConfigError if `params` breaks a constraint of the family on `device`.
-    Returns the derived values (shared_bytes, ...)."""
+    """Raise InvalidConfigError if `params` breaks a constraint of the family's space on
+    `device`; returns the derived values (WG, shared_bytes, ...)."""
     space = search_space(family_name)
     missing = [k for k in space["params"] if k not in params]
     if missing:
-        raise InvalidConfigError(f"{family_name}: parameter set lacks {missing}")
-    bad = {k: v for k, v in params.items() if k in space["params"] and not isinstance(v, int)}
-    if bad or any(v <= 0 for k, v in params.items() if k in space["params"] and k != "PAD") \
-            or params.get("PAD", 0) < 0:
-        raise InvalidConfigError(f"{family_name}: parameters must be positive ints, got {params}")
-    names = dict(params)
+        raise InvalidConfigError(f"{family_name}: parameter set {params} lacks {missing}")
+    for k in space["params"]:
+        v = params[k]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0 or (v == 0 and k != "PAD"):
+            raise InvalidConfigError(f"{family_name}: parameter {k}={v!r} must be a positive int")
     try:
-        names.update(derived(space, params))
+        names = with_derived(space, params)
     except ZeroDivisionError:
         raise InvalidConfigError(f"{family_name}: parameters {params} divide by zero") from None
-    names.update(space_limits(device))
-    failed = [c for c in space.get("constraints", []) if not _eval(c, names)]
-    if failed:
+    bad = violations(space, params, device.facts)
+    if bad:
         raise InvalidConfigError(f"{family_name} parameters {params} do not fit {device.facts.name}: violates "
-                                 + "; ".join(failed) + f" (limits {space_limits(device)})")
+                                 + "; ".join(bad) + f" (device limits {limits(device.facts)})")
     return {k: names[k] for k in space.get("derived", {})}
-
-
-def enumerate_space(device, family_name: str, keys=None, fixed: dict | None = None) -> list[dict]:
-    """Every valid parameter set of the space (over `keys`, others fixed from `fixed`)."""
-    space = search_space(family_name)
-    keys = list(space["params"]) if keys is None else list(keys)
-    fixed = dict(fixed or {})
-    out = []
-    for values in itertools.product(*(space["params"][k]["values"] for k in keys)):
-        cand = dict(fixed)
-        cand.update(zip(keys, values))
-        try:
-            check_params(device, family_name, cand)
-        except InvalidConfigError:
-            continue
-        out.append(cand)
-    return out
-
-
-def pick_bucket(space: dict, names: dict) -> str:
-    for name, expr in space["buckets"].items():
-        if _eval(expr, names):
-            return name
-    return "*"
 
 
 # ------------------------------------------------------------------ shapes
@@ -141,39 +118,43 @@ def _geometry(x_shape, w_shape, stride, padding, dilation, groups):
                 sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw), out
 
 
+def stride_phases(size: int, k: int, s: int, p: int, d: int) -> list[tuple]:
+    """grad-input phases along one axis: for each r < s, the inputs i with (i + p) % s == r
+    (i = i0 + a*s, a < count) and the kernel taps t with t*d % s == r (t = t0 + b*step, b < taps).
+    Returns (i0, count, t0, step, taps, base, ostep): output index = base + a - b*ostep."""
+    out = []
+    for r in range(s):
+        i0 = (r - p) % s
+        count = max(0, -(-(size - i0) // s))
+        taps = [t for t in range(k) if (t * d) % s == r]
+        t0 = taps[0] if taps else 0
+        step = taps[1] - taps[0] if len(taps) > 1 else 1
+        base = (i0 + p - t0 * d) // s  # exact when taps exist
+        ostep = step * d // s
+        out.append((i0, count, t0, step, len(taps), base, ostep))
+    return out
+
+
 def gemm_dims(direction: str, g: dict) -> tuple[int, int, int]:
     icg, ocg = g["ic"] // g["groups"], g["oc"] // g["groups"]
     khw, hw, ohw = g["kh"] * g["kw"], g["h"] * g["w"], g["oh"] * g["ow"]
     if direction == "fwd":
         return g["n"] * ohw, ocg, icg * khw
-    if direction == "bwd_input":
-        return g["n"] * hw, icg, ocg * khw
+    if direction == "bwd_input":  # over all stride phases together
+        return g["n"] * hw, icg, ocg * khw // (g["sh"] * g["sw"]) or 1
     return ocg, icg * khw, g["n"] * ohw
 
 
 # ------------------------------------------------------------------ the family
 class Conv2d(Family):
     def __init__(self, device):
-        super().__init__(device, FAMILY, "conv2d.comp")
+        super().__init__(device, FAMILY, TEMPLATE)
         self.space = search_space(FAMILY)
         self._checked: dict = {}
 
-    def params(self, bucket: str = "*") -> tuple[dict, str]:
-        """Tuned params for the bucket, else the device-class default with the bucket's shape override."""
-        p = self._params.get(bucket)
-        if p is None:
-            params, source = params_for(self.device, self.family, bucket, self.checksum)
-            if source == "default":
-                bd = self.space.get("bucket_defaults", {})
-                for key in ("generic", self.device.facts.vendor.lower(), arch_family(self.device.facts)):
-                    for shape, override in bd.get(key, {}).items():
-                        if bucket.endswith(shape):
-                            params.update(override)
-            p = self._params[bucket] = (params, source)
-        return p
-
     def resolve(self, bucket: str, explicit: dict | None) -> tuple[dict, dict]:
-        """(params, derived) for a launch: an explicit candidate is merged over the bucket's params."""
+        """(params, derived) for a launch: the bucket's tuned config (else default with its
+        per-bucket override), with an explicit candidate's keys on top."""
         params = dict(self.params(bucket)[0])
         if explicit:
             params.update(explicit)
@@ -183,58 +164,67 @@ class Conv2d(Family):
             d = self._checked[key] = check_params(self.device, FAMILY, params)
         return params, d
 
-    def gemm_pipeline(self, dir_id: int, params: dict, shared_bytes: int):
+    def gemm_pipeline(self, dir_id: int, params: dict, d: dict):
         key = ("gemm", dir_id) + tuple(params[k] for k in _GEMM_KEYS)
+        push_size = _PUSH_BI.size if dir_id == 1 else _PUSH.size
 
         def build():
-            wg = params["WG"]
-            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared_bytes, push_size=_PUSH.size)
-            defines = {"DIR": dir_id, **{k: params[k] for k in _GEMM_KEYS}}
-            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
+            wg = d["WG"]
+            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=d["shared_bytes"], push_size=push_size)
+            defines = {"DIR": dir_id, "WG": wg, **{k: params[k] for k in _GEMM_KEYS}}
+            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=push_size)
 
         return self.pipeline(key, build)
 
     def reduce_pipeline(self, per_thread: bool, wg: int):
-        if wg & (wg - 1):
-            raise InvalidConfigError(f"conv2d REDUCE_WG={wg} must be a power of two")
+        if wg < 1 or wg & (wg - 1):
+            raise InvalidConfigError(f"conv2d reduce WG={wg} must be a power of two")
         key = ("reduce", per_thread, wg)
 
         def build():
             self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=0 if per_thread else 4 * wg,
                                                push_size=_RPUSH.size)
-            return self.device.pipelines.get("conv2d_reduce.comp", {"PER_THREAD": int(per_thread)},
+            return self.device.pipelines.get(REDUCE_TEMPLATE, {"PER_THREAD": int(per_thread)},
                                              local_size=(wg, 1, 1), push_size=_RPUSH.size)
 
         return self.pipeline(key, build)
 
+    def reduce_wg(self) -> int:
+        wg = by_class(self.space.get("reduce", {}).get("WG"), self.device.facts, 256)
+        return min(wg, 1 << (min(self.device.facts.max_workgroup_invocations,
+                                 self.device.facts.max_workgroup_size[0]).bit_length() - 1))
 
+
+@lru_cache(maxsize=4096)
 def bucket_for(direction: str, M: int, N: int, K: int) -> str:
-    return pick_bucket(search_space(FAMILY), {"dir": direction, "M": M, "N": N, "K": K})
+    return bucket_of(FAMILY, {"dir": direction, "M": M, "N": N, "K": K})
 
 
-def candidates(device, direction: str | None = None) -> list[dict]:
-    """Every valid parameter set of tuning/conv2d.json on `device` (for the autotuner).
-    Host-side split-K and reduce parameters vary only for direction 'bwd_weight' (or None);
-    for other directions they are fixed at the device default."""
-    space = search_space(FAMILY)
-    base = dict(family(device, Conv2d).params("*")[0])
-    keys = [k for k, v in space["params"].items()
-            if direction is None or "directions" not in v or direction in v["directions"]]
-    return enumerate_space(device, FAMILY, keys, fixed=base)
+def candidates(device, max_count: int | None = None) -> list[dict]:
+    """Every parameter set of tuning/conv2d.json that satisfies its constraints on `device`
+    (for the autotuner); each can be passed as `params=` to the conv2d functions."""
+    return space_candidates(FAMILY, device.facts, max_count)
 
 
-def _split_plan(params: dict, M: int, N: int, K: int, groups: int) -> tuple[int, int]:
-    """(splits, kchunk) for grad_weight's K = N*OH*OW reduction."""
+def _split_plan(device, params: dict, M: int, N: int, K: int, groups: int, split_k=None) -> tuple[int, int]:
+    """(splits, kchunk) for grad_weight's K = N*OH*OW reduction; kchunk is a multiple of BK."""
     bk = params["BK"]
     if K <= 0:
-        return 1, max(bk, 1)
-    tiles = -(-M // params["BM"]) * -(-N // params["BN"]) * groups
-    want = max(1, -(-params["SPLIT_GROUPS"] // tiles))
-    by_k = max(1, K // params["SPLIT_MIN_K"])
-    splits = max(1, min(want, by_k, 1024))
-    chunk = -(-K // splits)
-    chunk = -(-chunk // bk) * bk
-    return -(-K // chunk), chunk
+        return 1, bk
+    if split_k is not None:
+        if not isinstance(split_k, int) or split_k < 1:
+            raise ValueError(f"split_k must be a positive int, got {split_k!r}")
+        splits = split_k
+    else:
+        cfg = search_space(FAMILY).get("split_k", {})
+        facts = device.facts
+        target = by_class(cfg.get("target_groups"), facts, 64)
+        min_k = by_class(cfg.get("min_k_per_split"), facts, 1024)
+        tiles = math.ceil(M / params["BM"]) * math.ceil(N / params["BN"]) * groups
+        splits = min(math.ceil(target / tiles), cfg.get("max_splits", 64), K // max(min_k, 1))
+    splits = max(1, min(splits, math.ceil(K / bk)))
+    chunk = math.ceil(math.ceil(K / splits) / bk) * bk
+    return math.ceil(K / chunk), chunk
 
 
 def _push(a, b, c, bias, g, kchunk, flags):
@@ -242,18 +232,35 @@ def _push(a, b, c, bias, g, kchunk, flags):
                       g["kh"], g["kw"], g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"], kchunk, flags)
 
 
+def _grid(device, M, N, params, gz):
+    tiles = -(-M // params["BM"]) * -(-N // params["BN"])
+    gx, gy, _ = grid_1d(tiles, device.facts.max_workgroup_count[0])
+    if gz > device.facts.max_workgroup_count[2]:
+        raise InvalidConfigError(f"conv2d: groups*splits={gz} exceeds the device's z grid limit")
+    return gx, gy, gz
+
+
 def _dispatch_gemm(device, fam, direction, g, a, b, c, bias, params, kchunk=None, splits=1, flags=0, label=""):
     M, N, K = gemm_dims(direction, g)
     bucket = bucket_for(direction, M, N, K)
     params, d = fam.resolve(bucket, params)
-    pipe = fam.gemm_pipeline(DIRS[direction], params, d["shared_bytes"])
-    tiles = -(-M // params["BM"]) * -(-N // params["BN"])
-    gx, gy, _ = grid_1d(tiles, device.facts.max_workgroup_count[0])
-    gz = g["groups"] * splits
-    if gz > device.facts.max_workgroup_count[2]:
-        raise InvalidConfigError(f"conv2d: groups*splits={gz} exceeds the device's z grid limit")
+    pipe = fam.gemm_pipeline(DIRS[direction], params, d)
+    label = label or f"conv2d_{direction}"
+    if direction == "bwd_input":  # one launch per stride phase (sh*sw of them; one for stride 1)
+        head = (a, b, c, g["n"], g["ic"], g["h"], g["w"], g["oc"], g["oh"], g["ow"], g["groups"],
+                g["kh"], g["kw"], g["sh"], g["sw"])
+        rows = stride_phases(g["h"], g["kh"], g["sh"], g["ph"], g["dh"])
+        cols = stride_phases(g["w"], g["kw"], g["sw"], g["pw"], g["dw"])
+        for ih0, hc, kh0, khs, khc, base_h, step_h in rows:
+            for iw0, wc, kw0, kws, kwc, base_w, step_w in cols:
+                if hc == 0 or wc == 0:
+                    continue
+                push = _PUSH_BI.pack(*head, ih0, iw0, hc, wc, kh0, kw0, khs, kws, khc, kwc, base_h, base_w,
+                                     step_h, step_w)
+                device.stream.dispatch(pipe, _grid(device, g["n"] * hc * wc, N, params, g["groups"]), push, label)
+        return params
     push = _push(a, b, c, bias, g, K if kchunk is None else kchunk, flags)
-    device.stream.dispatch(pipe, (gx, gy, gz), push, label or f"conv2d_{direction}")
+    device.stream.dispatch(pipe, _grid(device, M, N, params, g["groups"] * splits), push, label)
     return params
 
 
@@ -292,10 +299,11 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
 
 
 def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, w_shape, stride=1, padding=0,
-                           dilation=1, groups=1, params=None) -> tuple:
+                           dilation=1, groups=1, params=None, split_k=None) -> tuple:
     """grad_w (shape w_shape) = d conv2d / d w applied to grad_out. Returns w_shape.
-    Long reductions (K = N*OH*OW) are split over workgroups into a scratch buffer of partial
-    sums, then summed (SPLIT_MIN_K / SPLIT_GROUPS in the parameters)."""
+    The long reduction (K = N*OH*OW) is split over workgroups when the output tiles alone
+    would leave the device idle (tuning/conv2d.json "split_k"; split_k= forces a count):
+    the slices write partial sums to a scratch buffer that a second pass adds up."""
     g, _ = _geometry(x_shape, w_shape, stride, padding, dilation, groups)
     w_shape = tuple(int(v) for v in w_shape)
     numel = w_shape[0] * w_shape[1] * w_shape[2] * w_shape[3]
@@ -304,7 +312,7 @@ def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, 
     fam = family(device, Conv2d)
     M, N, K = gemm_dims("bwd_weight", g)
     full, _ = fam.resolve(bucket_for("bwd_weight", M, N, K), params)
-    splits, chunk = _split_plan(full, M, N, K, g["groups"])
+    splits, chunk = _split_plan(device, full, M, N, K, g["groups"], split_k)
     if splits == 1:
         _dispatch_gemm(device, fam, "bwd_weight", g, _addr(grad_out_addr), _addr(x_addr), _addr(grad_w_addr), 0,
                        params, kchunk=chunk, splits=1)
@@ -312,26 +320,20 @@ def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, 
     scratch = device.allocator.alloc(4 * numel * splits)
     _dispatch_gemm(device, fam, "bwd_weight", g, _addr(grad_out_addr), _addr(x_addr), scratch.address, 0,
                    params, kchunk=chunk, splits=splits)
-    _reduce(device, fam, scratch.address, _addr(grad_w_addr), numel, splits, 1, numel, 1, full["REDUCE_WG"],
+    _reduce(device, fam, scratch.address, _addr(grad_w_addr), numel, splits, 1, numel, 1, fam.reduce_wg(),
             "conv2d_splitk_sum")
     device.stream.keep_alive(scratch)
     return w_shape
 
 
-def conv2d_backward_bias(device, grad_out_addr, grad_bias_addr, out_shape, params=None) -> tuple:
+def conv2d_backward_bias(device, grad_out_addr, grad_bias_addr, out_shape) -> tuple:
     """grad_bias[oc] = sum of grad_out[:, oc, :, :]. `out_shape` is (N, OC, OH, OW). Returns (OC,)."""
     n, oc, oh, ow = (int(v) for v in out_shape)
     if oc == 0:
         return (oc,)
     fam = family(device, Conv2d)
-    full = dict(fam.params("*")[0])
-    if params:
-        full.update(params)
-    wg = full["REDUCE_WG"]
-    if wg > device.facts.max_workgroup_invocations or wg > device.facts.max_workgroup_size[0]:
-        raise InvalidConfigError(f"conv2d REDUCE_WG={wg} exceeds the device's workgroup limits")
-    _reduce(device, fam, _addr(grad_out_addr), _addr(grad_bias_addr), oc, n, oh * ow, oc * oh * ow, oh * ow, wg,
-            "conv2d_grad_bias")
+    _reduce(device, fam, _addr(grad_out_addr), _addr(grad_bias_addr), oc, n, oh * ow, oc * oh * ow, oh * ow,
+            fam.reduce_wg(), "conv2d_grad_bias")
     return (oc,)
 
 
@@ -347,3 +349,152 @@ def conv2d_backward(device, grad_out_addr, x_addr, w_addr, grad_in_addr, grad_w_
                                dilation, groups, params)
     if grad_bias_addr:
         conv2d_backward_bias(device, grad_out_addr, grad_bias_addr, out_shape)
+
+
+# ------------------------------------------------------------------ host reference (numpy, float64)
+def _taps(xp, g, kh, kw):
+    """The input pixels tap (kh, kw) reads for every output pixel: a view of padded x."""
+    h0, w0 = kh * g["dh"], kw * g["dw"]
+    return xp[:, :, h0:h0 + g["sh"] * (g["oh"] - 1) + 1:g["sh"], w0:w0 + g["sw"] * (g["ow"] - 1) + 1:g["sw"]]
+
+
+def reference_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """conv2d in numpy (float64), for checks without torch."""
+    import numpy as np
+
+    g, (n, oc, oh, ow) = _geometry(x.shape, w.shape, stride, padding, dilation, groups)
+    G, icg, ocg = groups, g["ic"] // groups, oc // groups
+    xp = np.pad(np.asarray(x, np.float64), ((0, 0), (0, 0), (g["ph"],) * 2, (g["pw"],) * 2))
+    w64 = np.asarray(w, np.float64).reshape(G, ocg, icg, g["kh"], g["kw"])
+    out = np.zeros((n, G, ocg, oh, ow))
+    for kh in range(g["kh"]):
+        for kw in range(g["kw"]):
+            xs = _taps(xp, g, kh, kw).reshape(n, G, icg, oh, ow)
+            out += np.einsum("ngchw,goc->ngohw", xs, w64[..., kh, kw], optimize=True)
+    out = out.reshape(n, oc, oh, ow)
+    if bias is not None:
+        out += np.asarray(bias, np.float64)[None, :, None, None]
+    return out
+
+
+def reference_conv2d_backward(grad_out, x, w, stride=1, padding=0, dilation=1, groups=1):
+    """(grad_input, grad_weight) of conv2d in numpy (float64)."""
+    import numpy as np
+
+    g, (n, oc, oh, ow) = _geometry(x.shape, w.shape, stride, padding, dilation, groups)
+    G, icg, ocg = groups, g["ic"] // groups, oc // groups
+    xp = np.pad(np.asarray(x, np.float64), ((0, 0), (0, 0), (g["ph"],) * 2, (g["pw"],) * 2))
+    gip = np.zeros_like(xp)
+    w64 = np.asarray(w, np.float64).reshape(G, ocg, icg, g["kh"], g["kw"])
+    go = np.asarray(grad_out, np.float64).reshape(n, G, ocg, oh, ow)
+    gw = np.zeros_like(w64)
+    for kh in range(g["kh"]):
+        for kw in range(g["kw"]):
+            xs = _taps(xp, g, kh, kw).reshape(n, G, icg, oh, ow)
+            gw[..., kh, kw] = np.einsum("ngohw,ngchw->goc", go, xs, optimize=True)
+            _taps(gip, g, kh, kw)[...] += np.einsum("ngohw,goc->ngchw", go, w64[..., kh, kw],
+                                                    optimize=True).reshape(n, g["ic"], oh, ow)
+    gi = gip[:, :, g["ph"]:g["ph"] + g["h"], g["pw"]:g["pw"] + g["w"]]
+    return gi, gw.reshape(w.shape)
+
+
+# ------------------------------------------------------------------ autotuner target
+def tune_shape(direction: str, x, w, stride=1, padding=0, dilation=1, groups=1) -> dict:
+    """A tuner shape: the conv geometry plus the bucket names (dir, M, N, K)."""
+    g, _ = _geometry(x, w, stride, padding, dilation, groups)
+    M, N, K = gemm_dims(direction, g)
+    return {"dir": direction, "M": M, "N": N, "K": K, "x": list(x), "w": list(w), "stride": stride,
+            "padding": padding, "dilation": dilation, "groups": groups}
+
+
+def _suite(x, w, stride=1, padding=0, dilation=1, groups=1):
+    return [tune_shape(d, x, w, stride, padding, dilation, groups) for d in DIRS]
+
+
+class Conv2dTarget:
+    """What tvk-tune needs to tune the implicit-GEMM conv (see tvk_kernels/tune/targets.py).
+    A shape is tune_shape(direction, ...); candidates are checked against numpy."""
+
+    family = FAMILY
+    template = TEMPLATE
+    suites = {
+        "suite": (_suite((8, 64, 56, 56), (64, 64, 3, 3), 1, 1) + _suite((8, 128, 28, 28), (128, 128, 3, 3), 1, 1)
+                  + _suite((8, 256, 14, 14), (256, 256, 3, 3), 1, 1) + _suite((8, 64, 56, 56), (128, 64, 1, 1), 2)
+                  + _suite((8, 3, 112, 112), (32, 3, 3, 3), 2, 1) + _suite((8, 128, 28, 28), (128, 1, 3, 3), 1, 1, 1, 128)
+                  + _suite((32, 16, 16, 16), (8, 16, 3, 3), 1, 1)),
+        "tiny": (_suite((2, 1, 28, 28), (8, 1, 3, 3), 1, 1) + _suite((2, 8, 14, 14), (16, 8, 3, 3), 1, 1)
+                 + _suite((2, 3, 32, 32), (16, 3, 3, 3), 1, 1)),
+    }
+
+    def prepare(self, device, shape, n_inputs=3, seed=0):
+        import numpy as np
+
+        from ..tune.targets import Case
+
+        direction = shape["dir"]
+        xs, ws = tuple(shape["x"]), tuple(shape["w"])
+        geo = (shape["stride"], shape["padding"], shape["dilation"], shape["groups"])
+        out_shape = conv2d_output_shape(xs, ws, *geo)
+        rng = np.random.default_rng(seed)
+        host = [tuple(rng.standard_normal(s, dtype=np.float32) for s in (xs, ws, out_shape))
+                for _ in range(n_inputs + 1)]
+        bufs = [tuple(device.upload(a) for a in h) for h in host]
+        result_shape = {"fwd": out_shape, "bwd_input": xs, "bwd_weight": ws}[direction]
+        out = device.allocator.alloc(4 * math.prod(result_shape))
+
+        def run(params, i):
+            x, w, go = bufs[i]
+            if direction == "fwd":
+                conv2d_forward(device, x, w, None, out, xs, ws, *geo, params=params)
+            elif direction == "bwd_input":
+                conv2d_backward_input(device, go, w, out, xs, ws, *geo, params=params)
+            else:
+                conv2d_backward_weight(device, go, x, out, xs, ws, *geo, params=params)
+
+        ref = []
+
+        def check(params):
+            run(params, n_inputs)  # the set never used for timing
+            got = device.download(out, np.float32, result_shape).astype(np.float64)
+            if not ref:
+                x, w, go = host[-1]
+                if direction == "fwd":
+                    ref.append(reference_conv2d(x, w, None, *geo))
+                else:
+                    gi, gw = reference_conv2d_backward(go, x, w, *geo)
+                    ref.append(gi if direction == "bwd_input" else gw)
+            err = float(np.abs(got - ref[0]).max()) if got.size else 0.0
+            return bool(err <= 1e-4 * max(1.0, float(np.abs(ref[0]).max()))), err
+
+        def free():
+            for bs in bufs:
+                for b in bs:
+                    b.free()
+            out.free()
+
+        return Case(device, shape, run, check, free)
+
+    @staticmethod
+    def work(shape, params) -> dict:
+        d = with_derived(search_space(FAMILY), params)
+        g, (n, oc, oh, ow) = _geometry(shape["x"], shape["w"], shape["stride"], shape["padding"], shape["dilation"],
+                                       shape["groups"])
+        M, N, K = gemm_dims(shape["dir"], g)
+        tm, tn = math.ceil(M / params["BM"]), math.ceil(N / params["BN"])
+        groups = g["groups"] * tm * tn
+        steps = math.ceil(K / params["BK"])
+        return {
+            "flops": 2 * g["groups"] * M * N * K,
+            "dram_bytes": 4 * g["groups"] * (M * K * tn + K * N * tm + M * N),
+            "lds_bytes": groups * steps * (4 * params["BK"] * (params["BM"] + params["BN"])
+                                           + d["WG"] * params["BK"] * (params["TM"] + params["TN"]) * 4),
+            "groups": groups, "invocations": d["WG"], "lds_per_group": d["shared_bytes"],
+        }
+
+    @staticmethod
+    def static_defines(params) -> tuple[dict, tuple, int | None]:
+        wg = with_derived(search_space(FAMILY), params)["WG"]
+        return {"DIR": 0, "WG": wg, **{k: params[k] for k in _GEMM_KEYS}}, (wg, 1, 1), None
+
+
+TUNE_TARGET = Conv2dTarget()

@@ -341,6 +341,7 @@ def collapse_dims(shape, strides_per_slot):
 MAX_DIMS = 6
 _NDIM_BUCKETS = (1, 1, 2, 3, 4, 6, 6)  # collapsed dims -> template NDIM (pads with size-1 dims)
 _META_CACHE_MAX = 1024
+_PLAN_CACHE_MAX = 8192
 
 
 class _Plan:
@@ -366,6 +367,8 @@ class Elementwise(Family):
                out.shape, out.strides, out.dtype, compute)
         pl = self.plans.get(key)
         if pl is None:
+            if len(self.plans) >= _PLAN_CACHE_MAX:
+                self.plans.clear()
             pl = self.plans[key] = self._make_plan(op, inputs, out, compute)
         return pl
 
@@ -398,6 +401,8 @@ class Elementwise(Family):
         pl.ct = ct
         pl.ns = spec.nscalars + (len(inputs) - len(tensors))
         pl.n = math.prod(shape)
+        if pl.n == 0:
+            return pl
         if pl.n >= 1 << 32:
             raise ValueError(f"{op}: {pl.n} elements; the elementwise kernels index with 32 bits")
         pl.itemsizes = tuple(t.itemsize for t in tensors) + (out.itemsize,)

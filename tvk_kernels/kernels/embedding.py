@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 
+from ..errors import InvalidConfigError
 from .launch import Family, family, grid_1d
 
 _PUSH = struct.Struct("<QQQQIIIIiIII")
@@ -35,10 +36,14 @@ class Embedding(Family):
         super().__init__(device, "embedding", "embedding.comp")
 
     def variant(self, mode: int, wg: int, vec: int = 1, items: int = 1, explicit: bool = False):
-        defines = {"MODE": mode, "WG": wg, "VEC": vec, "ITEMS": items}
-        if mode in (MODE_SORT, MODE_MERGE):
-            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=16 * wg)
-        build = lambda: self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
+        def build():
+            if mode in (MODE_SORT, MODE_STEP, MODE_MERGE, MODE_KEYS) and wg & (wg - 1):
+                raise InvalidConfigError(f"SORT_WG={wg} must be a power of two (bitonic sort)")
+            shared = 16 * wg if mode in (MODE_SORT, MODE_MERGE) else 0
+            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, push_size=_PUSH.size)
+            defines = {"MODE": mode, "WG": wg, "VEC": vec, "ITEMS": items}
+            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
+
         if explicit:
             return build()
         return self.pipeline((mode, wg, vec, items), build)

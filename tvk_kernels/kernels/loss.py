@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 
+from ..errors import InvalidConfigError
 from .launch import Family, family, grid_1d
 
 _PUSH = struct.Struct("<QQQQQQQIIifI")
@@ -40,14 +41,16 @@ class Loss(Family):
         return "small_c" if C < SMALL_C else "large_c"
 
     def variant(self, mode: int, wg: int, tpr: int = 1, explicit: bool = False):
-        if mode == MODE_CE_ROWS and (tpr < 1 or wg % tpr or tpr & (tpr - 1)):
-            from ..errors import InvalidConfigError
+        def build():
+            if mode == MODE_CE_ROWS and (tpr < 1 or wg % tpr or tpr & (tpr - 1)):
+                raise InvalidConfigError(f"TPR={tpr} must be a power of two dividing WG={wg}")
+            if mode == MODE_REDUCE and wg & (wg - 1):
+                raise InvalidConfigError(f"RED_WG={wg} must be a power of two (tree reduction)")
+            shared = 16 * wg if mode == MODE_CE_ROWS and tpr > 1 else (8 * wg if mode == MODE_REDUCE else 0)
+            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, push_size=_PUSH.size)
+            defines = {"MODE": mode, "WG": wg, "TPR": tpr}
+            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
 
-            raise InvalidConfigError(f"TPR={tpr} must be a power of two dividing WG={wg}")
-        shared = 16 * wg if mode == MODE_CE_ROWS and tpr > 1 else (8 * wg if mode == MODE_REDUCE else 0)
-        self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared)
-        defines = {"MODE": mode, "WG": wg, "TPR": tpr}
-        build = lambda: self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
         return build() if explicit else self.pipeline((mode, wg, tpr), build)
 
 

@@ -159,15 +159,10 @@ class Matmul(Family):
         self.coop = None  # CoopMatmul, built on first fp16 use where the device has the feature
 
     def config(self, bucket: str) -> tuple[dict, str]:
-        """(params, source) for a shape bucket: tuned config, else default plus per-bucket default."""
+        """(params, source) for a shape bucket: tuned config, else the default with its per-bucket overrides."""
         hit = self._configs.get(bucket)
         if hit is None:
-            params, source = self.params(bucket)
-            params = dict(params)
-            if source == "default":
-                per = search_space(FAMILY).get("bucket_defaults", {})
-                for key in _device_classes(self.device.facts):
-                    params.update(per.get(key, {}).get(bucket, {}))
+            params, source = self.params(bucket)  # config.params_for applies bucket_defaults itself
             params = {n: params.get(n, 0) for n in PARAM_NAMES}
             hit = self._configs[bucket] = (params, source)
         return hit
@@ -254,7 +249,7 @@ def _contig_choice(s_outer: int, s_inner: int, n_outer: int, n_inner: int) -> bo
 def _vec_width(limit: int, contig_stride: int, addr: int, esize: int, other_strides) -> int:
     if contig_stride != 1:
         return 1
-    for v in (4, 2):
+    for v in (8, 4, 2):
         if v <= limit and addr % (v * esize) == 0 and all(s % v == 0 for s in other_strides):
             return v
     return 1
@@ -345,6 +340,16 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     if M == 0 or N == 0 or batch == 0:
         return {"kernel": "none", "bucket": bucket, "params": None, "source": None, "splits": 0}
 
+    if isinstance(params, dict) and "SG_M" in params:  # an explicit cooperative-matrix candidate
+        if dtype != "float16":
+            raise InvalidConfigError("cooperative-matrix parameters (SG_M, ...) need dtype float16")
+        coop = _coop(fam)
+        if coop is None:
+            raise InvalidConfigError(f"{device.facts.name} has no verified cooperative-matrix matmul")
+        info = coop.run(a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, bias_addr, act, alpha,
+                        cfg={**coop.cfg, **params})
+        info.update(bucket=bucket, source="explicit")
+        return info
     if params is None:
         if dtype == "float16" and split_k is None and bucket != "skinny":
             coop = _coop(fam)
@@ -436,6 +441,28 @@ def _coop(fam: Matmul):
     return fam.coop or None
 
 
+def coop_candidates(device) -> list[dict]:
+    """Cooperative-matrix parameter sets (tuning/matmul.json "coopmat") that fit `device`; [] without the feature.
+
+    Pass one as `params=` with dtype="float16" to run it.
+    """
+    fam = family(device, Matmul)
+    coop = _coop(fam)
+    if coop is None:
+        return []
+    space = search_space(FAMILY)["coopmat"]["params"]
+    names = list(space)
+    out = []
+    for values in itertools.product(*(space[n]["values"] for n in names)):
+        cfg = dict(zip(names, values))
+        try:
+            coop.check(cfg)
+        except InvalidConfigError:
+            continue
+        out.append(cfg)
+    return out
+
+
 def coop_shapes(device) -> list[dict]:
     """The device's VkCooperativeMatrixPropertiesKHR entries (empty where the extension is missing)."""
     from ..runtime.vk import NULL, check, ffi, lib, structure_type
@@ -499,19 +526,35 @@ class CoopMatmul(Family):
     def usable(self, M, N, K) -> bool:
         return min(M, N) >= self.min_size and K >= 16
 
-    def pipeline_for(self, act: int, vec_a: int, vec_b: int, a_kmajor: bool, b_nmajor: bool, cfg: dict | None = None):
-        c = dict(self.cfg if cfg is None else cfg)
-        s = self.shape
+    def check(self, cfg: dict, a_kmajor: bool = True, b_nmajor: bool = True):
+        """Raise InvalidConfigError unless the candidate fits the device; returns (wg, bm, bn, shared, stages, sub)."""
+        c, s = cfg, self.shape
+        for n in ("SG_M", "SG_N", "FM", "FN", "BK", "PAD"):
+            if not isinstance(c.get(n), int) or c[n] < (0 if n == "PAD" else 1):
+                raise InvalidConfigError(f"coopmat parameter {n}={c.get(n)!r} must be a positive integer")
         bm = c["SG_M"] * c["FM"] * s["M"]
         bn = c["SG_N"] * c["FN"] * s["N"]
         if c["BK"] % s["K"]:
             raise InvalidConfigError(f"coopmat BK={c['BK']} is not a multiple of the matrix K={s['K']}")
+        if c["PAD"] % 8 or c["BK"] % 8:
+            raise InvalidConfigError(f"coopmat PAD={c['PAD']} and BK={c['BK']} must be multiples of 8 (16-byte rows)")
+        stages = c.get("STAGES", 2)
+        if stages not in (1, 2):
+            raise InvalidConfigError(f"coopmat STAGES={stages} must be 1 or 2")
         wg = c["SG_M"] * c["SG_N"] * self.subgroup
-        shared = bm * (c["BK"] + c["PAD"]) * 2 + c["BK"] * (bn + c["PAD"]) * 2 + c["SG_M"] * c["SG_N"] * s["M"] * s["N"] * 4
+        a_halves = bm * (c["BK"] + c["PAD"]) if a_kmajor else c["BK"] * (bm + c["PAD"])
+        b_halves = c["BK"] * (bn + c["PAD"]) if b_nmajor else bn * (c["BK"] + c["PAD"])
+        shared = stages * 2 * (a_halves + b_halves) + c["SG_M"] * c["SG_N"] * s["M"] * s["N"] * 4
         sub = self.subgroup if self.device.facts.subgroup_size_control else None
         self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, subgroup_size=sub, push_size=_PUSH.size)
+        return wg, bm, bn, shared, stages, sub
+
+    def pipeline_for(self, act: int, vec_a: int, vec_b: int, a_kmajor: bool, b_nmajor: bool, cfg: dict | None = None):
+        c = dict(self.cfg if cfg is None else cfg)
+        s = self.shape
+        wg, bm, bn, _, stages, sub = self.check(c, a_kmajor, b_nmajor)
         defines = {"MS": s["M"], "NS": s["N"], "KS": s["K"], "SG_M": c["SG_M"], "SG_N": c["SG_N"], "FM": c["FM"],
-                   "FN": c["FN"], "BK": c["BK"], "PAD": c["PAD"], "SUBGROUP_SIZE": self.subgroup, "ACT": act,
+                   "FN": c["FN"], "BK": c["BK"], "PAD": c["PAD"], "STAGES": stages, "SUBGROUP_SIZE": self.subgroup, "ACT": act,
                    "VEC_A": vec_a, "VEC_B": vec_b, "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor), "DTYPE": 1}
         key = ("coop", tuple(sorted(defines.items())), sub)
         pipe = self.pipeline(key, lambda: self.device.pipelines.get(
@@ -522,10 +565,10 @@ class CoopMatmul(Family):
         esize = 2
         a_kmajor = _contig_choice(sa[1], sa[2], M, K)
         b_nmajor = _contig_choice(sb[1], sb[2], K, N)
-        vec_a = (_vec_width(4, sa[2], a_addr, esize, (sa[0], sa[1])) if a_kmajor
-                 else _vec_width(4, sa[1], a_addr, esize, (sa[0], sa[2])))
-        vec_b = (_vec_width(4, sb[2], b_addr, esize, (sb[0], sb[1])) if b_nmajor
-                 else _vec_width(4, sb[1], b_addr, esize, (sb[0], sb[2])))
+        vec_a = (_vec_width(8, sa[2], a_addr, esize, (sa[0], sa[1])) if a_kmajor
+                 else _vec_width(8, sa[1], a_addr, esize, (sa[0], sa[2])))
+        vec_b = (_vec_width(8, sb[2], b_addr, esize, (sb[0], sb[1])) if b_nmajor
+                 else _vec_width(8, sb[1], b_addr, esize, (sb[0], sb[2])))
         pipe, bm, bn = self.pipeline_for(act, vec_a, vec_b, a_kmajor, b_nmajor, cfg)
         facts = self.device.facts
         tiles = math.ceil(M / bm) * math.ceil(N / bn)
@@ -571,3 +614,77 @@ class CoopMatmul(Family):
             return False
         self.verified_error = float(err)
         return True
+
+
+# ------------------------------------------------------------------ autotuner target
+class MatmulTarget:
+    """What tvk-tune needs to tune the tiled kernel (see tvk_kernels/tune/targets.py)."""
+
+    family = FAMILY
+    template = TEMPLATE
+    suites = {
+        "suite": [{"M": 128, "N": 128, "K": 128, "batch": 1}, {"M": 512, "N": 512, "K": 512, "batch": 1},
+                  {"M": 1024, "N": 1024, "K": 1024, "batch": 1}, {"M": 2048, "N": 2048, "K": 2048, "batch": 1},
+                  {"M": 4096, "N": 1024, "K": 1024, "batch": 1}, {"M": 64, "N": 64, "K": 8192, "batch": 1},
+                  {"M": 16, "N": 128, "K": 4096, "batch": 1}, {"M": 256, "N": 256, "K": 64, "batch": 8}],
+        "tiny": [{"M": 64, "N": 64, "K": 64, "batch": 1}, {"M": 200, "N": 136, "K": 96, "batch": 1},
+                 {"M": 8, "N": 8, "K": 2048, "batch": 1}],
+    }
+
+    def prepare(self, device, shape, n_inputs=3, seed=0):
+        import numpy as np
+
+        from ..tune.targets import Case
+
+        M, N, K, batch = shape["M"], shape["N"], shape["K"], shape.get("batch", 1)
+        rng = np.random.default_rng(seed)
+        host = [(rng.standard_normal((batch, M, K), dtype=np.float32), rng.standard_normal((batch, K, N), dtype=np.float32))
+                for _ in range(n_inputs + 1)]
+        bufs = [(device.upload(a), device.upload(b)) for a, b in host]
+        out = device.allocator.alloc(4 * batch * M * N)
+
+        def run(params, i):
+            a, b = bufs[i]
+            matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, params=params)
+
+        def check(params):
+            a, b = bufs[-1]
+            matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, params=params)
+            got = device.download(out, np.float32, (batch, M, N)).astype(np.float64)
+            A, B = host[-1][0].astype(np.float64), host[-1][1].astype(np.float64)
+            want = A @ B
+            scale = np.abs(A) @ np.abs(B)
+            err = np.abs(got - want)
+            return bool(np.all(err <= 1e-5 * scale + 1e-6)), float(err.max()) if err.size else 0.0
+
+        def free():
+            for a, b in bufs:
+                a.free(), b.free()
+            out.free()
+
+        return Case(device, shape, run, check, free)
+
+    @staticmethod
+    def work(shape, params) -> dict:
+        M, N, K, batch = shape["M"], shape["N"], shape["K"], shape.get("batch", 1)
+        d = derived(params)
+        tm, tn = math.ceil(M / params["BM"]), math.ceil(N / params["BN"])
+        groups = batch * tm * tn
+        steps = math.ceil(K / params["BK"])
+        return {
+            "flops": 2 * batch * M * N * K,
+            "dram_bytes": 4 * batch * (M * K * tn + K * N * tm + M * N),
+            "lds_bytes": groups * steps * (4 * params["BK"] * (params["BM"] + params["BN"])  # stores
+                                           + d["WG"] * params["BK"] * (params["TM"] + params["TN"]) * 4),  # reads
+            "groups": groups, "invocations": d["WG"], "lds_per_group": d["shared_bytes"],
+        }
+
+    @staticmethod
+    def static_defines(params) -> tuple[dict, tuple, int | None]:
+        defines = {"BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "TM": params["TM"], "TN": params["TN"],
+                   "UNROLL": params["UNROLL"], "PAD": params["PAD"], "VEC_A": params["VEC"], "VEC_B": params["VEC"],
+                   "A_KMAJOR": 1, "B_NMAJOR": 1, "ACT": 0, "DTYPE": 0, "MODE": _MODE_GEMM}
+        return defines, (derived(params)["WG"], 1, 1), params.get("SUBGROUP") or None
+
+
+TUNE_TARGET = MatmulTarget()

@@ -33,7 +33,7 @@ import struct
 from .launch import Family, family, grid_1d
 from .reduce import _pow2ceil, _prod, reduce, resolve_params, use_subgroups
 
-_PUSH = struct.Struct("<9Q4I3fI")
+_PUSH = struct.Struct("<9Q4I3fII")
 SMALL = 1 << 16
 LN_FWD, LN_BWD, LN_GWB, BN_FWD, BN_BWD = range(5)
 
@@ -61,13 +61,13 @@ def _row_launch(device, phase, prm, rows, n, addrs, inner=1, ostride=0, eps=0.0,
     """One row (LN row / BN channel) per T adjacent threads."""
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     t = min(wg, _pow2ceil(-(-max(n, 1) // items)))
-    defines = {"PHASE": phase, "T": t, "ITEMS": items, "SUBGROUP": int(use_subgroups(device, prm, t))}
+    defines = {"PHASE": phase, "ITEMS": items, "SUBGROUP": int(use_subgroups(device, prm, t))}
     pipe = family(device, Norm).build(defines, wg)
     groups = grid_1d(-(-rows // (wg // t)), device.facts.max_workgroup_count[0])
     a = {k: 0 for k in ("x", "y", "g", "w", "b", "mean", "rstd", "aux0", "aux1")}
     a.update({k: int(v or 0) for k, v in addrs.items()})
     push = _PUSH.pack(a["x"], a["y"], a["g"], a["w"], a["b"], a["mean"], a["rstd"], a["aux0"], a["aux1"],
-                      rows, n, inner, ostride, eps, momentum, unbias, flags)
+                      rows, n, inner, ostride, eps, momentum, unbias, flags, t.bit_length() - 1)
     device.stream.dispatch(pipe, groups, push, label)
 
 
@@ -115,7 +115,7 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
         nsplit = min(-(-target // groups), rows // split_rows, 65535)
     chunk = -(-max(rows, 1) // nsplit)
     nsplit = max(1, -(-rows // chunk))
-    pipe = family(device, Norm).build({"PHASE": LN_GWB, "T": t, "ITEMS": items, "SUBGROUP": 0}, wg)
+    pipe = family(device, Norm).build({"PHASE": LN_GWB, "ITEMS": items, "SUBGROUP": 0}, wg)
     gx, gy, _ = grid_1d(groups, device.facts.max_workgroup_count[0])
     if nsplit == 1:
         aux0, aux1, parts = grad_weight_addr, grad_bias_addr, []
@@ -123,7 +123,7 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
         parts = [device.allocator.alloc(4 * nsplit * n) if a else None for a in (grad_weight_addr, grad_bias_addr)]
         aux0, aux1 = (p.address if p is not None else 0 for p in parts)
     push = _PUSH.pack(x_addr, 0, grad_addr, 0, 0, mean_addr, rstd_addr, aux0, aux1, rows, n, chunk, 0,
-                      0.0, 0.0, 1.0, 0)
+                      0.0, 0.0, 1.0, 0, t.bit_length() - 1)
     device.stream.dispatch(pipe, (gx, gy, nsplit), push, "layer_norm_backward.params")
     for part, dst in zip(parts, (grad_weight_addr, grad_bias_addr)):
         if part is not None:
@@ -187,3 +187,90 @@ def batch_norm_backward(device, grad_addr: int, x_addr: int, shape, save_mean_ad
     addrs.update(x=x_addr, g=grad_addr, w=weight_addr, y=grad_in_addr, aux0=grad_weight_addr, aux1=grad_bias_addr)
     _row_launch(device, BN_BWD, prm, c, m, addrs, inner=inner, ostride=c * inner, eps=eps, flags=flags,
                 label="batch_norm_backward")
+
+
+class NormTarget:
+    """What tvk-tune needs to tune the norm family (see tvk_kernels/tune/targets.py): layer
+    norm forward + backward over a [rows, cols] tensor ("ln"), or batch norm training
+    forward + backward over (N, C, HW) ("bn")."""
+
+    family = "norm"
+    template = "norm.comp"
+    suites = {
+        "suite": [
+            {"kind": "ln", "rows": 4096, "cols": 1024, "n": 4194304},
+            {"kind": "ln", "rows": 16384, "cols": 64, "n": 1048576},
+            {"kind": "ln", "rows": 64, "cols": 512, "n": 32768},
+            {"kind": "bn", "N": 32, "C": 64, "HW": 1024, "n": 2097152},
+            {"kind": "bn", "N": 256, "C": 512, "HW": 1, "n": 131072},
+        ],
+        "tiny": [
+            {"kind": "ln", "rows": 7, "cols": 1000, "n": 7000},
+            {"kind": "bn", "N": 4, "C": 3, "HW": 127, "n": 1524},
+        ],
+    }
+
+    def prepare(self, device, shape, n_inputs=3, seed=0):
+        import numpy as np
+
+        from ..tune.targets import Case
+
+        ln = shape.get("kind", "ln") == "ln"
+        dims = (shape["rows"], shape["cols"]) if ln else (shape["N"], shape["C"], shape["HW"])
+        rows, n = (dims[0], dims[1]) if ln else (dims[1], dims[0] * dims[2])
+        width = dims[1]  # LN: weight per column; BN: per channel
+        rng = np.random.default_rng(seed)
+        host = [rng.standard_normal(dims, dtype=np.float32) for _ in range(n_inputs + 1)]
+        bufs = [device.upload(a) for a in host]
+        grad = device.upload(rng.standard_normal(dims, dtype=np.float32))
+        w = device.upload(rng.standard_normal(width, dtype=np.float32))
+        alloc = device.allocator.alloc
+        y, dx = alloc(4 * rows * n), alloc(4 * rows * n)
+        stats, pgrads = alloc(8 * rows), alloc(8 * width)
+
+        def run(params, i):
+            x = bufs[i].address
+            if ln:
+                layer_norm(device, x, y.address, dims, 1, w.address, 0, 1e-5, stats.address, stats.address + 4 * rows,
+                           params=params)
+                layer_norm_backward(device, grad.address, x, stats.address, stats.address + 4 * rows, dims, 1,
+                                    w.address, dx.address, pgrads.address, pgrads.address + 4 * width, params=params)
+            else:
+                batch_norm(device, x, y.address, dims, w.address, 0, training=True, save_mean_addr=stats.address,
+                           save_invstd_addr=stats.address + 4 * rows, params=params)
+                batch_norm_backward(device, grad.address, x, dims, stats.address, stats.address + 4 * rows, w.address,
+                                    dx.address, pgrads.address, pgrads.address + 4 * width, params=params)
+
+        def check(params):
+            run(params, -1)
+            got = device.download(y, np.float32, dims).astype(np.float64)
+            x = host[-1].astype(np.float64)
+            wv = device.download(w, np.float32, (width,)).astype(np.float64)
+            axes = (1,) if ln else (0, 2)
+            xhat = (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + 1e-5)
+            want = xhat * (wv if ln else wv[None, :, None])
+            err = np.abs(got - want)
+            return bool(np.all(err <= 2e-5 * np.abs(want).max() + 1e-6)), float(err.max())
+
+        def free():
+            for b in (*bufs, grad, w, y, dx, stats, pgrads):
+                b.free()
+
+        return Case(device, shape, run, check, free)
+
+    @staticmethod
+    def work(shape, params) -> dict:
+        ln = shape.get("kind", "ln") == "ln"
+        rows, n = (shape["rows"], shape["cols"]) if ln else (shape["C"], shape["N"] * shape["HW"])
+        wg, items = params["WG"], params["ITEMS"]
+        t = min(wg, _pow2ceil(-(-n // items)))
+        groups = -(-rows // (wg // t))
+        return {"flops": 20 * rows * n, "dram_bytes": 4 * rows * n * 9, "lds_bytes": groups * wg * 32,
+                "groups": groups, "invocations": wg, "lds_per_group": 4 * wg}
+
+    @staticmethod
+    def static_defines(params) -> tuple[dict, tuple, int | None]:
+        return {"PHASE": LN_FWD, "ITEMS": params["ITEMS"], "SUBGROUP": params["SUBGROUP"]}, (params["WG"], 1, 1), None
+
+
+TUNE_TARGET = NormTarget()

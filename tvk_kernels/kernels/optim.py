@@ -20,6 +20,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..errors import InvalidConfigError
 from .launch import Family, family, grid_1d
 
 MODE_SGD, MODE_ADAM, MODE_NORM, MODE_NORM_FINAL, MODE_CLIP = range(5)
@@ -63,15 +64,16 @@ class Optim(Family):
         self.tables: OrderedDict = OrderedDict()
 
     def variant(self, mode: int, fused: bool, wg: int, chunk: int, inf: bool = False, explicit: bool = False):
-        if wg & (wg - 1):
-            from ..errors import InvalidConfigError
-
-            raise InvalidConfigError(f"WG={wg} must be a power of two")
-        shared = 4 * wg if mode in (MODE_NORM, MODE_NORM_FINAL) else 0
         push = _PUSH_FUSED if fused else _PUSH_TENSOR
-        self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, push_size=push.size)
-        defines = {"MODE": mode, "FUSED": int(fused), "WG": wg, "CHUNK": chunk, "NORM_INF": int(inf)}
-        build = lambda: self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=push.size)
+
+        def build():
+            if wg & (wg - 1):
+                raise InvalidConfigError(f"WG={wg} must be a power of two")
+            shared = 4 * wg if mode in (MODE_NORM, MODE_NORM_FINAL) else 0
+            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, push_size=push.size)
+            defines = {"MODE": mode, "FUSED": int(fused), "WG": wg, "CHUNK": chunk, "NORM_INF": int(inf)}
+            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=push.size)
+
         return build() if explicit else self.pipeline((mode, fused, wg, chunk, inf), build)
 
     def table(self, entries: tuple, chunk: int) -> _Table:
@@ -134,7 +136,7 @@ def sgd_step(device, tensors, lr: float, momentum: float = 0.0, dampening: float
 
 def adam_step(device, tensors, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
               weight_decay: float = 0.0, step: int = 1, amsgrad: bool = False, decoupled: bool = False,
-              maximize: bool = False, fused: bool = True, params: dict | None = None):
+              fused: bool = True, *, maximize: bool = False, params: dict | None = None):
     """One torch.optim.Adam (decoupled=False) or AdamW (decoupled=True) step over
     tensors = [(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq_or_0, numel), ...].
 
@@ -154,10 +156,11 @@ def adam_step(device, tensors, lr: float = 1e-3, beta1: float = 0.9, beta2: floa
 
 
 def adamw_step(device, tensors, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
-               weight_decay: float = 1e-2, step: int = 1, amsgrad: bool = False, maximize: bool = False,
-               fused: bool = True, params: dict | None = None):
+               weight_decay: float = 1e-2, step: int = 1, amsgrad: bool = False, fused: bool = True, *,
+               maximize: bool = False, params: dict | None = None):
     """torch.optim.AdamW: adam_step with decoupled weight decay."""
-    adam_step(device, tensors, lr, beta1, beta2, eps, weight_decay, step, amsgrad, True, maximize, fused, params)
+    adam_step(device, tensors, lr, beta1, beta2, eps, weight_decay, step, amsgrad, True, fused, maximize=maximize,
+              params=params)
 
 
 def _norm_type(norm_type) -> bool:

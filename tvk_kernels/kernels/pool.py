@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import struct
 
-from .conv import _addr, _pair, check_params, enumerate_space, pick_bucket
+from .conv import _addr, _pair, check_params
 from .launch import Family, family, grid_1d
-from ..config import search_space
 from ..errors import InvalidConfigError
+from ..tune.space import bucket_of, candidates as space_candidates
 
 FAMILY = "pool"
 OPS = {"max_fwd": 1, "max_bwd": 2, "avg_fwd": 3, "avg_bwd": 4, "adaptive_fwd": 5, "adaptive_bwd": 6}
@@ -50,9 +50,9 @@ class Pool(Family):
         return self.pipeline((op, wg, items), build)
 
 
-def candidates(device) -> list[dict]:
+def candidates(device, max_count: int | None = None) -> list[dict]:
     """Every valid parameter set of tuning/pool.json on `device` (for the autotuner)."""
-    return enumerate_space(device, FAMILY)
+    return space_candidates(FAMILY, device.facts, max_count)
 
 
 # ------------------------------------------------------------------ shapes
@@ -101,8 +101,7 @@ def _launch(device, op, src, dst, idx, x_shape, out_shape, win, flags=0, divisor
     if max(elems, planes * h * w) >= 1 << 32:
         raise ValueError("pooling over more than 2^32 elements is not supported; split the batch")
     fam = family(device, Pool)
-    bucket = pick_bucket(search_space(FAMILY), {"dir": "fwd" if op.endswith("fwd") else "bwd", "n": elems,
-                                                "window": win[0] * win[1]})
+    bucket = bucket_of(FAMILY, {"dir": "fwd" if op.endswith("fwd") else "bwd", "n": elems, "window": win[0] * win[1]})
     params = fam.resolve(bucket, params)
     pipe = fam.variant(op, params)
     per_group = params["WG"] * params["ITEMS"]

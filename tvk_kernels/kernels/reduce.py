@@ -28,7 +28,7 @@ from .launch import Family, family, grid_1d
 OPS = {"sum": 0, "mean": 0, "prod": 1, "max": 2, "amax": 2, "min": 3, "amin": 3, "argmax": 4, "argmin": 5}
 MAX_DIMS = 6
 SMALL = 1 << 16
-_PUSH = struct.Struct("<QQQQIIIIf6I6I")
+_PUSH = struct.Struct("<QQQQIIIIfI6I6I")
 _DTYPES = {"float32": 4, "float16": 2}
 
 
@@ -78,6 +78,14 @@ def _collapse(dims: list) -> list:
         else:
             out.append((size, stride))
     return out
+
+
+def sum_span(dims) -> int:
+    """Offset of the last element of [(size, stride)], plus one."""
+    span = 1
+    for size, stride in dims:
+        span += (size - 1) * stride
+    return span
 
 
 def _pow2ceil(n: int) -> int:
@@ -162,6 +170,8 @@ def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, di
     if len(kept) + len(red) > MAX_DIMS:
         raise ValueError(f"reduce: the view {shape} / strides {strides} needs {len(kept) + len(red)} dims after "
                          f"merging contiguous ones; at most {MAX_DIMS} are supported. Make the input contiguous.")
+    if sum_span(kept + red) >= 1 << 32:
+        raise ValueError(f"reduce: the view {shape} / strides {strides} spans 2**32 elements or more; split it")
     fam = family(device, Reduce)
     bucket = "small" if n_out * max(n_red, 1) < SMALL else "large"
     prm = resolve_params(fam, bucket, params)
@@ -196,24 +206,26 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
         t, g = layout(chunk)
     pair = opc >= 4
 
-    defines = {"OP": opc, "RD": len(red), "T": t, "COLS": int(cols), "ITEMS": items,
+    defines = {"OP": opc, "RD": len(red), "COLS": int(cols), "ITEMS": items,
                "SUBGROUP": int(not cols and use_subgroups(device, prm, t)), "IN_F16": int(f16),
                "IN_IDX": int(in_idx != 0), "IDX64": int(idx64 and nsplit == 1)}
     pipe = fam.build(defines, wg)
+    tlog = t.bit_length() - 1
     gx, gy, _ = grid_1d(groups, device.facts.max_workgroup_count[0])
     dims = red + kept
     sizes = [d[0] for d in dims] + [1] * (MAX_DIMS - len(dims))
     strides = [d[1] for d in dims] + [0] * (MAX_DIMS - len(dims))
 
     if nsplit == 1:
-        push = _PUSH.pack(in_addr, in_idx, out_addr, idx_addr, n_out, n_red, n_red, len(kept), scale, *sizes, *strides)
+        push = _PUSH.pack(in_addr, in_idx, out_addr, idx_addr, n_out, n_red, n_red, len(kept), scale, tlog,
+                          *sizes, *strides)
         device.stream.dispatch(pipe, (gx, gy, 1), push, "reduce")
         return
     # pass 1: partials [nsplit, n_out] (+ uint32 indices), pass 2: reduce them over dim 0
     part = device.allocator.alloc(4 * nsplit * n_out)
     part_idx = device.allocator.alloc(4 * nsplit * n_out) if pair else None
     push = _PUSH.pack(in_addr, in_idx, part.address, part_idx.address if pair else 0, n_out, n_red, chunk,
-                      len(kept), 1.0, *sizes, *strides)
+                      len(kept), 1.0, tlog, *sizes, *strides)
     device.stream.dispatch(pipe, (gx, gy, nsplit), push, "reduce.pass1")
     _launch(device, fam, prm, opc, part.address, part_idx.address if pair else 0, out_addr, idx_addr,
             [(n_out, 1)] if n_out > 1 else [], [(nsplit, n_out)], n_out, nsplit, scale, False, allow_split=False,
@@ -222,3 +234,80 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
     if pair:
         device.stream.keep_alive(part_idx)
 
+
+
+class ReduceTarget:
+    """What tvk-tune needs to tune reductions (see tvk_kernels/tune/targets.py): sums of a
+    [rows, cols] matrix over dim 1 (contiguous), dim 0 (strided) or both (None)."""
+
+    family = "reduce"
+    template = "reduce.comp"
+    suites = {
+        "suite": [
+            {"rows": 4096, "cols": 1024, "dim": 1, "n": 4194304},
+            {"rows": 4096, "cols": 1024, "dim": 0, "n": 4194304},
+            {"rows": 1024, "cols": 4096, "dim": None, "n": 4194304},
+            {"rows": 65536, "cols": 32, "dim": 1, "n": 2097152},
+            {"rows": 64, "cols": 512, "dim": 1, "n": 32768},
+            {"rows": 8, "cols": 4096, "dim": 0, "n": 32768},
+        ],
+        "tiny": [
+            {"rows": 7, "cols": 1000, "dim": 1, "n": 7000},
+            {"rows": 300, "cols": 70, "dim": 0, "n": 21000},
+            {"rows": 100, "cols": 1000, "dim": None, "n": 100000},
+        ],
+    }
+
+    def prepare(self, device, shape, n_inputs=3, seed=0):
+        import numpy as np
+
+        from ..tune.targets import Case
+
+        rows, cols, dim = shape["rows"], shape["cols"], shape.get("dim", 1)
+        rng = np.random.default_rng(seed)
+        host = [rng.standard_normal((rows, cols), dtype=np.float32) for _ in range(n_inputs + 1)]
+        bufs = [device.upload(a) for a in host]
+        oshape = output_shape((rows, cols), dim)
+        out = device.allocator.alloc(4 * max(_prod(oshape), 1))
+
+        def run(params, i):
+            reduce(device, "sum", bufs[i].address, out.address, (rows, cols), None, dim, params=params)
+
+        def check(params):
+            run(params, -1)
+            got = device.download(out, np.float32, oshape).astype(np.float64)
+            x = host[-1].astype(np.float64)
+            axis = None if dim is None else dim
+            err = np.abs(got - x.sum(axis))
+            return bool(np.all(err <= 2e-6 * np.abs(x).sum(axis) + 1e-6)), float(np.max(err))
+
+        def free():
+            for b in bufs:
+                b.free()
+            out.free()
+
+        return Case(device, shape, run, check, free)
+
+    @staticmethod
+    def work(shape, params) -> dict:
+        rows, cols, dim = shape["rows"], shape["cols"], shape.get("dim", 1)
+        wg, items = params["WG"], params["ITEMS"]
+        n = rows * cols
+        if dim == 1:
+            t = min(wg, _pow2ceil(-(-cols // items)))
+            groups = -(-rows // (wg // t))
+        elif dim == 0:
+            groups = -(-cols // min(wg, _pow2ceil(cols)))
+        else:
+            groups = max(1, min(params.get("TARGET_GROUPS", 1), n // max(params.get("SPLIT_MIN", n) // 4, 1)))
+        return {"flops": n, "dram_bytes": 4 * n, "lds_bytes": groups * wg * 8, "groups": groups,
+                "invocations": wg, "lds_per_group": 4 * wg}
+
+    @staticmethod
+    def static_defines(params) -> tuple[dict, tuple, int | None]:
+        defines = {"OP": 0, "RD": 1, "COLS": 0, "ITEMS": params["ITEMS"], "SUBGROUP": params["SUBGROUP"],
+                   "IN_F16": 0, "IN_IDX": 0, "IDX64": 0}
+        return defines, (params["WG"], 1, 1), None
+
+
+TUNE_TARGET = ReduceTarget()

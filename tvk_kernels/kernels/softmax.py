@@ -16,7 +16,7 @@ import struct
 from .launch import Family, family, grid_1d
 from .reduce import _pow2ceil, _prod, resolve_params, use_subgroups
 
-_PUSH = struct.Struct("<QQQQIII")
+_PUSH = struct.Struct("<QQQQIIII")
 SMALL = 1 << 16
 
 
@@ -56,11 +56,11 @@ def _run(device, x, y, g, dx, shape, dim, log, bwd, params):
     else:
         t = min(wg, _pow2ceil(-(-n // items)))
         g_rows = wg // t
-    defines = {"T": t, "COLS": int(cols), "ITEMS": items, "LOG": int(bool(log)), "BWD": int(bwd),
+    defines = {"COLS": int(cols), "ITEMS": items, "LOG": int(bool(log)), "BWD": int(bwd),
                "SUBGROUP": int(not cols and use_subgroups(device, prm, t))}
     pipe = fam.build(defines, wg)
     groups = grid_1d(-(-rows // g_rows), device.facts.max_workgroup_count[0])
-    device.stream.dispatch(pipe, groups, _PUSH.pack(x, y, g, dx, rows, n, inner),
+    device.stream.dispatch(pipe, groups, _PUSH.pack(x, y, g, dx, rows, n, inner, t.bit_length() - 1),
                            ("log_softmax" if log else "softmax") + ("_backward" if bwd else ""))
 
 
@@ -77,3 +77,75 @@ def softmax_backward(device, grad_addr: int, out_addr: int, grad_in_addr: int, s
                      log: bool = False, params: dict | None = None):
     """grad_in from grad_out (grad_addr) and the forward output (out_addr), all contiguous float32."""
     _run(device, 0, out_addr, grad_addr, grad_in_addr, shape, dim, log, True, params)
+
+
+class SoftmaxTarget:
+    """What tvk-tune needs to tune softmax (see tvk_kernels/tune/targets.py): the forward pass
+    of a [rows, cols] tensor along dim (-1: the last-dim path, 0: the strided path)."""
+
+    family = "softmax"
+    template = "softmax.comp"
+    suites = {
+        "suite": [
+            {"rows": 4096, "cols": 1024, "dim": -1, "n": 4194304},
+            {"rows": 256, "cols": 8192, "dim": -1, "n": 2097152},
+            {"rows": 65536, "cols": 32, "dim": -1, "n": 2097152},
+            {"rows": 64, "cols": 512, "dim": -1, "n": 32768},
+            {"rows": 1024, "cols": 1024, "dim": 0, "n": 1048576},
+        ],
+        "tiny": [
+            {"rows": 7, "cols": 1000, "dim": -1, "n": 7000},
+            {"rows": 300, "cols": 70, "dim": 0, "n": 21000},
+        ],
+    }
+
+    def prepare(self, device, shape, n_inputs=3, seed=0):
+        import numpy as np
+
+        from ..tune.targets import Case
+
+        rows, cols, dim = shape["rows"], shape["cols"], shape.get("dim", -1)
+        rng = np.random.default_rng(seed)
+        host = [rng.standard_normal((rows, cols), dtype=np.float32) for _ in range(n_inputs + 1)]
+        bufs = [device.upload(a) for a in host]
+        out = device.allocator.alloc(4 * rows * cols)
+
+        def run(params, i):
+            softmax(device, bufs[i].address, out.address, (rows, cols), dim, params=params)
+
+        def check(params):
+            run(params, -1)
+            got = device.download(out, np.float32, (rows, cols)).astype(np.float64)
+            x = host[-1].astype(np.float64)
+            e = np.exp(x - x.max(dim, keepdims=True))
+            want = e / e.sum(dim, keepdims=True)
+            err = np.abs(got - want)
+            return bool(np.all(err <= 1e-5 * want + 1e-7)), float(err.max())
+
+        def free():
+            for b in bufs:
+                b.free()
+            out.free()
+
+        return Case(device, shape, run, check, free)
+
+    @staticmethod
+    def work(shape, params) -> dict:
+        rows, cols, dim = shape["rows"], shape["cols"], shape.get("dim", -1)
+        wg, items = params["WG"], params["ITEMS"]
+        n = rows * cols
+        if dim in (-1, 1):
+            t = min(wg, _pow2ceil(-(-cols // items)))
+            groups = -(-rows // (wg // t))
+        else:
+            groups = -(-cols // min(wg, _pow2ceil(cols)))
+        return {"flops": 6 * n, "dram_bytes": 12 * n, "lds_bytes": groups * wg * 16, "groups": groups,
+                "invocations": wg, "lds_per_group": 4 * wg}
+
+    @staticmethod
+    def static_defines(params) -> tuple[dict, tuple, int | None]:
+        defines = {"COLS": 0, "ITEMS": params["ITEMS"], "LOG": 0, "BWD": 0, "SUBGROUP": params["SUBGROUP"]}
+        return defines, (params["WG"], 1, 1), None
+
+
+TUNE_TARGET = SoftmaxTarget()

@@ -23,6 +23,7 @@ def limits(facts) -> dict:
         "max_push_constants": facts.max_push_constants,
         "cooperative_matrix": facts.features.get("cooperative_matrix", False),
         "shader_float16": facts.features.get("shader_float16", False),
+        "subgroup_arithmetic": facts.features.get("subgroup_arithmetic", False),
     }
 
 

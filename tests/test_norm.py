@@ -1,0 +1,142 @@
+"""Layer norm and batch norm forward/backward (tvk_kernels/kernels/norm.py) against torch autograd.
+
+Error bound: every output and gradient |got - ref| <= 2e-5 * max|ref| + 1e-6 (float64 reference);
+running statistics the same.
+"""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tvk_kernels.kernels import norm
+
+
+def up(device, a):
+    return device.upload(np.ascontiguousarray(a, dtype=np.float32))
+
+
+def close(got, ref):
+    ref = np.asarray(ref, np.float64)
+    tol = 2e-5 * (np.abs(ref).max() if ref.size else 0) + 1e-6
+    np.testing.assert_allclose(got, ref, rtol=0, atol=tol)
+
+
+def layer_norm_case(device, rng, shape, k, affine, params=None, eps=1e-5):
+    x = (2 * rng.standard_normal(shape) + 1).astype(np.float32)
+    ns = shape[len(shape) - k:]
+    w = rng.standard_normal(ns).astype(np.float32)
+    b = rng.standard_normal(ns).astype(np.float32)
+    g = rng.standard_normal(shape).astype(np.float32)
+    tx = torch.from_numpy(x).double().requires_grad_()
+    tw = torch.from_numpy(w).double().requires_grad_()
+    tb = torch.from_numpy(b).double().requires_grad_()
+    ref = F.layer_norm(tx, ns, tw if affine else None, tb if affine else None, eps)
+    ref.backward(torch.from_numpy(g).double())
+    rows, n = int(np.prod(shape[:len(shape) - k])), int(np.prod(ns))
+    xb, wb, bb, gb = up(device, x), up(device, w), up(device, b), up(device, g)
+    alloc = device.allocator.alloc
+    yb, mb, rb = alloc(x.nbytes), alloc(4 * rows), alloc(4 * rows)
+    dxb, dwb, dbb = alloc(x.nbytes), alloc(4 * n), alloc(4 * n)
+    wa, ba = (wb.address, bb.address) if affine else (0, 0)
+    norm.layer_norm(device, xb.address, yb.address, shape, k, wa, ba, eps, mb.address, rb.address, params=params)
+    norm.layer_norm_backward(device, gb.address, xb.address, mb.address, rb.address, shape, k, wa, dxb.address,
+                             dwb.address, dbb.address, params=params)
+    dl = device.download
+    close(dl(yb, np.float32, shape), ref.detach().numpy())
+    x64 = x.astype(np.float64).reshape(rows, n)
+    close(dl(mb, np.float32, (rows,)), x64.mean(1))
+    close(dl(rb, np.float32, (rows,)), 1 / np.sqrt(x64.var(1) + eps))
+    close(dl(dxb, np.float32, shape), tx.grad.numpy())
+    g64 = g.astype(np.float64).reshape(rows, n)  # without affine, the grads of an implicit weight 1 / bias 0
+    xhat = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + eps)
+    close(dl(dwb, np.float32, ns), tw.grad.numpy() if affine else (g64 * xhat).sum(0).reshape(ns))
+    close(dl(dbb, np.float32, ns), tb.grad.numpy() if affine else g64.sum(0).reshape(ns))
+
+
+@pytest.mark.parametrize("shape,k,affine", [
+    ((7,), 1, True), ((1, 1), 1, True), ((5, 127), 1, True), ((3, 4, 10), 2, False), ((4, 1000), 1, True),
+    ((127, 7), 1, True), ((2, 3, 33), 1, False), ((2, 3, 5, 7), 3, True),
+])
+def test_layer_norm(device, rng, shape, k, affine):
+    layer_norm_case(device, rng, shape, k, affine)
+
+
+@pytest.mark.parametrize("subgroup", [0, 1])
+@pytest.mark.parametrize("wg", [32, 1024])
+def test_layer_norm_variants(device, rng, subgroup, wg):
+    if subgroup and not device.facts.features["subgroup_arithmetic"]:
+        pytest.skip("no subgroup arithmetic")
+    layer_norm_case(device, rng, (6, 1500), 1, True, {"WG": wg, "SUBGROUP": subgroup, "ITEMS": 2})
+
+
+def test_layer_norm_param_grads_split(device, rng):
+    """Few columns, many rows: column sums in chunks of rows, finished by the reduce kernel."""
+    layer_norm_case(device, rng, (3000, 6), 1, True, {"TARGET_GROUPS": 16, "SPLIT_ROWS": 64})
+    layer_norm_case(device, rng, (700, 3, 5), 2, True, {"TARGET_GROUPS": 16, "SPLIT_ROWS": 64})
+
+
+def batch_norm_case(device, rng, shape, training, params=None, affine=True, momentum=0.1, eps=1e-5):
+    c = shape[1]
+    x = (2 * rng.standard_normal(shape) + 1).astype(np.float32)
+    w = rng.standard_normal(c).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    rm = rng.standard_normal(c).astype(np.float32)
+    rv = (rng.random(c) + 0.5).astype(np.float32)
+    g = rng.standard_normal(shape).astype(np.float32)
+    tx = torch.from_numpy(x).double().requires_grad_()
+    tw = torch.from_numpy(w).double().requires_grad_()
+    tb = torch.from_numpy(b).double().requires_grad_()
+    trm, trv = torch.from_numpy(rm).double(), torch.from_numpy(rv).double()
+    ref = F.batch_norm(tx, trm, trv, tw if affine else None, tb if affine else None, training, momentum, eps)
+    ref.backward(torch.from_numpy(g).double())
+    xb, wb, bb, gb, rmb, rvb = (up(device, a) for a in (x, w, b, g, rm, rv))
+    alloc = device.allocator.alloc
+    yb, mb, ib, dxb, dwb, dbb = alloc(x.nbytes), alloc(4 * c), alloc(4 * c), alloc(x.nbytes), alloc(4 * c), alloc(4 * c)
+    wa, ba = (wb.address, bb.address) if affine else (0, 0)
+    norm.batch_norm(device, xb.address, yb.address, shape, wa, ba, rmb.address, rvb.address, training, momentum, eps,
+                    mb.address, ib.address, params=params)
+    norm.batch_norm_backward(device, gb.address, xb.address, shape, mb.address, ib.address, wa, dxb.address,
+                             dwb.address, dbb.address, training, rmb.address, rvb.address, eps, params=params)
+    dl = device.download
+    close(dl(yb, np.float32, shape), ref.detach().numpy())
+    close(dl(dxb, np.float32, shape), tx.grad.numpy())
+    if affine:
+        close(dl(dwb, np.float32, (c,)), tw.grad.numpy())
+        close(dl(dbb, np.float32, (c,)), tb.grad.numpy())
+    close(dl(rmb, np.float32, (c,)), trm.numpy())  # updated in place when training, untouched in eval
+    close(dl(rvb, np.float32, (c,)), trv.numpy())
+    if training:
+        axes = tuple(i for i in range(len(shape)) if i != 1)
+        close(dl(mb, np.float32, (c,)), x.astype(np.float64).mean(axes))
+        close(dl(ib, np.float32, (c,)), 1 / np.sqrt(x.astype(np.float64).var(axes) + eps))
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("shape", [(4, 3, 5, 5), (7, 5), (2, 3, 127), (1, 2, 1000), (2, 1, 7, 9), (127, 1)])
+def test_batch_norm(device, rng, shape, training):
+    batch_norm_case(device, rng, shape, training)
+
+
+def test_batch_norm_options(device, rng):
+    batch_norm_case(device, rng, (3, 4, 6, 6), True, affine=False, momentum=0.3, eps=1e-3)
+    batch_norm_case(device, rng, (3, 4, 6, 6), False, affine=False)
+
+
+@pytest.mark.parametrize("subgroup", [0, 1])
+@pytest.mark.parametrize("wg", [32, 1024])
+def test_batch_norm_variants(device, rng, subgroup, wg):
+    if subgroup and not device.facts.features["subgroup_arithmetic"]:
+        pytest.skip("no subgroup arithmetic")
+    batch_norm_case(device, rng, (8, 3, 13, 17), True, {"WG": wg, "SUBGROUP": subgroup, "ITEMS": 2})
+
+
+def test_batch_norm_errors(device):
+    buf = device.upload(np.zeros(8, np.float32))
+    with pytest.raises(ValueError):
+        norm.batch_norm(device, buf.address, buf.address, (1, 4), training=True)
+    with pytest.raises(ValueError):
+        norm.batch_norm(device, buf.address, buf.address, (2, 4), training=False)
+    with pytest.raises(ValueError):
+        norm.batch_norm(device, buf.address, buf.address, (8,))
+    with pytest.raises(ValueError):
+        norm.layer_norm(device, buf.address, buf.address, (2, 4), 3)

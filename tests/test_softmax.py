@@ -1,0 +1,95 @@
+"""softmax / log_softmax forward and backward (tvk_kernels/kernels/softmax.py) against torch autograd.
+
+Error bounds: softmax and its gradient |got - ref| <= 1e-5 * max|ref| + 1e-7;
+log_softmax and its gradient |got - ref| <= 2e-6 * (1 + max|x|) (exp/log of float32).
+"""
+import numpy as np
+import pytest
+import torch
+
+from tvk_kernels.kernels.softmax import log_softmax, softmax, softmax_backward
+
+
+def run(device, x, g, dim, log, params=None):
+    xb, gb = device.upload(x), device.upload(g)
+    yb, db = device.allocator.alloc(max(x.nbytes, 4)), device.allocator.alloc(max(x.nbytes, 4))
+    softmax(device, xb.address, yb.address, x.shape, dim, log=log, params=params)
+    softmax_backward(device, gb.address, yb.address, db.address, x.shape, dim, log=log, params=params)
+    return device.download(yb, np.float32, x.shape), device.download(db, np.float32, x.shape)
+
+
+def reference(x, g, dim, log):
+    t = torch.from_numpy(x).double().requires_grad_()
+    y = torch.log_softmax(t, dim) if log else torch.softmax(t, dim)
+    y.backward(torch.from_numpy(g).double())
+    return y.detach().numpy(), t.grad.numpy()
+
+
+def check(device, x, g, dim, log, params=None):
+    y, dx = run(device, x, g, dim, log, params)
+    ry, rdx = reference(x, g, dim, log)
+    fin = np.isfinite(x).all()
+    if log:
+        tol = 2e-6 * (1 + (np.abs(x[np.isfinite(x)]).max() if x.size else 0))
+        tol_y, tol_g = tol, tol * (1 + np.abs(g).max())
+    else:
+        tol_y = 1e-5 * np.abs(ry).max() + 1e-7
+        tol_g = 1e-5 * np.abs(rdx).max() + 1e-7
+    np.testing.assert_array_less(np.abs(y - ry), tol_y) if fin else np.testing.assert_allclose(y, ry, atol=tol_y)
+    np.testing.assert_allclose(dx, rdx, rtol=0, atol=tol_g)
+
+
+SHAPES = [((1,), 0), ((7,), 0), ((3, 127), -1), ((2, 1000), 1), ((1000, 3), 1), ((5, 7, 3), 0), ((5, 7, 3), 1),
+          ((5, 7, 3), 2), ((4, 127, 9), 1), ((2, 3, 4, 5), 2), ((300, 33), 0), ((3, 1), 1)]
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape,dim", SHAPES)
+def test_softmax(device, rng, shape, dim, log):
+    x = (3 * rng.standard_normal(shape)).astype(np.float32)
+    g = rng.standard_normal(shape).astype(np.float32)
+    check(device, x, g, dim, log)
+
+
+@pytest.mark.parametrize("wg", [32, 256, 1024])
+@pytest.mark.parametrize("subgroup", [0, 1])
+def test_variants(device, rng, wg, subgroup):
+    if subgroup and not device.facts.features["subgroup_arithmetic"]:
+        pytest.skip("no subgroup arithmetic")
+    x = (3 * rng.standard_normal((5, 2049))).astype(np.float32)
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    items = 4 if wg == 256 else 1
+    for log in (False, True):
+        check(device, x, g, -1, log, {"WG": wg, "SUBGROUP": subgroup, "ITEMS": items})
+    check(device, x[:, :40].copy(), g[:, :40].copy(), 0, False, {"WG": wg, "SUBGROUP": subgroup})
+
+
+def test_stability_and_masking(device, rng):
+    x = (rng.standard_normal((6, 50)) * 1000).astype(np.float32)  # exp would overflow without the max
+    x[1, :25] = -np.inf  # masked positions (attention)
+    x[2, 1:] = -np.inf
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    for log in (False, True):
+        y, dx = run(device, x, g, -1, log)
+        ry, rdx = reference(x, g, -1, log)
+        assert np.isfinite(dx).all()
+        np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4 if log else 1e-6)
+    assert np.isfinite(run(device, x, g, -1, False)[0]).all()
+
+
+def test_nan_propagates(device):
+    x = np.array([[1.0, np.nan, 2.0], [1.0, 2.0, 3.0]], np.float32)
+    y, _ = run(device, x, np.ones_like(x), -1, False)
+    assert np.isnan(y[0]).all() and np.isfinite(y[1]).all()
+
+
+def test_log_softmax_alias_and_errors(device, rng):
+    x = rng.standard_normal((4, 9)).astype(np.float32)
+    xb, yb = device.upload(x), device.allocator.alloc(x.nbytes)
+    log_softmax(device, xb.address, yb.address, x.shape, 1)
+    ref = torch.log_softmax(torch.from_numpy(x), 1).numpy()
+    np.testing.assert_allclose(device.download(yb, np.float32, x.shape), ref, atol=1e-5)
+    with pytest.raises(IndexError):
+        softmax(device, xb.address, yb.address, x.shape, 2)
+    softmax(device, xb.address, yb.address, (0, 9), 1)  # empty: nothing to do

@@ -1,0 +1,62 @@
+"""nll_loss forward/backward on tvk_kernels.kernels.loss (cross-entropy = _log_softmax + nll_loss)."""
+from __future__ import annotations
+
+import torch
+
+from tvk_kernels.kernels import loss as _L
+
+from .._dispatch import register, register_decomposition
+from .._tensor import new_tensor
+from ._util import addr, cast, contig, contig_dtype, dev
+
+aten = torch.ops.aten
+_RED = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _prep(self, target, weight):
+    x = contig_dtype(self, torch.float32)
+    if x.dim() == 1:
+        x = x.unsqueeze(0)
+    t = contig_dtype(target, torch.int64).reshape(-1)
+    w = contig_dtype(weight, torch.float32) if weight is not None else None
+    return x, t, w
+
+
+@register(aten.nll_loss_forward.default)
+def nll_loss_forward(self, target, weight, reduction, ignore_index):
+    if self.dim() > 2:
+        raise NotImplementedError("TorchVK: aten.nll_loss_forward takes [N, C] or [C] input; use nll_loss2d shapes "
+                                  "by flattening (N*H*W, C) first")
+    x, t, w = _prep(self, target, weight)
+    N, C = x.shape
+    red = _RED[reduction]
+    out = new_tensor([N] if red == "none" and self.dim() == 2 else [], torch.float32, dev(self))
+    total = new_tensor([], torch.float32, dev(self))
+    _L.nll_loss_forward(dev(self), addr(x), addr(t), addr(out), addr(total), N, C,
+                        weight=addr(w) if w is not None else None, reduction=red, ignore_index=ignore_index)
+    if red == "none":
+        from .copies import fill
+
+        fill(total, 0.0)
+    return cast(out, self.dtype), cast(total, self.dtype)
+
+
+@register(aten.nll_loss_backward.default)
+def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    x, t, w = _prep(self, target, weight)
+    N, C = x.shape
+    g = contig_dtype(grad_output, torch.float32)
+    tw = contig_dtype(total_weight, torch.float32)
+    gi = new_tensor([N, C], torch.float32, dev(self))
+    _L.nll_loss_backward(dev(self), addr(g), addr(t), addr(tw), addr(gi), N, C,
+                         weight=addr(w) if w is not None else None, reduction=_RED[reduction],
+                         ignore_index=ignore_index)
+    return cast(gi.view(self.shape), self.dtype)
+
+
+# composite losses from torch's decompositions (pointwise + reductions)
+register_decomposition(aten.mse_loss.default, aten.mse_loss_backward.default, aten.l1_loss.default,
+                       aten.smooth_l1_loss.default, aten.smooth_l1_loss_backward.default, aten.huber_loss.default,
+                       aten.huber_loss_backward.default, aten.binary_cross_entropy.default,
+                       aten.binary_cross_entropy_backward.default, aten.binary_cross_entropy_with_logits.default,
+                       aten.nll_loss2d_forward.default, aten.nll_loss2d_backward.default)

@@ -1,0 +1,136 @@
+"""layer norm and batch norm (all of torch's aten entry points) on tvk_kernels.kernels.norm."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tvk_kernels.kernels import norm as _N
+
+from .._dispatch import register
+from .._tensor import new_tensor
+from ._util import addr, cast, contig, contig_dtype, dev
+
+aten = torch.ops.aten
+
+
+def _a(t):
+    return addr(t) if t is not None else 0
+
+
+def _f32(t):
+    return contig_dtype(t, torch.float32) if t is not None else None
+
+
+# ------------------------------------------------------------------ layer norm
+@register(aten.native_layer_norm.default)
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    k = len(normalized_shape)
+    x = _f32(input)
+    w, b = _f32(weight), _f32(bias)
+    d = dev(input)
+    out = new_tensor(x.shape, torch.float32, d)
+    stat_shape = list(x.shape[: x.dim() - k]) + [1] * k
+    mean = new_tensor(stat_shape, torch.float32, d)
+    rstd = new_tensor(stat_shape, torch.float32, d)
+    _N.layer_norm(d, addr(x), addr(out), tuple(x.shape), k, _a(w), _a(b), float(eps), addr(mean), addr(rstd))
+    return cast(out, input.dtype), mean, rstd
+
+
+@register(aten.native_layer_norm_backward.default)
+def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    k = len(normalized_shape)
+    x, g = _f32(input), _f32(grad_out)
+    w = _f32(weight)
+    d = dev(input)
+    gi = new_tensor(x.shape, torch.float32, d) if output_mask[0] else None
+    gw = new_tensor(weight.shape, torch.float32, d) if output_mask[1] and weight is not None else None
+    gb = new_tensor(bias.shape, torch.float32, d) if output_mask[2] and bias is not None else None
+    _N.layer_norm_backward(d, addr(g), addr(x), addr(contig(mean)), addr(contig(rstd)), tuple(x.shape), k, _a(w),
+                           _a(gi), _a(gw), _a(gb))
+    return (cast(gi, input.dtype) if gi is not None else None, gw, gb)
+
+
+# ------------------------------------------------------------------ batch norm
+def _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    x = _f32(input)
+    w, b = _f32(weight), _f32(bias)
+    d = dev(input)
+    C = x.shape[1]
+    out = new_tensor(x.shape, torch.float32, d)
+    for name, r in (("running_mean", running_mean), ("running_var", running_var)):
+        if r is not None and (r.dtype != torch.float32 or not r.is_contiguous()):
+            raise TypeError(f"TorchVK batch norm needs contiguous float32 {name}, got {r.dtype}")
+    if training:
+        save_mean = new_tensor([C], torch.float32, d)
+        save_invstd = new_tensor([C], torch.float32, d)
+    else:
+        save_mean = new_tensor([0], torch.float32, d)
+        save_invstd = new_tensor([0], torch.float32, d)
+    _N.batch_norm(d, addr(x), addr(out), tuple(x.shape), _a(w), _a(b), _a(running_mean), _a(running_var),
+                  bool(training), float(momentum), float(eps), _a(save_mean) if training else 0,
+                  _a(save_invstd) if training else 0)
+    return cast(out, input.dtype), save_mean, save_invstd
+
+
+def _bn_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                 output_mask):
+    x, g = _f32(input), _f32(grad_out)
+    w = _f32(weight)
+    d = dev(input)
+    C = x.shape[1]
+    gi = new_tensor(x.shape, torch.float32, d) if output_mask[0] else None
+    gw = new_tensor([C], torch.float32, d) if output_mask[1] else None
+    gb = new_tensor([C], torch.float32, d) if output_mask[2] else None
+    if not train and (running_mean is None or running_var is None):
+        raise RuntimeError("batch norm backward in eval mode needs running statistics")
+    _N.batch_norm_backward(d, addr(g), addr(x), tuple(x.shape), _a(save_mean) if train else 0,
+                           _a(save_invstd) if train else 0, _a(w), _a(gi), _a(gw), _a(gb), bool(train),
+                           _a(running_mean), _a(running_var), float(eps))
+    return (cast(gi, input.dtype) if gi is not None else None, gw, gb)
+
+
+@register(aten.native_batch_norm.default)
+def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@register(aten._native_batch_norm_legit.default)
+def _native_batch_norm_legit(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@register(aten._native_batch_norm_legit.no_stats)
+def _native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps):
+    return _bn_forward(input, weight, bias, None, None, training, momentum, eps)
+
+
+@register(aten._native_batch_norm_legit_no_training.default)
+def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
+    return _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps)
+
+
+@register(aten._batch_norm_with_update.default)
+def _batch_norm_with_update(input, weight, bias, running_mean, running_var, momentum, eps):
+    out, m, s = _bn_forward(input, weight, bias, running_mean, running_var, True, momentum, eps)
+    return out, m, s, new_tensor([0], torch.uint8 if False else torch.bool, dev(input))
+
+
+@register(aten._batch_norm_no_update.default)
+def _batch_norm_no_update(input, weight, bias, running_mean, running_var, momentum, eps):
+    out, m, s = _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps)
+    return out, m, s, new_tensor([0], torch.bool, dev(input))
+
+
+@register(aten.native_batch_norm_backward.default)
+def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train,
+                               eps, output_mask):
+    return _bn_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                        output_mask)
+
+
+@register(aten.batch_norm_backward.default)
+def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps,
+                        output_mask, reserve):
+    return _bn_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps,
+                        output_mask)

@@ -1,0 +1,90 @@
+"""max / avg / adaptive-avg 2-D pooling and their backward on tvk_kernels.kernels.pool."""
+from __future__ import annotations
+
+import torch
+
+from tvk_kernels.kernels import pool as _P
+
+from .._dispatch import register
+from .._tensor import new_tensor
+from ._util import addr, contig, dev
+
+aten = torch.ops.aten
+
+
+def _x4(x, op):
+    if x.dtype != torch.float32:
+        raise TypeError(f"TorchVK: {op} supports float32 only, not {x.dtype}")
+    if x.dim() == 3:
+        return contig(x.unsqueeze(0)), True
+    if x.dim() != 4:
+        raise NotImplementedError(f"TorchVK: {op} takes (N, C, H, W) or (C, H, W) input")
+    return contig(x), False
+
+
+def _stride(kernel_size, stride):
+    return kernel_size if stride is None or len(stride) == 0 else stride
+
+
+@register(aten.max_pool2d_with_indices.default)
+def max_pool2d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    x, sq = _x4(self, "max_pool2d")
+    stride = _stride(kernel_size, stride)
+    shape = _P.pool2d_output_shape(tuple(x.shape), kernel_size, stride, padding, dilation, ceil_mode)
+    out = new_tensor(shape, torch.float32, dev(x))
+    idx = new_tensor(shape, torch.int64, dev(x))
+    _P.max_pool2d(dev(x), addr(x), addr(out), addr(idx), tuple(x.shape), kernel_size, stride, padding, dilation,
+                  ceil_mode)
+    return (out.squeeze(0), idx.squeeze(0)) if sq else (out, idx)
+
+
+@register(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    x, sq = _x4(self, "max_pool2d backward")
+    g = contig(grad_output.unsqueeze(0) if sq else grad_output)
+    idx = contig(indices.unsqueeze(0) if sq else indices)
+    gi = new_tensor(x.shape, torch.float32, dev(x))
+    _P.max_pool2d_backward(dev(x), addr(g), addr(idx), addr(gi), tuple(x.shape), kernel_size,
+                           _stride(kernel_size, stride), padding, dilation, ceil_mode)
+    return gi.squeeze(0) if sq else gi
+
+
+@register(aten.avg_pool2d.default)
+def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    x, sq = _x4(self, "avg_pool2d")
+    stride = _stride(kernel_size, stride)
+    shape = _P.pool2d_output_shape(tuple(x.shape), kernel_size, stride, padding, 1, ceil_mode)
+    out = new_tensor(shape, torch.float32, dev(x))
+    _P.avg_pool2d(dev(x), addr(x), addr(out), tuple(x.shape), kernel_size, stride, padding, ceil_mode,
+                  count_include_pad, divisor_override)
+    return out.squeeze(0) if sq else out
+
+
+@register(aten.avg_pool2d_backward.default)
+def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    x, sq = _x4(self, "avg_pool2d backward")
+    g = contig(grad_output.unsqueeze(0) if sq else grad_output)
+    gi = new_tensor(x.shape, torch.float32, dev(x))
+    _P.avg_pool2d_backward(dev(x), addr(g), addr(gi), tuple(x.shape), kernel_size, _stride(kernel_size, stride),
+                           padding, ceil_mode, count_include_pad, divisor_override)
+    return gi.squeeze(0) if sq else gi
+
+
+@register(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(self, output_size):
+    x, sq = _x4(self, "adaptive_avg_pool2d")
+    shape = _P.adaptive_output_shape(tuple(x.shape), output_size)
+    out = new_tensor(shape, torch.float32, dev(x))
+    _P.adaptive_avg_pool2d(dev(x), addr(x), addr(out), tuple(x.shape), output_size)
+    return out.squeeze(0) if sq else out
+
+
+@register(aten._adaptive_avg_pool2d_backward.default)
+def _adaptive_avg_pool2d_backward(grad_output, self):
+    x, sq = _x4(self, "adaptive_avg_pool2d backward")
+    g = contig(grad_output.unsqueeze(0) if sq else grad_output)
+    gi = new_tensor(x.shape, torch.float32, dev(x))
+    _P.adaptive_avg_pool2d_backward(dev(x), addr(g), addr(gi), tuple(x.shape), tuple(g.shape[2:]))
+    return gi.squeeze(0) if sq else gi

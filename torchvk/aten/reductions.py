@@ -1,0 +1,259 @@
+"""Reductions on tvk_kernels.kernels.reduce: sum, mean, amax/amin, max/min (values + indices),
+argmax/argmin, prod, var/std, norms; plus cat/stack (copies into views)."""
+from __future__ import annotations
+
+import torch
+
+from tvk_kernels.kernels import reduce as _R
+
+from .._dispatch import register, register_decomposition
+from .._tensor import TVKTensor, new_tensor
+from ._util import addr, cast, dev, norm_dims
+
+aten = torch.ops.aten
+
+
+def _input(t):
+    """A float32/float16 view the kernel can read (casts other dtypes, fixes negative strides)."""
+    if t.dtype not in (torch.float32, torch.float16):
+        t = cast(t, torch.float32)
+    return t
+
+
+def _reduce(op, self, dims, keepdim, out_dtype=None):
+    dims = norm_dims(self.dim(), dims)
+    x = _input(self)
+    shape = list(self.shape)
+    out_shape = [1 if i in dims else s for i, s in enumerate(shape)] if keepdim else \
+        [s for i, s in enumerate(shape) if i not in dims]
+    if self.dim() == 0:
+        dims, out_shape = [], []
+    idx = op in ("argmax", "argmin")
+    res = new_tensor(out_shape, torch.int64 if idx else torch.float32, dev(self))
+    if res.numel():
+        if x.numel() == 0 and op in ("sum", "mean"):
+            from .copies import fill
+
+            fill(res, 0.0 if op == "sum" else float("nan"))
+        else:
+            _R.reduce(dev(self), op, addr(x), addr(res), tuple(x.shape) or (1,), tuple(x.stride()) or (1,),
+                      dims if self.dim() else [0], keepdim, dtype="float16" if x.dtype == torch.float16 else "float32")
+    if out_dtype is not None and out_dtype != res.dtype:
+        res = cast(res, out_dtype)
+    return res
+
+
+def _sum_dtype(self, dtype):
+    if dtype is not None:
+        return dtype
+    if self.dtype in (torch.bool, torch.int32, torch.int64):
+        return torch.int64
+    return self.dtype
+
+
+@register(aten.sum.dim_IntList)
+def sum_dim(self, dim, keepdim=False, *, dtype=None):
+    return _reduce("sum", self, dim, keepdim, _sum_dtype(self, dtype))
+
+
+@register(aten.sum.default)
+def sum_all(self, *, dtype=None):
+    return _reduce("sum", self, None, False, _sum_dtype(self, dtype))
+
+
+@register(aten.mean.dim)
+def mean_dim(self, dim, keepdim=False, *, dtype=None):
+    return _reduce("mean", self, dim, keepdim, dtype or self.dtype)
+
+
+@register(aten.mean.default)
+def mean_all(self, *, dtype=None):
+    return _reduce("mean", self, None, False, dtype or self.dtype)
+
+
+@register(aten.prod.default)
+def prod_all(self, *, dtype=None):
+    return _reduce("prod", self, None, False, _sum_dtype(self, dtype))
+
+
+@register(aten.prod.dim_int)
+def prod_dim(self, dim, keepdim=False, *, dtype=None):
+    return _reduce("prod", self, [dim], keepdim, _sum_dtype(self, dtype))
+
+
+@register(aten.amax.default)
+def amax(self, dim=(), keepdim=False):
+    return _reduce("max", self, dim, keepdim, self.dtype)
+
+
+@register(aten.amin.default)
+def amin(self, dim=(), keepdim=False):
+    return _reduce("min", self, dim, keepdim, self.dtype)
+
+
+@register(aten.max.default)
+def max_all(self):
+    return _reduce("max", self, None, False, self.dtype)
+
+
+@register(aten.min.default)
+def min_all(self):
+    return _reduce("min", self, None, False, self.dtype)
+
+
+def _minmax_dim(op, self, dim, keepdim):
+    dims = norm_dims(self.dim(), [dim])
+    x = _input(self)
+    shape = list(self.shape)
+    out_shape = [1 if i in dims else s for i, s in enumerate(shape)] if keepdim else \
+        [s for i, s in enumerate(shape) if i not in dims]
+    if self.dim() == 0:
+        out_shape = []
+    vals = new_tensor(out_shape, torch.float32, dev(self))
+    idx = new_tensor(out_shape, torch.int64, dev(self))
+    if vals.numel():
+        _R.reduce(dev(self), op, addr(x), addr(vals), tuple(x.shape) or (1,), tuple(x.stride()) or (1,),
+                  dims if self.dim() else [0], keepdim, dtype="float16" if x.dtype == torch.float16 else "float32",
+                  index_addr=addr(idx))
+    return cast(vals, self.dtype), idx
+
+
+@register(aten.max.dim)
+def max_dim(self, dim, keepdim=False):
+    return _minmax_dim("max", self, dim, keepdim)
+
+
+@register(aten.min.dim)
+def min_dim(self, dim, keepdim=False):
+    return _minmax_dim("min", self, dim, keepdim)
+
+
+@register(aten.argmax.default)
+def argmax(self, dim=None, keepdim=False):
+    if dim is None:
+        r = _reduce("argmax", self.reshape(-1) if self.is_contiguous() else self, None, False)
+        return r.reshape([1] * self.dim()) if keepdim else r
+    return _reduce("argmax", self, [dim], keepdim)
+
+
+@register(aten.argmin.default)
+def argmin(self, dim=None, keepdim=False):
+    if dim is None:
+        r = _reduce("argmin", self, None, False)
+        return r.reshape([1] * self.dim()) if keepdim else r
+    return _reduce("argmin", self, [dim], keepdim)
+
+
+@register(aten.count_nonzero.dim_IntList)
+def count_nonzero(self, dim):
+    from .elementwise import ne
+
+    return _reduce("sum", ne(self, 0), dim, False, torch.int64)
+
+
+@register(aten.any.default, aten.any.dim, aten.any.dims)
+def any_(self, dim=None, keepdim=False):
+    from .elementwise import ne
+
+    return _reduce("max", ne(self, 0), None if dim is None else dim, keepdim, torch.bool)
+
+
+@register(aten.all.default, aten.all.dim, aten.all.dims)
+def all_(self, dim=None, keepdim=False):
+    from .elementwise import ne
+
+    return _reduce("min", ne(self, 0), None if dim is None else dim, keepdim, torch.bool)
+
+
+def _var(self, dim, correction, keepdim):
+    from .elementwise import ew
+
+    dims = norm_dims(self.dim(), dim)
+    n = 1
+    for d in dims:
+        n *= self.shape[d] if self.dim() else 1
+    c = 1 if correction is None else correction
+    mean = _reduce("mean", self, dims, True, torch.float32)
+    dev2 = _reduce("sum", ew("square", ew("sub", self, mean, scalars=(1,))), dims, keepdim, torch.float32)
+    var = ew("div", dev2, float(max(n - c, 0)))
+    return var, (mean if keepdim else mean.squeeze(dims) if dims and self.dim() else mean.reshape(var.shape))
+
+
+@register(aten.var.correction)
+def var(self, dim=None, *, correction=None, keepdim=False):
+    return cast(_var(self, dim, correction, keepdim)[0], self.dtype)
+
+
+@register(aten.std.correction)
+def std(self, dim=None, *, correction=None, keepdim=False):
+    from .elementwise import ew
+
+    return cast(ew("sqrt", _var(self, dim, correction, keepdim)[0]), self.dtype)
+
+
+@register(aten.var_mean.correction)
+def var_mean(self, dim=None, *, correction=None, keepdim=False):
+    v, m = _var(self, dim, correction, keepdim)
+    return cast(v, self.dtype), cast(m, self.dtype)
+
+
+@register(aten.std_mean.correction)
+def std_mean(self, dim=None, *, correction=None, keepdim=False):
+    from .elementwise import ew
+
+    v, m = _var(self, dim, correction, keepdim)
+    return cast(ew("sqrt", v), self.dtype), cast(m, self.dtype)
+
+
+# norms: torch's decompositions into the ops above and elementwise ones
+register_decomposition(aten.linalg_vector_norm.default, aten.norm.Scalar,
+                       aten.norm.ScalarOpt_dim, aten.logsumexp.default)
+
+
+@register(aten._foreach_norm.Scalar)
+def _foreach_norm(self, ord=2, dtype=None):
+    from .elementwise import ew
+
+    out = []
+    for t in self:
+        if ord == 2:
+            out.append(ew("sqrt", _reduce("sum", ew("square", t), None, False, torch.float32)))
+        elif ord == float("inf"):
+            out.append(_reduce("max", ew("abs", t), None, False, t.dtype))
+        elif ord == 1:
+            out.append(_reduce("sum", ew("abs", t), None, False, t.dtype))
+        else:
+            raise NotImplementedError(f"TorchVK: _foreach_norm with ord={ord}")
+    return out
+
+
+# ------------------------------------------------------------------ cat / stack
+@register(aten.cat.default)
+def cat(tensors, dim=0):
+    from .copies import device_copy
+    from .elementwise import promote
+
+    ts = [t for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]
+    if not ts:
+        return new_tensor([0], tensors[0].dtype, dev(tensors[0]))
+    ref = ts[0]
+    dim = dim % ref.dim()
+    dtype = ref.dtype
+    for t in ts[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    size = list(ref.shape)
+    size[dim] = sum(t.shape[dim] for t in ts)
+    out = new_tensor(size, dtype, dev(ref))
+    off = 0
+    for t in ts:
+        n = t.shape[dim]
+        if n:
+            device_copy(out.narrow(dim, off, n), t)
+        off += n
+    return out
+
+
+@register(aten.stack.default)
+def stack(tensors, dim=0):
+    dim = dim % (tensors[0].dim() + 1)
+    return cat([t.unsqueeze(dim) for t in tensors], dim)

@@ -1,0 +1,112 @@
+"""Random ops on tvk_kernels.kernels.rng (Philox, counter-based): normal_, uniform_, dropout."""
+from __future__ import annotations
+
+import torch
+
+from tvk_kernels.kernels import rng as _G
+
+from .. import _rng
+from .._dispatch import register
+from .._tensor import new_tensor
+from ._util import addr, cast, contig, dev
+
+aten = torch.ops.aten
+
+
+def _no_generator(generator, op):
+    if generator is not None:
+        raise NotImplementedError(f"TorchVK: {op} with an explicit torch.Generator is not supported; seed with "
+                                  "torch.manual_seed / torch.tvk.manual_seed")
+
+
+def _fill_random(self, mode, a, b, op):
+    n = self.numel()
+    if n == 0:
+        return self
+    if self.dtype in (torch.float32, torch.float16) and self.is_contiguous():
+        target = self
+    else:
+        target = new_tensor(self.shape, torch.float32, dev(self))
+    seed, off = _rng.next_offset(n)
+    dt = "float16" if target.dtype == torch.float16 else "float32"
+    if mode == "normal":
+        _G.normal_(dev(self), addr(target), n, float(a), float(b), seed, off, dt)
+    else:
+        _G.uniform_(dev(self), addr(target), n, float(a), float(b), seed, off, dt)
+    if target is not self:
+        from .copies import device_copy
+
+        device_copy(self, target)
+    return self
+
+
+@register(aten.normal_.default)
+def normal_(self, mean=0.0, std=1.0, *, generator=None):
+    _no_generator(generator, "aten.normal_")
+    return _fill_random(self, "normal", mean, std, "aten.normal_")
+
+
+@register(aten.uniform_.default)
+def uniform_(self, from_=0.0, to=1.0, *, generator=None):
+    _no_generator(generator, "aten.uniform_")
+    return _fill_random(self, "uniform", from_, to, "aten.uniform_")
+
+
+@register(getattr(aten.random_, "from"), aten.random_.to)
+def random_(self, from_=0, to=None, *, generator=None):
+    _no_generator(generator, "aten.random_")
+    if to is None:
+        raise NotImplementedError("TorchVK: aten.random_ needs an upper bound")
+    u = new_tensor(self.shape, torch.float32, dev(self))
+    _fill_random(u, "uniform", 0.0, float(to - from_), "aten.random_")
+    from .copies import device_copy
+    from .elementwise import run
+
+    # truncation of a non-negative float is floor; clamp guards the (rare) rounding up to `to - from_`
+    run("clamp", (u,), out=u, scalars=(0.0, float(to - from_ - 1)))
+    device_copy(self, u)
+    if from_:
+        run("add", (self, from_), out=self, scalars=(1,))
+    return self
+
+
+@register(aten.bernoulli_.float)
+def bernoulli_(self, p=0.5, *, generator=None):
+    _no_generator(generator, "aten.bernoulli_")
+    u = new_tensor(self.shape, torch.float32, dev(self))
+    _fill_random(u, "uniform", 0.0, 1.0, "aten.bernoulli_")
+    from .elementwise import run
+
+    return run("lt", (u, float(p)), out=self)
+
+
+@register(aten.native_dropout.default)
+def native_dropout(input, p, train):
+    d = dev(input)
+    if not train or p == 0:
+        from .copies import clone
+
+        mask = new_tensor(input.shape, torch.bool, d)
+        from .copies import fill
+
+        fill(mask, True)
+        return clone(input), mask
+    x = contig(input)
+    if x.dtype not in (torch.float32, torch.float16):
+        raise TypeError(f"TorchVK: aten.native_dropout supports float32/float16, not {x.dtype}")
+    out = new_tensor(x.shape, x.dtype, d)
+    mask = new_tensor(x.shape, torch.bool, d)
+    n = x.numel()
+    if n:
+        seed, off = _rng.next_offset(n)
+        _G.dropout(d, addr(x), addr(out), addr(mask), n, float(p), seed, off,
+                   "float16" if x.dtype == torch.float16 else "float32")
+    return out, mask
+
+
+@register(aten.native_dropout_backward.default)
+def native_dropout_backward(grad_output, mask, scale):
+    from .elementwise import run
+
+    out = run("mul", (grad_output, mask), dtype=grad_output.dtype)
+    return run("mul", (out, float(scale)), out=out)

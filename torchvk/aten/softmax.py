@@ -1,0 +1,50 @@
+"""softmax / log_softmax and their backward on tvk_kernels.kernels.softmax."""
+from __future__ import annotations
+
+import torch
+
+from tvk_kernels.kernels import softmax as _S
+
+from .._dispatch import register
+from .._tensor import new_tensor
+from ._util import addr, cast, contig_dtype, dev
+
+aten = torch.ops.aten
+
+
+def _fwd(self, dim, half_to_float, log):
+    x = contig_dtype(self, torch.float32)
+    out = new_tensor(x.shape, torch.float32, dev(self))
+    if out.numel():
+        _S.softmax(dev(self), addr(x), addr(out), tuple(x.shape) or (1,), dim % max(x.dim(), 1), log=log)
+    want = torch.float32 if half_to_float else self.dtype
+    return cast(out, want)
+
+
+def _bwd(grad_output, output, dim, input_dtype, log):
+    g = contig_dtype(grad_output, torch.float32)
+    y = contig_dtype(output, torch.float32)
+    gi = new_tensor(y.shape, torch.float32, dev(y))
+    if gi.numel():
+        _S.softmax_backward(dev(y), addr(g), addr(y), addr(gi), tuple(y.shape) or (1,), dim % max(y.dim(), 1), log=log)
+    return cast(gi, input_dtype)
+
+
+@register(aten._softmax.default)
+def _softmax(self, dim, half_to_float):
+    return _fwd(self, dim, half_to_float, False)
+
+
+@register(aten._log_softmax.default)
+def _log_softmax(self, dim, half_to_float):
+    return _fwd(self, dim, half_to_float, True)
+
+
+@register(aten._softmax_backward_data.default)
+def _softmax_backward_data(grad_output, output, dim, input_dtype):
+    return _bwd(grad_output, output, dim, input_dtype, False)
+
+
+@register(aten._log_softmax_backward_data.default)
+def _log_softmax_backward_data(grad_output, output, dim, input_dtype):
+    return _bwd(grad_output, output, dim, input_dtype, True)

@@ -1,0 +1,1 @@
+"""The six experiments behind `tvk-bench` that need torch."""

