@@ -376,7 +376,7 @@ def hardtanh_backward(grad_output, self, min_val, max_val):
     return where(inside, grad_output, 0.0)
 
 
-@register(aten.sign.default)
+@register(aten.sign.default, aten.sgn.default)
 def sign(self):
     return run("sub", (gt(self, 0), lt(self, 0)), dtype=self.dtype, compute="int32" if not self.dtype.is_floating_point else None) \
         if self.dtype != torch.bool else run("copy", (self,), dtype=torch.bool)

@@ -25,8 +25,9 @@ def main(argv=None) -> int:
 
     from ..errors import TVKError
     from ..runtime import get_device
-    from .targets import TARGETS
+    from .targets import load_optional_targets
 
+    TARGETS = load_optional_targets()
     families = args.ops.split(",") if args.ops else sorted(TARGETS)
     unknown = [f for f in families if f not in TARGETS]
     if unknown:

@@ -76,7 +76,8 @@ def tune_bucket(device, target, bucket, shapes, trials, timeout, storage, resume
     try:
         _, default_times = evaluate_params(device, target, cases, defaults)
         values = param_values(search_space(target.family))
-        study.enqueue_trial(defaults, skip_if_exists=True)
+        # start from the default (where its values lie in the space; host heuristics may not)
+        study.enqueue_trial({k: v for k, v in defaults.items() if k in values and v in values[k]}, skip_if_exists=True)
         bar = None
         if progress:
             from tqdm import tqdm
@@ -84,7 +85,7 @@ def tune_bucket(device, target, bucket, shapes, trials, timeout, storage, resume
             bar = tqdm(total=trials, desc=f"{target.family}/{bucket}", unit="trial")
 
         def objective(trial):
-            params = {name: trial.suggest_categorical(name, vals) for name, vals in values.items()}
+            params = {**defaults, **{name: trial.suggest_categorical(name, vals) for name, vals in values.items()}}
             try:
                 ratio, times = evaluate_params(device, target, cases, params, default_times)
             except _Rejected as e:
