@@ -7,6 +7,8 @@ Error bound, per output element, with scale = |alpha| * (|A| @ |B|) + |bias|:
 The reference uses the same (already rounded) fp16/bf16 inputs, so only the accumulation
 and the output rounding differ. Activations are evaluated by torch (gelu: exact erf).
 """
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -246,10 +248,15 @@ def test_coopmat_skips_cleanly(device, rng):
     """Where the device has no cooperative matrices, fp16 runs on the tiled kernel without warnings."""
     if device.facts.features["cooperative_matrix"]:
         pytest.skip("device has cooperative matrices: see test_coopmat")
-    assert mm.coop_shapes(device) == [] or not device.facts.features["cooperative_matrix"]
     _need16(device, "float16")
-    info = check(device, rng, 96, 80, 64, dtype="float16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        info = check(device, rng, 96, 80, 64, dtype="float16")
     assert info["kernel"] == "tiled"
+    assert mm.coop_candidates(device) == []
+    with pytest.raises(InvalidConfigError, match="cooperative-matrix"):
+        check(device, rng, 96, 80, 64, dtype="float16",
+              params={"SG_M": 2, "SG_N": 2, "FM": 2, "FN": 2, "BK": 32, "PAD": 8})
 
 
 def test_coopmat(device, rng):
@@ -264,6 +271,16 @@ def test_coopmat(device, rng):
         assert info["kernel"] == "coopmat", info
     info = check(device, rng, 130, 70, 48, batch=2, dtype="float16", a_bcast=True, out_layout="nm")
     assert info["kernel"] == "coopmat", info
+    # explicit candidates (the tuner's path), single- and double-buffered, all four operand layouts
+    cands = mm.coop_candidates(device)
+    assert cands
+    base = dict(mm._coop(fam).cfg)
+    for cfg, (al, bl) in [(dict(base, STAGES=1), ("mk", "kn")), (dict(base, SG_M=2, SG_N=2, FM=2, FN=2), ("km", "kn")),
+                          (dict(base, SG_M=2, SG_N=2, FM=4, FN=2, BK=16), ("mk", "nk"))]:
+        info = check(device, rng, 150, 100, 72, dtype="float16", params=cfg, a_layout=al, b_layout=bl, bias=True)
+        assert info["kernel"] == "coopmat" and info["source"] == "explicit", info
+    with pytest.raises(InvalidConfigError, match="shared memory"):
+        check(device, rng, 64, 64, 64, dtype="float16", params=dict(base, BK=512))
 
 
 def test_coopmat_template_compiles():

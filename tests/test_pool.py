@@ -159,3 +159,17 @@ def test_bad_shapes():
         pool.pool2d_output_shape((1, 1, 8, 8), 2, 2, 2)  # padding > half the kernel
     with pytest.raises(ValueError):
         pool.pool2d_output_shape((1, 1, 2, 2), 3, 1, 0)  # window larger than the image
+
+
+def test_tune_target(device):
+    """The tuner's pooling target: candidates reproduce the default result; work() is sane."""
+    target = pool.TUNE_TARGET
+    for shape in pool._pool_suite((1, 3, 9, 11)):
+        case = target.prepare(device, shape, n_inputs=2)
+        try:
+            ok, err = case.check({"WG": 32, "ITEMS": 4})
+            assert ok, (shape, err)
+            case.run({"WG": 64, "ITEMS": 1}, 0)
+        finally:
+            case.free()
+    assert target.work(shape, {"WG": 64, "ITEMS": 2})["groups"] >= 1

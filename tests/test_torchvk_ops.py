@@ -96,6 +96,8 @@ POINTWISE = {
     "compare": (lambda a, b: ((a > b) | (a < -1)) & ~(a == b), (5, 7), (5, 7)),
     "tril": (lambda a: a.tril(), (7, 7)),
     "triu": (lambda a: a.triu(1), (2, 5, 7)),
+    "tril_bool": (lambda m: m.tril(-1), lambda: torch.rand(5, 6) > 0.5),
+    "isnan_isinf": (lambda a: torch.isnan(a.log()) | torch.isinf(1 / (a > 0.5).float()), (5, 7)),
     "softmax": (lambda a: F.softmax(a, -1), (5, 7)),
     "softmax_dim0": (lambda a: F.softmax(a, 0), (5, 7)),
     "log_softmax": (lambda a: F.log_softmax(a, -1), (5, 7)),
@@ -185,6 +187,8 @@ NN = {
     "avg_pool2d": (lambda x: F.avg_pool2d(x, 3, 2, 1), (2, 3, 9, 9)),
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (3, 2)), (2, 3, 7, 7)),
     "adaptive_avg_pool2d_1": (lambda x: F.adaptive_avg_pool2d(x, 1), (2, 3, 7, 7)),
+    "sdpa_causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                    (2, 2, 5, 4), (2, 2, 5, 4), (2, 2, 5, 4)),
     "attention": (lambda q, k, v: torch.softmax((q @ k.transpose(-1, -2)).masked_fill(
         torch.ones(5, 5, dtype=torch.bool).triu(1).to(q.device), float("-inf")) / 2, -1) @ v,
         (2, 5, 4), (2, 5, 4), (2, 5, 4)),

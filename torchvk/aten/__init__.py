@@ -15,6 +15,6 @@ unavailable: dict = {}
 for _name in GROUPS:
     try:
         importlib.import_module(f"{__name__}.{_name}")
-    except ImportError as _e:  # a kernel module missing from tvk_kernels
+    except (ImportError, AttributeError) as _e:  # a kernel module (or an aten op) missing here
         unavailable[_name] = str(_e)
         logging.getLogger("torchvk").warning("TorchVK: op group %s is unavailable: %s", _name, _e)

@@ -34,16 +34,16 @@ def _tri_mask(self, diagonal, lower):
 
 @register(aten.tril.default)
 def tril(self, diagonal=0):
-    from .elementwise import where
+    from .elementwise import run
 
-    return where(_tri_mask(self, diagonal, True), self, 0 if not self.dtype.is_floating_point else 0.0)
+    return run("where", (_tri_mask(self, diagonal, True), self, 0), dtype=self.dtype)
 
 
 @register(aten.triu.default)
 def triu(self, diagonal=0):
-    from .elementwise import where
+    from .elementwise import run
 
-    return where(_tri_mask(self, diagonal, False), self, 0 if not self.dtype.is_floating_point else 0.0)
+    return run("where", (_tri_mask(self, diagonal, False), self, 0), dtype=self.dtype)
 
 
 @register(aten.tril_.default)
@@ -61,3 +61,115 @@ def triu_(self, diagonal=0):
 
 
 register_decomposition(aten.one_hot.default if hasattr(aten, "one_hot") else aten.tril.default)
+
+
+# ------------------------------------------------------------------ view backward (zeros + copy into a view)
+def _zeros(sizes, like):
+    from .._tensor import new_tensor
+    from .copies import fill
+
+    return fill(new_tensor(list(sizes), like.dtype, like._tvk.device), 0)
+
+
+@register(aten.select_backward.default)
+def select_backward(grad_output, input_sizes, dim, index):
+    from .copies import device_copy
+
+    out = _zeros(input_sizes, grad_output)
+    device_copy(out.select(dim, index), grad_output)
+    return out
+
+
+@register(aten.slice_backward.default)
+def slice_backward(grad_output, input_sizes, dim, start, end, step):
+    from .copies import device_copy
+
+    out = _zeros(input_sizes, grad_output)
+    device_copy(aten.slice.Tensor(out, dim, start, end, step), grad_output)
+    return out
+
+
+@register(aten.diagonal_backward.default)
+def diagonal_backward(grad_output, input_sizes, offset, dim1, dim2):
+    from .copies import device_copy
+
+    out = _zeros(input_sizes, grad_output)
+    device_copy(out.diagonal(offset, dim1, dim2), grad_output)
+    return out
+
+
+# ------------------------------------------------------------------ scatter along a dim of size-1 indices
+def _scatter_one(self, dim, index, src):
+    """out = self with out[..., index, ...] = src along `dim`, for index/src of size 1 along dim
+    (what max/min/argmax-style backward and gather-of-one use): an index compare and a where."""
+    from .elementwise import run
+
+    dim = dim % self.dim()
+    if index.shape[dim] != 1 or any(i != s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim):
+        raise NotImplementedError(f"TorchVK: aten.scatter supports an index of size 1 along dim {dim} covering the "
+                                  f"other dims (got index {list(index.shape)} for self {list(self.shape)})")
+    n = self.shape[dim]
+    shape = [1] * self.dim()
+    shape[dim] = n
+    pos = index_vector(n, self._tvk.device).view(shape)
+    hit = run("eq", (pos, index), dtype=torch.bool)
+    return run("where", (hit, src, self), dtype=self.dtype)
+
+
+@register(aten.scatter.src)
+def scatter_src(self, dim, index, src):
+    return _scatter_one(self, dim, index, src)
+
+
+@register(aten.scatter.value)
+def scatter_value(self, dim, index, value):
+    return _scatter_one(self, dim, index, value)
+
+
+@register(aten.gather.default)
+def gather(self, dim, index, *, sparse_grad=False):
+    """gather of one element along dim (index of size 1 there): a masked sum over the dim."""
+    from .elementwise import run
+    from .reductions import sum_dim
+
+    dim = dim % self.dim()
+    if index.shape[dim] != 1:
+        raise NotImplementedError(f"TorchVK: aten.gather supports an index of size 1 along dim {dim}, "
+                                  f"got {list(index.shape)}")
+    n = self.shape[dim]
+    shape = [1] * self.dim()
+    shape[dim] = n
+    pos = index_vector(n, self._tvk.device).view(shape)
+    hit = run("eq", (pos, index), dtype=torch.bool)
+    picked = run("where", (hit, self, 0), dtype=self.dtype)
+    return sum_dim(picked, [dim], True, dtype=self.dtype)
+
+
+@register(aten.isnan.default)
+def isnan(self):
+    from .elementwise import run
+
+    if not self.dtype.is_floating_point:
+        return run("ne", (self, self), dtype=torch.bool) if False else _zeros(self.shape, self).to(torch.bool)
+    return run("ne", (self, self), dtype=torch.bool)
+
+
+@register(aten.isinf.default)
+def isinf(self):
+    from .elementwise import run
+
+    return run("eq", (run("abs", (self,)), float("inf")), dtype=torch.bool)
+
+
+@register(aten.isneginf.default)
+def isneginf(self):
+    from .elementwise import run
+
+    return run("eq", (self, float("-inf")), dtype=torch.bool)
+
+
+@register(aten.isposinf.default)
+def isposinf(self):
+    from .elementwise import run
+
+    return run("eq", (self, float("inf")), dtype=torch.bool)

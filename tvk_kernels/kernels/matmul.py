@@ -109,7 +109,8 @@ def validate_params(device, params: dict) -> dict:
     """Raise InvalidConfigError unless `params` is a tiled candidate the device can run; returns it completed."""
     missing = [n for n in PARAM_NAMES if n not in params and n != "SUBGROUP"]
     if missing:
-        raise InvalidConfigError(f"matmul parameters lack {', '.join(missing)}; a candidate needs {', '.join(PARAM_NAMES)}")
+        raise InvalidConfigError(f"matmul parameters lack {', '.join(missing)}; "
+                                 f"a candidate needs {', '.join(PARAM_NAMES)}")
     p = {}
     for n in PARAM_NAMES:
         v = params.get(n, 0)
@@ -330,7 +331,8 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     _check_extent("out", M, N, sc[1], sc[2])
     feats = device.facts.features
     if dtype != "float32" and not feats.get("storage_16bit"):
-        raise ValueError(f"matmul: dtype {dtype} needs 16-bit storage buffers, which {device.facts.name} lacks; use float32")
+        raise ValueError(f"matmul: dtype {dtype} needs 16-bit storage buffers, which {device.facts.name} lacks; "
+                         "use float32")
     if dtype == "float16" and not feats.get("shader_float16"):
         raise ValueError(f"matmul: dtype float16 needs shaderFloat16, which {device.facts.name} lacks; use float32")
     alpha = float(alpha)
@@ -427,7 +429,8 @@ def _coop(fam: Matmul):
     if fam.coop is None:
         fam.coop = False
         dev = fam.device
-        if dev.facts.features.get("cooperative_matrix") and "VK_KHR_cooperative_matrix" in getattr(dev, "extensions", ()):
+        enabled = "VK_KHR_cooperative_matrix" in getattr(dev, "extensions", ())
+        if dev.facts.features.get("cooperative_matrix") and enabled:
             try:
                 runner = CoopMatmul(dev)
                 if runner.shape is not None and runner.verify():
@@ -554,8 +557,9 @@ class CoopMatmul(Family):
         s = self.shape
         wg, bm, bn, _, stages, sub = self.check(c, a_kmajor, b_nmajor)
         defines = {"MS": s["M"], "NS": s["N"], "KS": s["K"], "SG_M": c["SG_M"], "SG_N": c["SG_N"], "FM": c["FM"],
-                   "FN": c["FN"], "BK": c["BK"], "PAD": c["PAD"], "STAGES": stages, "SUBGROUP_SIZE": self.subgroup, "ACT": act,
-                   "VEC_A": vec_a, "VEC_B": vec_b, "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor), "DTYPE": 1}
+                   "FN": c["FN"], "BK": c["BK"], "PAD": c["PAD"], "STAGES": stages, "SUBGROUP_SIZE": self.subgroup,
+                   "ACT": act, "VEC_A": vec_a, "VEC_B": vec_b, "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor),
+                   "DTYPE": 1}
         key = ("coop", tuple(sorted(defines.items())), sub)
         pipe = self.pipeline(key, lambda: self.device.pipelines.get(
             self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size, subgroup_size=sub))
@@ -638,8 +642,8 @@ class MatmulTarget:
 
         M, N, K, batch = shape["M"], shape["N"], shape["K"], shape.get("batch", 1)
         rng = np.random.default_rng(seed)
-        host = [(rng.standard_normal((batch, M, K), dtype=np.float32), rng.standard_normal((batch, K, N), dtype=np.float32))
-                for _ in range(n_inputs + 1)]
+        host = [(rng.standard_normal((batch, M, K), dtype=np.float32),
+                 rng.standard_normal((batch, K, N), dtype=np.float32)) for _ in range(n_inputs + 1)]
         bufs = [(device.upload(a), device.upload(b)) for a, b in host]
         out = device.allocator.alloc(4 * batch * M * N)
 
