@@ -7,7 +7,7 @@
 // A and B are never materialised: every workgroup stages a BM x BK tile of A and a BK x BN
 // tile of B in shared memory through an index mapping (the im2col addresses), with small
 // per-tile tables in shared memory holding the decoded (n, oh, ow) / (ic, kh, kw) offsets so
-// the inner loads need no integer division. Out-of-range taps (padding, tails, DIR 1's
+// the inner loads need no integer division. Out-of-range taps (padding, ragged tile
 // tails) load zeros. Groups and split-K slices run on grid z (z = split * G + g).
 // DIR 1 runs once per stride phase (rh, rw): the input rows ih = ih0 + a*sh (a < Hc) that
 // (ih + ph) % sh == rh puts in that phase only meet the kernel rows kh = kh0 + b*khs (b < KHc)

@@ -21,7 +21,7 @@ def load(path=None, quick=False):
         x, y, xt, yt = data.standin_cifar10(*n)
         label = f"STAND-IN (not CIFAR-10): {e}"
     if quick:
-        x, y, xt, yt = x[:256], y[:256], xt[:128], yt[:128]
+        x, y, xt, yt = x[:128], y[:128], xt[:64], yt[:64]
     return (x, y, xt, yt), label
 
 
@@ -35,7 +35,7 @@ def run(device, out_dir, quick=False, cifar_path=None, epochs=None, batch=128, p
     for dev in peers:
         torchvk.reset_op_counts()
         r = train(lambda: models.build("cifar_cnn"), ds, dev if dev != "tvk" else f"tvk:{device.index}",
-                  epochs=epochs if dev != "cpu" or quick else 1, batch=batch if not quick else 32, lr=0.05,
+                  epochs=epochs if dev != "cpu" or quick else 1, batch=batch if not quick else 16, lr=0.05,
                   max_steps=None if not (dev == "cpu" and not quick) else 40)
         r["peer"] = dev
         if dev == "tvk":

@@ -47,15 +47,19 @@ def evaluate(model, x, y, device: str, batch: int = 1000) -> float:
 
 
 def train(model_fn, data, device: str, epochs: int = 1, batch: int = 64, lr: float = 0.01, seed: int = 0,
-          optimizer: str = "sgd", max_steps: int | None = None, eval_limit: int | None = None, progress=None) -> dict:
+          optimizer: str = "sgd", max_steps: int | None = None, eval_limit: int | None = None, progress=None,
+          fused_optimizer: bool = True) -> dict:
     """Train `model_fn()` on data=(x, y, xt, yt); returns losses, accuracy per epoch, times, peak memory."""
     x, y, xt, yt = data
     if eval_limit:
         xt, yt = xt[:eval_limit], yt[:eval_limit]
     torch.manual_seed(seed)
     model = model_fn().to(device)
-    opt = (torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9) if optimizer == "sgd"
-           else torch.optim.Adam(model.parameters(), lr=lr))
+    optim = torch.optim
+    if device.startswith("tvk") and fused_optimizer:  # one dispatch for all parameters
+        import torchvk.optim as optim
+    opt = (optim.SGD(model.parameters(), lr=lr, momentum=0.9) if optimizer == "sgd"
+           else optim.Adam(model.parameters(), lr=lr))
     order_rng = np.random.default_rng(seed)
     losses, step_times, epochs_out = [], [], []
     _sync(device)

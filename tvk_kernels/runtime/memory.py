@@ -8,8 +8,8 @@ Caching: a freed range goes to a per-size free list and is handed out again for 
 same rounded size without touching the block (training allocates the same sizes every
 step). When no cached range and no block has room, the cache is returned to the blocks
 (coalescing neighbours) before a new block is requested. The cap (TVK_MEMORY_LIMIT,
-set_memory_limit) bounds the bytes reserved from the driver, like the VRAM of a smaller
-card would.
+set_memory_limit) bounds both the bytes in live buffers and the bytes reserved from the
+driver, like the VRAM of a smaller card would.
 """
 from __future__ import annotations
 
@@ -139,6 +139,8 @@ class Allocator:
             raise OutOfMemoryError(nbytes, self.allocated, self.reserved, self.limit,
                                    f"One buffer may not exceed {self.max_allocation} bytes on this driver "
                                    "(maxMemoryAllocationSize); split the tensor. ")
+        if self.limit is not None and self.allocated + size > self.limit:
+            raise OutOfMemoryError(nbytes, self.allocated, self.reserved, self.limit)
         cached = self.cache.get(size)
         if cached:
             block, off = cached.pop()

