@@ -29,8 +29,10 @@ def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=T
                 if dev == "cpu" and not quick and batch != batches[0]:
                     continue  # CPU epochs are slow and say little beyond one batch size
                 torchvk.reset_op_counts()
+                cpu_partial = dev == "cpu" and not quick  # CPU: 300 steps, enough for a same-seed loss comparison
                 r = train(lambda: models.build(model_name), (x, y, xt, yt), dev if dev != "tvk" else f"tvk:{device.index}",
-                          epochs=epochs if dev != "cpu" or quick else 1, batch=batch, lr=0.01)
+                          epochs=1 if cpu_partial else epochs, batch=batch, lr=0.01,
+                          max_steps=300 if cpu_partial else None)
                 r.update(model=model_name, peer=dev)
                 if dev == "tvk":
                     counts = torchvk.op_counts()
