@@ -7,4 +7,4 @@ export PATH=$PWD/.gl/glslc:$PATH LD_LIBRARY_PATH=$PWD/.gl/glslc:$PWD/.gl/glslang
 export TVK_GLSLANG=$PWD/.gl/glslang/glslangValidator  # glslang 13 for cooperative-matrix kernels
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json XDG_RUNTIME_DIR=/tmp
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-export TVK_CACHE_DIR=/tmp/tvk-cache TVK_COMMIT=$(cat .commit 2>/dev/null || echo unknown) PYTHONUNBUFFERED=1
+export TVK_CACHE_DIR=/tmp/tvk-cache TVK_COMMIT=${TVK_COMMIT:-unknown} PYTHONUNBUFFERED=1

@@ -7,36 +7,28 @@ import torch
 from tvk_kernels.bench.common import environment, md_table, write_result
 
 from . import data, models
+from .peer import run_peer
 from .train import train
-
-
-def load(path=None, quick=False):
-    try:
-        x, y, xt, yt = data.load_cifar10(path)
-        label = "CIFAR-10"
-    except data.DatasetMissing as e:
-        if path:  # the user asked for real data: say what is wrong
-            raise
-        n = (512, 256) if quick else (10000, 2000)
-        x, y, xt, yt = data.standin_cifar10(*n)
-        label = f"STAND-IN (not CIFAR-10): {e}"
-    if quick:
-        x, y, xt, yt = x[:128], y[:128], xt[:64], yt[:64]
-    return (x, y, xt, yt), label
 
 
 def run(device, out_dir, quick=False, cifar_path=None, epochs=None, batch=128, progress=True) -> dict:
     import torchvk
 
-    ds, label = load(cifar_path, quick)
+    ds, label = data.experiment_data("cifar10", quick, cifar_path)
     epochs = epochs or (1 if quick else 2)
     peers = ["tvk", "cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     runs, rows = [], []
     for dev in peers:
         torchvk.reset_op_counts()
-        r = train(lambda: models.build("cifar_cnn"), ds, dev if dev != "tvk" else f"tvk:{device.index}",
-                  epochs=epochs if dev != "cpu" or quick else 1, batch=batch if not quick else 16, lr=0.05,
+        kw = dict(epochs=epochs if dev != "cpu" or quick else 1, batch=batch if not quick else 16, lr=0.05,
                   max_steps=None if not (dev == "cpu" and not quick) else 40)
+        if dev == "tvk":
+            r = train(lambda: models.build("cifar_cnn"), ds, f"tvk:{device.index}", **kw)
+        else:  # torch peers run in a process without torchvk (see peer.py)
+            r = run_peer({"task": "train", "device": dev, "dataset": "cifar10", "quick": quick,
+                          "cifar_path": cifar_path, "model": "cifar_cnn", "train": kw})
+            if "error" in r:
+                raise RuntimeError(f"torch {dev} peer failed: {r['error']}")
         r["peer"] = dev
         if dev == "tvk":
             r["op_counts"] = torchvk.op_counts()

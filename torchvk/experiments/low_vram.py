@@ -13,13 +13,14 @@ from tvk_kernels.bench.common import environment, md_table, write_result
 from tvk_kernels.runtime.memory import parse_bytes
 
 from . import models
+from .peer import run_peer
 
 CAPS = ["6G", "2G", "1G", "512M", "256M", "128M", "64M", "32M", "16M", "8M", "4M"]
 SETUPS = {"cnn": (1, 28), "cifar_cnn": (3, 32)}
 
 
 def _steps(model_name, batch, device, steps=3):
-    """Train `steps` steps; returns peak bytes on that device."""
+    """Train `steps` steps on tvk; returns peak bytes (the CUDA peer runs in peer.py)."""
     import torchvk
 
     from .train import _peak, _reset_peak, _sync
@@ -27,7 +28,7 @@ def _steps(model_name, batch, device, steps=3):
     torch.manual_seed(0)
     channels, size = SETUPS[model_name]
     model = models.build(model_name).to(device)
-    opt = (torchvk.optim.SGD if device.startswith("tvk") else torch.optim.SGD)(model.parameters(), lr=0.01, momentum=0.9)
+    opt = torchvk.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     _sync(device)
     _reset_peak(device)
     for _ in range(steps):
@@ -57,9 +58,11 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
     results, rows = [], []
     for model_name in model_names:
         for batch in batches:
-            cuda_peak = _steps(model_name, batch, "cuda") if torch.cuda.is_available() else None
-            if cuda_peak is not None:
-                torch.cuda.empty_cache()
+            cuda_peak = None
+            if torch.cuda.is_available():  # in a process without torchvk (see peer.py)
+                r = run_peer({"task": "peak", "device": "cuda", "model": model_name, "batch": batch, "steps": 3,
+                              "input": SETUPS[model_name]})
+                cuda_peak = r.get("peak_memory_bytes")
             entry = {"model": model_name, "batch": batch, "torch_cuda_peak_bytes": cuda_peak, "caps": []}
             for cap in caps:
                 torchvk.empty_cache()

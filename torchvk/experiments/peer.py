@@ -1,0 +1,68 @@
+"""Run a torch peer (CPU or CUDA) of an experiment in a process that never imports torchvk.
+
+Why a separate process: once the tvk backend is registered, torch's autograd engine takes
+PrivateUse1 as the accelerator, and a CUDA backward in the same process fails an internal
+assert (`opt_ready_stream && opt_parent_stream`, seen on torch 2.11 with an H200).
+So peers run here, loading the experiment modules by file path, not through the package.
+
+    python peer.py '{"task": "train", ...}'   -> prints one JSON line
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"tvk_peer_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_peer(spec: dict) -> dict:
+    """Run `spec` in a fresh process; returns its result, or {"error": ...}."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # find tvk_kernels as we do
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(spec)], capture_output=True,
+                          text=True, env=env)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()[-1500:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _main(spec: dict) -> dict:
+    import torch
+
+    data, models, train = _load("data"), _load("models"), _load("train")
+    device = spec["device"]
+    if spec["task"] == "train":
+        ds, _ = data.experiment_data(spec["dataset"], spec.get("quick", False), spec.get("cifar_path"))
+        return train.train(lambda: models.build(spec["model"]), ds, device, **spec["train"])
+    if spec["task"] == "peak":  # peak memory of a few training steps on random inputs
+        import torch.nn.functional as F
+
+        torch.manual_seed(0)
+        channels, size = spec["input"]
+        model = models.build(spec["model"]).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        train._sync(device)
+        train._reset_peak(device)
+        for _ in range(spec["steps"]):
+            x = torch.randn(spec["batch"], channels, size, size).to(device)
+            y = torch.randint(0, 10, (spec["batch"],)).to(device)
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        train._sync(device)
+        return {"peak_memory_bytes": train._peak(device)}
+    raise ValueError(f"unknown task {spec['task']!r}")
+
+
+if __name__ == "__main__":
+    print(json.dumps(_main(json.loads(sys.argv[1]))))
