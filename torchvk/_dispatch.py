@@ -179,7 +179,17 @@ def _defer_error(func, args, kwargs, err):
         torch.autograd.Variable._execution_engine.queue_callback(_raise_deferred)
     if mutated and isinstance(out, torch.Tensor):
         return next(iter(mutated.values()))
-    return up(out)
+    # the placeholder must not hit the memory cap that may have caused the error: lift it
+    # for this allocation only (the placeholder is dropped when backward() raises)
+    allocator = getattr(dev, "allocator", None)
+    saved = getattr(allocator, "limit", None)
+    if allocator is not None:
+        allocator.limit = None
+    try:
+        return up(out)
+    finally:
+        if allocator is not None:
+            allocator.limit = saved
 
 
 _variants: dict = {}
