@@ -16,7 +16,9 @@ from tvk_kernels.tune.targets import Case, ElementwiseTarget
 
 @pytest.fixture
 def config_dir(tmp_path, monkeypatch):
+    """A user config folder of the test's own, and no shipped configs: lookups see only what the test writes."""
     monkeypatch.setenv("TVK_CONFIG_DIR", str(tmp_path / "configs"))
+    monkeypatch.setattr(config, "config_dirs", lambda: [tmp_path / "configs"])
     config.reload()
     _families.clear()
     yield tmp_path / "configs"

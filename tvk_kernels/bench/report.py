@@ -1,0 +1,209 @@
+"""Build the README's Results section from benchmarks/results/<device>/*.json and the
+shipped RDNA1 configs: every number comes from a result file, none is typed by hand.
+
+    python -m tvk_kernels.bench.report [--results benchmarks/results] [--write README.md]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def _load(folder: Path) -> dict:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+def _fmt(x, digits=3):
+    return "-" if x is None else (f"{x:.{digits}g}" if isinstance(x, float) else str(x))
+
+
+def _where(r: dict) -> str:
+    e = r["environment"]
+    return f"{e['device']}, {e['driver']} {e['driver_info']}, torch {e['torch_version']}, commit {e['commit']}, {e['date'][:10]}"
+
+
+def vector_add(r) -> list[str]:
+    rows = {x["n"]: x for x in r["results"]}
+    out = []
+    ratios = [rows[n]["tvk_vs_cuda_bandwidth"] for n in (10_000_000, 100_000_000) if n in rows]
+    if ratios and all(x is not None for x in ratios):
+        verdict = "yes" if all(x >= 0.9 for x in ratios) else "not yet"
+        out.append(f"**{verdict}**: " + "; ".join(
+            f"{n // 1_000_000}M floats at {rows[n]['tvk_gbps']:.0f} GB/s, {rows[n]['tvk_vs_cuda_bandwidth']:.2f}x torch "
+            f"CUDA's {rows[n]['torch_cuda_gbps']:.0f} GB/s" for n in (10_000_000, 100_000_000) if n in rows)
+            + f"; all {len(rows)} sizes equal numpy: {all(x['correct'] for x in r['results'])}.")
+    h, c = r["host_cost"], r["cold_start"]
+    out.append(f"Host cost of one queued dispatch: {h['raw_dispatch_us']:.1f} us raw, {h['add_call_us']:.1f} us "
+               f"through `add()` (target 5 us). Cold start to a verified add: {c.get('warm_cache_s', float('nan')):.2f} s "
+               "with a warm cache (target 1 s).")
+    return out
+
+
+def matmul(r) -> list[str]:
+    rows = {(x["dtype"], x["n"]): x for x in r["results"]}
+    parts = []
+    for dt, n in (("float32", 2048), ("float32", 4096), ("float16", 4096)):
+        x = rows.get((dt, n))
+        if x and x.get("tvk_vs_cuda") is not None:
+            parts.append(f"{dt} {n}: {x['tflops']:.1f} TFLOP/s ({x['kernel']}), {x['tvk_vs_cuda']:.2f}x cuBLAS")
+    if not parts:
+        return ["no CUDA peer in this run."]
+    f32 = [rows[("float32", n)]["tvk_vs_cuda"] for n in (2048, 4096) if ("float32", n) in rows]
+    f16 = rows.get(("float16", 4096), {}).get("tvk_vs_cuda")
+    verdict = "yes" if f32 and min(f32) >= 0.9 and f16 and f16 >= 0.7 else "not yet"
+    errs = max(x["rel_err"] for x in r["results"])
+    return [f"**{verdict}** (targets: fp32 0.9x, fp16 0.7x cuBLAS): " + "; ".join(parts)
+            + f". Largest relative error vs float64: {errs:.2g}."]
+
+
+def _peer(runs, model, batch, peer):
+    return next((x for x in runs if x.get("model", model) == model and x["batch"] == batch and x["peer"] == peer), None)
+
+
+def mnist(r) -> list[str]:
+    out = []
+    runs = r["runs"]
+    for model in ("cnn", "mlp"):
+        for batch in (64, 256):
+            t, c = _peer(runs, model, batch, "tvk"), _peer(runs, model, batch, "cuda")
+            if not t:
+                continue
+            line = (f"{model.upper()} batch {batch}: tvk {t['epochs'][-1]['test_accuracy'] * 100:.2f}% after "
+                    f"{len(t['epochs'])} epochs, {t['epochs'][-1]['seconds']:.1f} s/epoch, {t['cpu_ops']} CPU ops")
+            if c:
+                line += (f"; torch CUDA {c['epochs'][-1]['test_accuracy'] * 100:.2f}%, {c['epochs'][-1]['seconds']:.1f} "
+                         f"s/epoch ({t['epochs'][-1]['seconds'] / c['epochs'][-1]['seconds']:.1f}x slower); peak memory "
+                         f"{t['peak_memory_bytes'] / 2**20:.0f} MiB vs {c['peak_memory_bytes'] / 2**20:.0f} MiB")
+            out.append(line)
+    return out
+
+
+def cifar10(r) -> list[str]:
+    t = next((x for x in r["runs"] if x["peer"] == "tvk"), None)
+    c = next((x for x in r["runs"] if x["peer"] == "cuda"), None)
+    out = [f"Data: {r['dataset'].split(':')[0]}."]
+    if t and c:
+        out.append(f"Epoch {t['epochs'][-1]['seconds']:.2f} s vs torch CUDA {c['epochs'][-1]['seconds']:.2f} s "
+                   f"({t['epochs'][-1]['seconds'] / c['epochs'][-1]['seconds']:.1f}x, target 1.5x); peak memory "
+                   f"{t['peak_memory_bytes'] / 2**20:.0f} MiB vs {c['peak_memory_bytes'] / 2**20:.0f} MiB "
+                   f"({t['peak_memory_bytes'] / c['peak_memory_bytes']:.2f}x, target 1.2x); accuracy "
+                   f"{t['epochs'][-1]['test_accuracy']:.3f} vs {c['epochs'][-1]['test_accuracy']:.3f}; {t['cpu_ops']} CPU ops.")
+    return out
+
+
+def low_vram(r) -> list[str]:
+    out = []
+    for e in r["results"]:
+        line = f"{e['model']} batch {e['batch']}: trains under a {e['smallest_cap_that_trains']} cap"
+        if e.get("peak_vs_cuda"):
+            line += f", peak {e['tvk_peak_bytes'] / 2**20:.0f} MiB = {e['peak_vs_cuda']:.2f}x torch CUDA's"
+        line += (f"; {sum(1 for c in e['caps'] if not c['trained'])} smaller caps gave a clear torch.OutOfMemoryError "
+                 f"(clear: {e['oom_errors_clear']}, runtime usable after: {e['usable_after_every_oom']})")
+        out.append(line)
+    return out
+
+
+def ablations(r) -> list[str]:
+    res = r["results"]
+    tv = res["tuned_vs_default"]
+    import math
+
+    fams = sorted({x["family"] for x in tv})
+    per = []
+    for f in fams:
+        xs = [x["speedup"] for x in tv if x["family"] == f]
+        per.append(f"{f} {math.exp(sum(math.log(s) for s in xs) / len(xs)):.2f}x")
+    out = ["Tuned vs default, geometric mean per family: " + ", ".join(per) + "."]
+    d, f = res["deferred_vs_blocking_ms"], res["fused_vs_per_tensor_optimizer_ms"]
+    out.append(f"Deferred submission: {d['blocking'] / d['deferred']:.2f}x faster training step than blocking "
+               f"({d['deferred']:.1f} vs {d['blocking']:.1f} ms); fused optimizer {f['per_tensor'] / f['fused']:.2f}x "
+               f"faster step than per-tensor ({f['fused']:.1f} vs {f['per_tensor']:.1f} ms).")
+    for m in res["matmul_precision_and_coopmat"]:
+        line = f"matmul {m['n']}: fp16 {m['fp16_over_fp32_speedup']:.1f}x faster than fp32 ({m['fp16_kernel']})"
+        if m.get("coopmat_over_tiled_speedup"):
+            line += f"; cooperative matrix {m['coopmat_over_tiled_speedup']:.1f}x faster than the tiled fp16 kernel"
+        out.append(line + ".")
+    s = res["subgroup_vs_shared_reduction"]
+    if s.get("subgroup_speedup"):
+        out.append(f"Subgroup vs shared-memory sum of {s['n']} floats: {s['subgroup_speedup']:.2f}x.")
+    c = res["pipeline_cache_cold_vs_warm"]
+    if "cold" in c:
+        out.append(f"Compiling every pipeline of an MNIST CNN training step: {c['cold']['compile_s']:.2f} s cold "
+                   f"({c['cold']['pipelines']} pipelines), {c['warm']['compile_s']:.3f} s warm (targets 2 s / 0.2 s).")
+    out.append(f"Eager vs compiled: {res['eager_vs_compiled']}.")
+    return out
+
+
+SECTIONS = [("vector-add", "1. Vector add", vector_add), ("matmul", "2. Matmul", matmul),
+            ("mnist", "3. MNIST classifier", mnist), ("cifar10", "4. CIFAR-10 CNN", cifar10),
+            ("low-vram", "5. Little GPU memory", low_vram), ("ablations", "6. Ablations", ablations)]
+
+
+def rdna1_table(configs: Path) -> list[str]:
+    lines = ["| driver | family | bucket | params | VGPRs | LDS B | waves/SIMD | spills |", "|---|---|---|---|---|---|---|---|"]
+    for path in sorted(configs.glob("rdna1--*.json")):
+        data = json.loads(path.read_text())
+        for fam, entry in sorted(data["families"].items()):
+            for bucket, b in sorted(entry["buckets"].items()):
+                st = b["provenance"]["compiler_stats"]
+                params = ", ".join(f"{k}={v}" for k, v in b["params"].items())
+                lines.append(f"| {data['device']['driver']} | {fam} | {bucket} | {params} | {st['VGPRs']} | {st['LDS size']} "
+                             f"| {b['provenance']['occupancy_waves_per_simd']} | {st['Spilled VGPRs'] + st['Spilled SGPRs']} |")
+    return lines if len(lines) > 2 else []
+
+
+def build(results: Path, configs: Path) -> str:
+    out = [START, "## Results", "",
+           "Generated by `python -m tvk_kernels.bench.report --write README.md` from `benchmarks/results/`. "
+           "Rerun an experiment with `tvk-bench NAME --device 0 --out benchmarks/results/<device>`.", ""]
+    for device_dir in sorted(p for p in results.iterdir() if p.is_dir()):
+        found = _load(device_dir)
+        if not found:
+            continue
+        first = next(iter(found.values()))
+        out += [f"### {device_dir.name}: {_where(first)}", ""]
+        for key, title, fn in SECTIONS:
+            if key in found:
+                out.append(f"**{title}.** " + " ".join(fn(found[key])) if key != "mnist" and key != "low-vram"
+                           else f"**{title}.**")
+                if key in ("mnist", "low-vram"):
+                    out += [f"- {line}" for line in fn(found[key])]
+                out.append("")
+    table = rdna1_table(configs)
+    if table:
+        out += ["### RDNA1 (RX 5600 XT) configs shipped, statically tuned and model-ranked", "",
+                "Compiled for Navi 10 by ACO on Mesa's null RADV device, ranked by the cost model in "
+                "`tvk_kernels/tune/rdna1.py`; never run on the card. An owner replaces them with measured ones: "
+                "`tvk-tune --device 0`.", ""] + table + [""]
+    out.append(END)
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    from ..paths import data_dir
+
+    ap = argparse.ArgumentParser(prog="python -m tvk_kernels.bench.report", description=__doc__)
+    ap.add_argument("--results", default="benchmarks/results")
+    ap.add_argument("--write", default=None, help="replace the Results section of this markdown file")
+    args = ap.parse_args(argv)
+    text = build(Path(args.results), data_dir("tuned_configs"))
+    if args.write:
+        path = Path(args.write)
+        doc = path.read_text()
+        if START in doc:
+            doc = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: text, doc, flags=re.S)
+        else:
+            doc = doc.rstrip() + "\n\n" + text + "\n"
+        path.write_text(doc)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
