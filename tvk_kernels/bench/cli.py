@@ -6,7 +6,7 @@ import sys
 
 from ..errors import TVKError
 
-EXPERIMENTS = ["vector-add", "matmul", "mnist", "cifar10", "low-vram", "ablations"]
+EXPERIMENTS = ["vector-add", "matmul", "mnist", "cifar10", "low-vram", "ablations", "kernels"]
 
 
 def main(argv=None) -> int:
@@ -34,6 +34,10 @@ def main(argv=None) -> int:
                 vsizes = sizes if args.experiment == "vector-add" else None
                 vector_add.run(device, args.out, vsizes or ([1_000, 100_000] if args.quick else None),
                                progress=not args.no_progress)
+            elif name == "kernels":
+                from . import kernels
+
+                kernels.run(device, args.out, quick=args.quick, progress=not args.no_progress)
             elif name == "matmul":
                 from . import matmul
 

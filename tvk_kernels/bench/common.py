@@ -34,6 +34,7 @@ def environment(device) -> dict:
         "arch": arch_family(f), "driver": f.driver_label, "driver_info": f.driver_info, "driver_version": f.driver_version,
         "vulkan_api": f.api_version, "host": platform.node(), "python": platform.python_version(),
     }
+    env["gpu_clocks"] = gpu_clocks()
     try:
         import torch
 
@@ -43,6 +44,22 @@ def environment(device) -> dict:
     except Exception:
         env["torch_version"] = None
     return env
+
+
+def gpu_clocks() -> str | None:
+    """SM clock, P-state and throttle reasons where nvidia-smi exists. Seen on the H200: after a
+    host-bound phase the driver sits at its 345 MHz idle clock and Vulkan kernels run ~5x slower,
+    so every result records the clock it was written under."""
+    import shutil
+
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,clocks.max.sm,pstate,clocks_throttle_reasons.active",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except Exception:
+        return None
 
 
 def slug(name: str) -> str:

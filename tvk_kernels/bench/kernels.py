@@ -1,0 +1,207 @@
+"""Kernel benchmarks beside torch CUDA (issue targets of the kernel library and the device):
+
+  conv2d       the CIFAR-10 CNN's layer shapes at batch 128: forward, grad-input, grad-weight,
+               GPU time vs cuDNN (fp32, TF32 off); each result checked against torch CPU
+  bandwidth    reductions (sum, row sum), softmax, layer norm and N-d elementwise (broadcast
+               mul, transposed copy) at 16M floats: GB/s vs torch CUDA's on the same op
+  per-op host  host time to issue one small op in eager mode: torchvk (deferred) vs torch
+               CUDA eager (asynchronous launch), measured in a process without torchvk
+
+GPU times come from Vulkan timestamps / CUDA events, median of repeats after warm-up.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from .common import environment, md_table, median, write_result
+
+# (C_in, C_out, H) of the CIFAR CNN's 3x3, padding-1 convolutions (torchvk/experiments/models.py)
+CIFAR_CONVS = [(3, 32, 32), (32, 32, 32), (32, 64, 16), (64, 64, 16), (64, 128, 8)]
+
+
+def _gpu(device, fn, repeats=10):
+    fn()
+    device.synchronize()
+    times = []
+    with device.stream.profiling() as rec:
+        for _ in range(repeats):
+            start = len(rec)
+            fn()
+            device.synchronize()
+            times.append(sum(t for _, t in rec[start:]))
+    return median(times)
+
+
+def _cuda(fn, repeats=10):
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1e-3)
+    return median(times)
+
+
+def conv2d(device, batch, has_cuda):
+    import torch
+    import torch.nn.functional as F
+
+    from ..kernels import conv
+
+    rows = []
+    for cin, cout, h in CIFAR_CONVS:
+        xs, ws = (batch, cin, h, h), (cout, cin, 3, 3)
+        rng = np.random.default_rng(cin)
+        x = rng.standard_normal(xs, dtype=np.float32)
+        w = rng.standard_normal(ws, dtype=np.float32) * 0.1
+        go = rng.standard_normal((batch, cout, h, h), dtype=np.float32)
+        X, W, GO = device.upload(x), device.upload(w), device.upload(go)
+        Y, GX, GW = (device.allocator.alloc(4 * int(np.prod(s))) for s in ((batch, cout, h, h), xs, ws))
+        geo = dict(stride=1, padding=1, dilation=1, groups=1)
+        runs = {
+            "fwd": lambda: conv.conv2d_forward(device, X, W, None, Y, xs, ws, **geo),
+            "bwd_input": lambda: conv.conv2d_backward_input(device, GO, W, GX, xs, ws, **geo),
+            "bwd_weight": lambda: conv.conv2d_backward_weight(device, GO, X, GW, xs, ws, **geo),
+        }
+        tx, tw, tgo = (torch.from_numpy(a).requires_grad_(True) for a in (x, w, go))
+        ref_y = F.conv2d(tx, tw, padding=1)
+        ref_gx, ref_gw = torch.autograd.grad(ref_y, (tx, tw), tgo)
+        refs = {"fwd": (Y, ref_y), "bwd_input": (GX, ref_gx), "bwd_weight": (GW, ref_gw)}
+        cuda = {}
+        if has_cuda:
+            torch.backends.cudnn.allow_tf32 = False
+            cx, cw, cgo = (t.detach().cuda() for t in (tx, tw, tgo))
+            cuda = {
+                "fwd": lambda: F.conv2d(cx, cw, padding=1),
+                "bwd_input": lambda: torch.nn.grad.conv2d_input(xs, cw, cgo, padding=1),
+                "bwd_weight": lambda: torch.nn.grad.conv2d_weight(cx, ws, cgo, padding=1),
+            }
+        for direction, run in runs.items():
+            t = _gpu(device, run)
+            buf, ref = refs[direction]
+            got = device.download(buf, np.float32, tuple(ref.shape))
+            ref = ref.detach()
+            err = float(np.abs(got - ref.numpy()).max() / max(float(ref.abs().max()), 1e-30))
+            tc = _cuda(cuda[direction]) if cuda else None
+            flops = 2 * batch * cout * cin * 9 * h * h
+            rows.append({"layer": f"{cin}->{cout} {h}x{h}", "direction": direction, "tvk_s": t, "cudnn_s": tc,
+                         "tvk_tflops": flops / t / 1e12, "tvk_over_cudnn_time": (t / tc) if tc else None,
+                         "max_rel_err": err})
+        for b in (X, W, GO, Y, GX, GW):  # noqa: B007
+            b.free()
+    return rows
+
+
+def bandwidth(device, n_rows, n_cols, has_cuda):
+    import torch
+
+    from ..kernels import elementwise as ew
+    from ..kernels import norm, reduce, softmax
+
+    n = n_rows * n_cols
+    x = np.random.default_rng(0).standard_normal((n_rows, n_cols), dtype=np.float32)
+    X = device.upload(x)
+    Y = device.allocator.alloc(4 * n)
+    R = device.allocator.alloc(4 * n_rows)
+    row = device.upload(np.ones(n_cols, np.float32))
+    shape = (n_rows, n_cols)
+    F = ew.Operand
+    ops = {  # name: (tvk call, bytes moved, torch CUDA call)
+        "sum (all)": (lambda: reduce.reduce(device, "sum", X.address, R.address, shape), 4 * n,
+                      lambda t: t.sum()),
+        "sum (rows)": (lambda: reduce.reduce(device, "sum", X.address, R.address, shape, dims=(1,)), 4 * n,
+                       lambda t: t.sum(1)),
+        "softmax (rows)": (lambda: softmax.softmax(device, X.address, Y.address, shape, -1), 8 * n,
+                           lambda t: t.softmax(-1)),
+        "layer norm (rows)": (lambda: norm.layer_norm(device, X.address, Y.address, shape), 8 * n,
+                              lambda t: torch.nn.functional.layer_norm(t, (n_cols,))),
+        "mul, row broadcast": (lambda: ew.binary_nd(device, "mul", F(X, shape), F(row, (1, n_cols)), F(Y, shape)),
+                               8 * n, lambda t: t * t[0:1]),
+        "transposed copy": (lambda: ew.copy(device, F(X, (n_cols, n_rows), (1, n_cols)), F(Y, (n_cols, n_rows))),
+                            8 * n, lambda t: t.t().contiguous()),
+        "relu": (lambda: ew.unary(device, "relu", F(X, shape), F(Y, shape)), 8 * n, lambda t: t.relu()),
+    }
+    ct = torch.from_numpy(x).cuda() if has_cuda else None
+    rows = []
+    for name, (run, nbytes, torch_fn) in ops.items():
+        t = _gpu(device, run)
+        tc = _cuda(lambda: torch_fn(ct)) if has_cuda else None
+        rows.append({"op": name, "n": n, "tvk_s": t, "tvk_gbps": nbytes / t / 1e9, "cuda_s": tc,
+                     "cuda_gbps": nbytes / tc / 1e9 if tc else None, "tvk_over_cuda_bandwidth": (tc / t) if tc else None})
+    for b in (X, Y, R, row):
+        b.free()
+    return rows
+
+
+_CUDA_OVERHEAD = r"""
+import time, json, torch
+a = torch.ones(16, device="cuda"); b = torch.ones(16, device="cuda")
+for _ in range(100): a + b
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+for _ in range(%d): a + b
+t = (time.perf_counter() - t0) / %d
+torch.cuda.synchronize()
+print(json.dumps({"us": t * 1e6}))
+"""
+
+
+def per_op_overhead(device, count, has_cuda):
+    import torch
+
+    import torchvk  # noqa: F401
+
+    a = torch.ones(16, device=f"tvk:{device.index}")
+    b = torch.ones(16, device=f"tvk:{device.index}")
+    for _ in range(100):
+        a + b
+    torch.tvk.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(count):
+        a + b
+    tvk_us = (time.perf_counter() - t0) / count * 1e6
+    torch.tvk.synchronize()
+    cuda_us = None
+    if has_cuda:  # a process without torchvk: see torchvk/experiments/peer.py
+        out = subprocess.run([sys.executable, "-c", _CUDA_OVERHEAD % (count, count)], capture_output=True, text=True)
+        if out.returncode == 0:
+            cuda_us = json.loads(out.stdout.strip().splitlines()[-1])["us"]
+    return {"op": "a + b (16 floats)", "count": count, "tvk_us": tvk_us, "torch_cuda_us": cuda_us,
+            "tvk_over_cuda": (tvk_us / cuda_us) if cuda_us else None}
+
+
+def run(device, out_dir, quick=False, progress=True) -> dict:
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except Exception:
+        has_cuda = False
+    conv_rows = conv2d(device, 2 if quick else 128, has_cuda)
+    bw_rows = bandwidth(device, *((64, 256) if quick else (4096, 4096)), has_cuda)
+    overhead = per_op_overhead(device, 200 if quick else 5000, has_cuda)
+    payload = {"experiment": "kernels", "environment": environment(device), "quick": quick,
+               "conv2d": conv_rows, "bandwidth": bw_rows, "per_op_overhead": overhead,
+               "notes": "cuDNN and cuBLAS with TF32 off; GPU times from Vulkan timestamps and CUDA events"}
+    table = "## conv2d, CIFAR CNN layers, batch " + str(2 if quick else 128) + "\n\n" + md_table(
+        ["layer", "direction", "tvk ms", "tvk TFLOP/s", "cuDNN ms", "tvk/cuDNN time", "max rel err"],
+        [[r["layer"], r["direction"], r["tvk_s"] * 1e3, r["tvk_tflops"], r["cudnn_s"] and r["cudnn_s"] * 1e3,
+          r["tvk_over_cudnn_time"], r["max_rel_err"]] for r in conv_rows])
+    table += "\n\n## bandwidth\n\n" + md_table(
+        ["op", "floats", "tvk us", "tvk GB/s", "CUDA GB/s", "tvk/CUDA bandwidth"],
+        [[r["op"], r["n"], r["tvk_s"] * 1e6, r["tvk_gbps"], r["cuda_gbps"], r["tvk_over_cuda_bandwidth"]] for r in bw_rows])
+    table += (f"\n\nPer-op host overhead ({overhead['op']}, {overhead['count']} ops): tvk {overhead['tvk_us']:.1f} us, "
+              f"torch CUDA {overhead['torch_cuda_us'] and round(overhead['torch_cuda_us'], 1)} us.\n")
+    write_result(out_dir, "kernels", payload, table)
+    return payload
