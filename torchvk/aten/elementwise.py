@@ -28,7 +28,7 @@ def operand(t: TVKTensor) -> E.Operand:
     name = _EW_DTYPES.get(t.dtype)
     if name is None:
         raise TypeError(f"TorchVK elementwise kernels do not support dtype {t.dtype}")
-    return E.Operand(t.tvk_address, tuple(t.shape), tuple(t.stride()), name)
+    return E.Operand.trusted(t.tvk_address, tuple(t.shape), t.stride(), name)
 
 
 def _value(x):
@@ -70,7 +70,12 @@ def promote(args, kind=DEFAULT):
 
 def _shape(args):
     shapes = [tuple(x.shape) for x in args if isinstance(x, TVKTensor)]
-    return torch.broadcast_shapes(*shapes) if shapes else ()
+    if not shapes:
+        return ()
+    first = shapes[0]
+    if all(s == first for s in shapes):  # the common case; torch.broadcast_shapes costs ~60 us
+        return first
+    return E.broadcast_shapes(*shapes)
 
 
 def _device(args):

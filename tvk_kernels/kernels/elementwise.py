@@ -264,6 +264,17 @@ class Operand:
         object.__setattr__(self, "strides", strides)
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
 
+    @classmethod
+    def trusted(cls, address: int, shape: tuple, strides: tuple, dtype: str) -> "Operand":
+        """No checks, no conversions: for callers (the torch layer) whose values are already
+        an int address, int tuples of equal length and a DTYPES key. Saves ~10 us per op."""
+        op = object.__new__(cls)
+        object.__setattr__(op, "address", address)
+        object.__setattr__(op, "shape", shape)
+        object.__setattr__(op, "strides", strides)
+        object.__setattr__(op, "dtype", dtype)
+        return op
+
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
