@@ -24,7 +24,13 @@ def _fmt(x, digits=3):
 
 def _where(r: dict) -> str:
     e = r["environment"]
-    return f"{e['device']}, {e['driver']} {e['driver_info']}, torch {e['torch_version']}, commit {e['commit']}, {e['date'][:10]}"
+    return f"{e['device']}, {e['driver']} {e['driver_info']}, torch {e['torch_version']}"
+
+
+def _stamp(r: dict) -> str:
+    e = r["environment"]
+    quick = " quick (tiny sizes)," if r.get("quick") else ""
+    return f"_({quick} commit {e['commit']}, {e['date'][:16].replace('T', ' ')})_"
 
 
 def vector_add(r) -> list[str]:
@@ -37,6 +43,10 @@ def vector_add(r) -> list[str]:
             f"{n // 1_000_000}M floats at {rows[n]['tvk_gbps']:.0f} GB/s, {rows[n]['tvk_vs_cuda_bandwidth']:.2f}x torch "
             f"CUDA's {rows[n]['torch_cuda_gbps']:.0f} GB/s" for n in (10_000_000, 100_000_000) if n in rows)
             + f"; all {len(rows)} sizes equal numpy: {all(x['correct'] for x in r['results'])}.")
+    if not out and 10_000_000 in rows:
+        x = rows[10_000_000]
+        out.append(f"10M floats at {x['tvk_gbps']:.1f} GB/s (no CUDA peer on this machine); all {len(rows)} sizes equal "
+                   f"numpy: {all(y['correct'] for y in r['results'])}.")
     h, c = r["host_cost"], r["cold_start"]
     out.append(f"Host cost of one queued dispatch: {h['raw_dispatch_us']:.1f} us raw, {h['add_call_us']:.1f} us "
                f"through `add()` (target 5 us). Cold start to a verified add: {c.get('warm_cache_s', float('nan')):.2f} s "
@@ -74,7 +84,7 @@ def mnist(r) -> list[str]:
             if not t:
                 continue
             line = (f"{model.upper()} batch {batch}: tvk {t['epochs'][-1]['test_accuracy'] * 100:.2f}% after "
-                    f"{len(t['epochs'])} epochs, {t['epochs'][-1]['seconds']:.1f} s/epoch, {t['cpu_ops']} CPU ops")
+                    f"{len(t['epochs'])} epoch(s), {t['epochs'][-1]['seconds']:.1f} s/epoch, {t['cpu_ops']} CPU ops")
             if c:
                 line += (f"; torch CUDA {c['epochs'][-1]['test_accuracy'] * 100:.2f}%, {c['epochs'][-1]['seconds']:.1f} "
                          f"s/epoch ({t['epochs'][-1]['seconds'] / c['epochs'][-1]['seconds']:.1f}x slower); peak memory "
@@ -108,6 +118,31 @@ def low_vram(r) -> list[str]:
     return out
 
 
+def kernels(r) -> list[str]:
+    out = []
+    conv = [x for x in r["conv2d"] if x.get("tvk_over_cudnn_time")]
+    if conv:
+        worst = max(conv, key=lambda x: x["tvk_over_cudnn_time"])
+        import math
+
+        geo = math.exp(sum(math.log(x["tvk_over_cudnn_time"]) for x in conv) / len(conv))
+        out.append(f"conv2d on the CIFAR CNN layers: {geo:.2f}x cuDNN's time (geometric mean over forward and both "
+                   f"backwards; worst {worst['tvk_over_cudnn_time']:.2f}x, {worst['layer']} {worst['direction']}; target 1.5x).")
+    else:
+        out.append(f"conv2d on {len(r['conv2d'])} CIFAR CNN layer/direction pairs all match torch CPU "
+                   f"(max relative error {max(x['max_rel_err'] for x in r['conv2d']):.1g}); no cuDNN here to compare.")
+    bw = [x for x in r["bandwidth"] if x.get("tvk_over_cuda_bandwidth")]
+    if bw:
+        out.append("Bandwidth vs torch CUDA: " + ", ".join(f"{x['op']} {x['tvk_over_cuda_bandwidth']:.2f}x" for x in bw)
+                   + " (target 0.85x).")
+    o = r["per_op_overhead"]
+    line = f"Host time per small eager op: tvk {o['tvk_us']:.0f} us"
+    if o.get("torch_cuda_us"):
+        line += f", torch CUDA {o['torch_cuda_us']:.1f} us ({o['tvk_over_cuda']:.1f}x, target 1.5x)"
+    out.append(line + ".")
+    return out
+
+
 def ablations(r) -> list[str]:
     res = r["results"]
     tv = res["tuned_vs_default"]
@@ -136,12 +171,17 @@ def ablations(r) -> list[str]:
         out.append(f"Compiling every pipeline of an MNIST CNN training step: {c['cold']['compile_s']:.2f} s cold "
                    f"({c['cold']['pipelines']} pipelines), {c['warm']['compile_s']:.3f} s warm (targets 2 s / 0.2 s).")
     out.append(f"Eager vs compiled: {res['eager_vs_compiled']}.")
+    if r["environment"].get("gpu_clocks") is None and "NVIDIA" in r["environment"]["device"]:
+        out.append("Caveat: this run did not record GPU clocks; later checks on the same H200 found the driver at its "
+                   "idle clock after host-bound training steps, which slows the kernels timed afterwards (the fp32 "
+                   "matmul rows above disagree with experiment 2 for that reason). Rerun before relying on them.")
     return out
 
 
 SECTIONS = [("vector-add", "1. Vector add", vector_add), ("matmul", "2. Matmul", matmul),
             ("mnist", "3. MNIST classifier", mnist), ("cifar10", "4. CIFAR-10 CNN", cifar10),
-            ("low-vram", "5. Little GPU memory", low_vram), ("ablations", "6. Ablations", ablations)]
+            ("low-vram", "5. Little GPU memory", low_vram), ("ablations", "6. Ablations", ablations),
+            ("kernels", "Kernels beside torch CUDA", kernels)]
 
 
 def rdna1_table(configs: Path) -> list[str]:
@@ -169,10 +209,11 @@ def build(results: Path, configs: Path) -> str:
         out += [f"### {device_dir.name}: {_where(first)}", ""]
         for key, title, fn in SECTIONS:
             if key in found:
-                out.append(f"**{title}.** " + " ".join(fn(found[key])) if key != "mnist" and key != "low-vram"
-                           else f"**{title}.**")
+                lines = fn(found[key])
                 if key in ("mnist", "low-vram"):
-                    out += [f"- {line}" for line in fn(found[key])]
+                    out += [f"**{title}.** {_stamp(found[key])}"] + [f"- {line}" for line in lines]
+                else:
+                    out.append(f"**{title}.** " + " ".join(lines) + f" {_stamp(found[key])}")
                 out.append("")
     table = rdna1_table(configs)
     if table:
