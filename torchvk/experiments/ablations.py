@@ -21,7 +21,7 @@ import time
 import numpy as np
 import torch
 
-from tvk_kernels.bench.common import environment, md_table, median, write_result
+from tvk_kernels.bench.common import environment, installed_size, md_table, median, write_result
 
 
 def _family_tuned_vs_default(device, quick):
@@ -180,6 +180,7 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
         "subgroup_vs_shared_reduction": _reduction_variants(device, quick),
         "pipeline_cache_cold_vs_warm": _compile_cold_warm(device),
         "eager_vs_compiled": "not yet: torch.compile(backend='tvk') is not built (issue: compiled mode)",
+        "installed_size": installed_size(),
     }
     payload = {"experiment": "ablations", "environment": environment(device), "quick": quick, "results": results,
                "training_workload": f"MNIST CNN, batch {batch}, random inputs, median of {steps} steps"}
@@ -206,6 +207,9 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
         rows.append(["cold vs warm cache: compile s for an MNIST CNN step", c["cold"]["compile_s"], c["warm"]["compile_s"],
                      c["cold"]["compile_s"] / max(c["warm"]["compile_s"], 1e-9)])
     rows.append(["eager vs compiled", None, None, "not yet"])
+    size = results["installed_size"]
+    rows.append(["installed size without torch: TorchVK / with numpy, vulkan, cffi, tqdm (MiB)", None,
+                 size["torchvk_bytes"] / 2**20, size["total_without_torch_bytes"] / 2**20])
     table = md_table(["ablation (baseline vs full)", "baseline", "full configuration", "speedup"], rows)
     write_result(out_dir, "ablations", payload, table)
     return payload

@@ -62,6 +62,33 @@ def gpu_clocks() -> str | None:
         return None
 
 
+def installed_size() -> dict:
+    """Bytes TorchVK puts on disk (its two packages and shipped data, no caches) and the
+    bytes of its non-torch dependencies, as installed here."""
+    from importlib import metadata
+
+    from ..paths import data_dir
+
+    pkg = Path(__file__).resolve().parents[1]
+    roots = [pkg, pkg.parent / "torchvk"] + [data_dir(d) for d in ("templates", "tuning", "tuned_configs")]
+    seen, own = set(), 0
+    for root in roots:
+        for f in root.rglob("*"):
+            if f.is_file() and "__pycache__" not in f.parts and f.resolve() not in seen:
+                seen.add(f.resolve())
+                own += f.stat().st_size
+    deps = {}
+    for name in ("numpy", "vulkan", "cffi", "pycparser", "tqdm"):
+        try:
+            dist = metadata.distribution(name)
+            deps[name] = sum((dist.locate_file(f).stat().st_size for f in dist.files or []
+                              if dist.locate_file(f).is_file()), 0)
+        except Exception:
+            deps[name] = None
+    return {"torchvk_bytes": own, "dependency_bytes": deps,
+            "total_without_torch_bytes": own + sum(v for v in deps.values() if v)}
+
+
 def slug(name: str) -> str:
     import re
 

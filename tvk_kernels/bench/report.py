@@ -171,6 +171,10 @@ def ablations(r) -> list[str]:
         out.append(f"Compiling every pipeline of an MNIST CNN training step: {c['cold']['compile_s']:.2f} s cold "
                    f"({c['cold']['pipelines']} pipelines), {c['warm']['compile_s']:.3f} s warm (targets 2 s / 0.2 s).")
     out.append(f"Eager vs compiled: {res['eager_vs_compiled']}.")
+    if "installed_size" in res:
+        z = res["installed_size"]
+        out.append(f"Installed size without torch: TorchVK {z['torchvk_bytes'] / 2**20:.2f} MiB (target 5 MiB), "
+                   f"{z['total_without_torch_bytes'] / 2**20:.1f} MiB with numpy, vulkan, cffi and tqdm.")
     if r["environment"].get("gpu_clocks") is None and "NVIDIA" in r["environment"]["device"]:
         out.append("Caveat: this run did not record GPU clocks; later checks on the same H200 found the driver at its "
                    "idle clock after host-bound training steps, which slows the kernels timed afterwards (the fp32 "
