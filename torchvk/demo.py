@@ -17,8 +17,6 @@ def main(argv=None) -> int:
     ap.add_argument("--subset", type=int, default=None, help="train on the first N images")
     args = ap.parse_args(argv)
 
-    import torch
-
     import torchvk
     from tvk_kernels.runtime import get_device
     from tvk_kernels.info import describe

@@ -4,7 +4,6 @@ from __future__ import annotations
 import struct
 import types
 
-import numpy as np
 import torch
 
 from .._dispatch import register

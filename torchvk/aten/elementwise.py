@@ -7,8 +7,6 @@ as push-constant scalars.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as _KIND, elementwise_dtypes as _edt
 

@@ -1,7 +1,6 @@
 """layer norm and batch norm (all of torch's aten entry points) on tvk_kernels.kernels.norm."""
 from __future__ import annotations
 
-import math
 
 import torch
 

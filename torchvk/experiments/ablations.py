@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from tvk_kernels.bench.common import environment, installed_size, md_table, median, write_result
+from tvk_kernels.tune.measure import time_candidate
 
 
 def _family_tuned_vs_default(device, quick):
@@ -49,16 +50,8 @@ def _family_tuned_vs_default(device, quick):
 
 
 def _gpu_time(device, fn, repeats=10):
-    fn()
-    device.synchronize()
-    times = []
-    with device.stream.profiling() as rec:
-        for _ in range(repeats):
-            start = len(rec)
-            fn()
-            device.synchronize()
-            times.append(sum(t for _, t in rec[start:]))
-    return median(times)
+    """Median GPU seconds of `fn()` (Vulkan timestamps, after warm-up)."""
+    return time_candidate(device, lambda i: fn(), n_inputs=1, warmup=1, repeats=repeats)
 
 
 def _matmul_variants(device, quick):

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from ..tune.measure import time_candidate
 from .common import environment, md_table, median, write_result
 
 # (C_in, C_out, H) of the CIFAR CNN's 3x3, padding-1 convolutions (torchvk/experiments/models.py)
@@ -25,16 +26,8 @@ CIFAR_CONVS = [(3, 32, 32), (32, 32, 32), (32, 64, 16), (64, 64, 16), (64, 128, 
 
 
 def _gpu(device, fn, repeats=10):
-    fn()
-    device.synchronize()
-    times = []
-    with device.stream.profiling() as rec:
-        for _ in range(repeats):
-            start = len(rec)
-            fn()
-            device.synchronize()
-            times.append(sum(t for _, t in rec[start:]))
-    return median(times)
+    """Median GPU seconds of `fn()` (Vulkan timestamps, after warm-up)."""
+    return time_candidate(device, lambda i: fn(), n_inputs=1, warmup=1, repeats=repeats)
 
 
 def _cuda(fn, repeats=10):

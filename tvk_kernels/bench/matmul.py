@@ -49,7 +49,6 @@ def measure_tvk(device, n: int, dtype: str, repeats: int, n_inputs: int = 2) -> 
     device.synchronize()
     gpu = []
     with device.stream.profiling() as records:
-        marks = []
         for i in range(repeats):
             start = len(records)
             a, b = bufs[i % n_inputs]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import bisect
 import os
 import re
-import weakref
 
 from .vk import NULL, check, ffi, lib, new
 from ..errors import FreedBufferError, OutOfMemoryError, TVKError

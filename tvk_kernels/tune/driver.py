@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 import time
 from pathlib import Path
 

@@ -127,7 +127,6 @@ def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
 def static_tune(device, families, suite, trials, out_dir):
     from pathlib import Path
 
-    from ..config import device_key_name
     from .driver import write_config
     from .space import bucket_of
     from .targets import TARGETS
