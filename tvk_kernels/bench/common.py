@@ -103,6 +103,9 @@ def write_result(out_dir: str | Path, experiment: str, payload: dict, table_md: 
     header = (f"# {experiment}\n\n{env['device']} ({env['driver']} {env['driver_info']}), torch {env.get('torch_version')}, "
               f"commit {env['commit']}, {env['date']}\n\n")
     (out / f"{experiment}.md").write_text(header + table_md + "\n")
+    from .plots import plot
+
+    plot(payload, out)
     return out / f"{experiment}.json"
 
 

@@ -29,8 +29,8 @@ def _where(r: dict) -> str:
 
 def _stamp(r: dict) -> str:
     e = r["environment"]
-    quick = " quick (tiny sizes)," if r.get("quick") else ""
-    return f"_({quick} commit {e['commit']}, {e['date'][:16].replace('T', ' ')})_"
+    quick = "quick (tiny sizes), " if r.get("quick") else ""
+    return f"_({quick}commit {e['commit']}, {e['date'][:16].replace('T', ' ')})_"
 
 
 def vector_add(r) -> list[str]:
@@ -235,7 +235,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tvk_kernels.bench.report", description=__doc__)
     ap.add_argument("--results", default="benchmarks/results")
     ap.add_argument("--write", default=None, help="replace the Results section of this markdown file")
+    ap.add_argument("--plots", action="store_true", help="redraw every result's PNG from its JSON")
     args = ap.parse_args(argv)
+    if args.plots:
+        from .plots import plot
+
+        for folder in sorted(p for p in Path(args.results).iterdir() if p.is_dir()):
+            for name, payload in _load(folder).items():
+                plot(payload, folder)
     text = build(Path(args.results), data_dir("tuned_configs"))
     if args.write:
         path = Path(args.write)

@@ -1,0 +1,117 @@
+"""PNG plots of each experiment's JSON (matplotlib, optional): one function per experiment.
+`write_result` calls `plot(payload, folder)`; `python -m tvk_kernels.bench.report --plots`
+redraws every committed result."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _title(ax, payload, text):
+    env = payload["environment"]
+    ax.set_title(f"{text}\n{env['device']}, commit {env['commit']}", fontsize=9)
+
+
+def vector_add(payload, ax):
+    rs = payload["results"]
+    ax.loglog([r["n"] for r in rs], [r["tvk_gbps"] for r in rs], "o-", label="tvk (Vulkan)")
+    if any(r.get("torch_cuda_gbps") for r in rs):
+        ax.loglog([r["n"] for r in rs], [r["torch_cuda_gbps"] for r in rs], "s--", label="torch CUDA")
+    ax.set_xlabel("elements")
+    ax.set_ylabel("GB/s")
+    _title(ax, payload, "vector add bandwidth")
+
+
+def matmul(payload, ax):
+    for dtype in sorted({r["dtype"] for r in payload["results"]}):
+        rs = [r for r in payload["results"] if r["dtype"] == dtype]
+        ax.semilogx([r["n"] for r in rs], [r["tflops"] for r in rs], "o-", label=f"tvk {dtype}")
+        if any(r.get("torch_cuda_tflops") for r in rs):
+            ax.semilogx([r["n"] for r in rs], [r["torch_cuda_tflops"] for r in rs], "s--", label=f"torch CUDA {dtype}")
+    ax.set_xlabel("n (square)")
+    ax.set_ylabel("TFLOP/s")
+    _title(ax, payload, "matmul")
+
+
+def _training(payload, ax, runs, what):
+    for r in runs:
+        label = f"{r.get('model', '')} b{r['batch']} {r['peer']}".strip()
+        ax.plot([e["epoch"] for e in r["epochs"]], [e["test_accuracy"] for e in r["epochs"]], "o-", label=label)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("test accuracy")
+    _title(ax, payload, what)
+
+
+def mnist(payload, ax):
+    _training(payload, ax, payload["runs"], "MNIST test accuracy")
+
+
+def cifar10(payload, ax):
+    _training(payload, ax, payload["runs"], "CIFAR-10 CNN (" + payload["dataset"].split(":")[0] + ")")
+
+
+def low_vram(payload, ax):
+    rs = payload["results"]
+    labels = [f"{r['model']} b{r['batch']}" for r in rs]
+    x = range(len(rs))
+    ax.bar([i - 0.2 for i in x], [(r["tvk_peak_bytes"] or 0) / 2**20 for r in rs], 0.4, label="tvk peak")
+    if any(r.get("torch_cuda_peak_bytes") for r in rs):
+        ax.bar([i + 0.2 for i in x], [(r["torch_cuda_peak_bytes"] or 0) / 2**20 for r in rs], 0.4, label="torch CUDA peak")
+    ax.set_xticks(list(x), labels, rotation=20, fontsize=8)
+    ax.set_ylabel("MiB")
+    _title(ax, payload, "peak memory of a training step")
+
+
+def ablations(payload, ax):
+    import math
+
+    res = payload["results"]
+    names, values = [], []
+    fams = sorted({x["family"] for x in res["tuned_vs_default"]})
+    for f in fams:
+        xs = [x["speedup"] for x in res["tuned_vs_default"] if x["family"] == f]
+        names.append(f"tuned {f}")
+        values.append(math.exp(sum(math.log(s) for s in xs) / len(xs)))
+    d, o = res["deferred_vs_blocking_ms"], res["fused_vs_per_tensor_optimizer_ms"]
+    names += ["deferred submit", "fused optimizer"]
+    values += [d["blocking"] / d["deferred"], o["per_tensor"] / o["fused"]]
+    ax.barh(names, values)
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xlabel("speedup of the full configuration")
+    _title(ax, payload, "ablations")
+
+
+def kernels(payload, ax):
+    rows = [r for r in payload["conv2d"]]
+    ax.barh([f"{r['layer']} {r['direction']}" for r in rows], [r["tvk_tflops"] for r in rows], label="tvk")
+    ax.set_xlabel("TFLOP/s")
+    _title(ax, payload, "conv2d, CIFAR CNN layers")
+
+
+PLOTS = {"vector-add": vector_add, "matmul": matmul, "mnist": mnist, "cifar10": cifar10, "low-vram": low_vram,
+         "ablations": ablations, "kernels": kernels}
+
+
+def plot(payload: dict, folder: Path) -> Path | None:
+    """Write <folder>/<experiment>.png; None where matplotlib is missing."""
+    try:
+        plt = _plt()
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    PLOTS[payload["experiment"]](payload, ax)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(folder) / f"{payload['experiment']}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
