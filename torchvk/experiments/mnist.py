@@ -12,7 +12,11 @@ from .train import train
 
 
 def peers() -> list[str]:
-    return ["tvk", "cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    """tvk, torch CPU, torch CUDA where present, PyPI torchvulkan where installed."""
+    import importlib.util
+
+    extra = ["torchvulkan"] if importlib.util.find_spec("torchvulkan") else []
+    return ["tvk", "cpu"] + (["cuda"] if torch.cuda.is_available() else []) + extra
 
 
 def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=True, models_=("mlp", "cnn")) -> dict:
@@ -36,6 +40,10 @@ def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=T
                 else:  # torch peers run in a process without torchvk (see peer.py)
                     r = run_peer({"task": "train", "device": dev, "dataset": "mnist", "quick": quick,
                                   "model": model_name, "train": kw})
+                    if "error" in r and dev == "torchvulkan":  # e.g. its wheel does not load on this torch
+                        runs.append({"model": model_name, "batch": batch, "peer": dev, "error": r["error"][-300:]})
+                        rows.append([model_name, batch, dev, "failed to run", None, None, None, None, None])
+                        continue
                     if "error" in r:
                         raise RuntimeError(f"torch {dev} peer failed: {r['error']}")
                 r.update(model=model_name, peer=dev)

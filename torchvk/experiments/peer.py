@@ -41,6 +41,10 @@ def _main(spec: dict) -> dict:
 
     data, models, train = _load("data"), _load("models"), _load("train")
     device = spec["device"]
+    if device == "torchvulkan":  # PyPI torchvulkan: renames PrivateUse1 to "vulkan", so never beside torchvk
+        import torchvulkan  # noqa: F401
+
+        device = "vulkan"
     if spec["task"] == "train":
         ds, _ = data.experiment_data(spec["dataset"], spec.get("quick", False), spec.get("cifar_path"))
         return train.train(lambda: models.build(spec["model"]), ds, device, **spec["train"])

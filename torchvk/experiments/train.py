@@ -8,30 +8,36 @@ import torch
 import torch.nn.functional as F
 
 
-def _sync(device: str):
+def _backend(device: str):
+    """The module with synchronize / memory stats for a device string (None: the CPU)."""
     if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    elif device.startswith("tvk"):
-        torch.tvk.synchronize()
-
-
-def _reset_peak(device: str):
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
-    elif device.startswith("tvk"):
-        import torchvk
-
-        torchvk.reset_peak_memory_stats()
-
-
-def _peak(device: str):
-    if device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated()
+        return torch.cuda
     if device.startswith("tvk"):
         import torchvk
 
-        return torchvk.max_memory_allocated()
+        return torchvk
+    if device.startswith("vulkan"):  # the PyPI torchvulkan peer
+        import torchvulkan
+
+        return torchvulkan
     return None
+
+
+def _sync(device: str):
+    backend = _backend(device)
+    if backend is not None:
+        backend.synchronize()
+
+
+def _reset_peak(device: str):
+    backend = _backend(device)
+    if backend is not None:
+        backend.reset_peak_memory_stats()
+
+
+def _peak(device: str):
+    backend = _backend(device)
+    return backend.max_memory_allocated() if backend is not None else None
 
 
 def evaluate(model, x, y, device: str, batch: int = 1000) -> float:

@@ -89,6 +89,10 @@ def mnist(r) -> list[str]:
                 line += (f"; torch CUDA {c['epochs'][-1]['test_accuracy'] * 100:.2f}%, {c['epochs'][-1]['seconds']:.1f} "
                          f"s/epoch ({t['epochs'][-1]['seconds'] / c['epochs'][-1]['seconds']:.1f}x slower); peak memory "
                          f"{t['peak_memory_bytes'] / 2**20:.0f} MiB vs {c['peak_memory_bytes'] / 2**20:.0f} MiB")
+            v = _peer(runs, model, batch, "torchvulkan")
+            if v and "epochs" in v:
+                line += (f"; PyPI torchvulkan {v['epochs'][-1]['test_accuracy'] * 100:.2f}%, step "
+                         f"{v['step_ms_median']:.1f} ms vs tvk {t['step_ms_median']:.1f} ms")
             out.append(line)
     return out
 
