@@ -10,6 +10,7 @@ transposed and batch-broadcast (stride 0) views run without copies.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -139,6 +140,7 @@ def validate_params(device, params: dict) -> dict:
     return p
 
 
+@functools.lru_cache(maxsize=4096)  # per op call otherwise: a training step asks for the same shapes
 def shape_bucket(M: int, N: int, K: int, batch: int = 1) -> str:
     env = {"M": M, "N": N, "K": K, "batch": batch}
     for name, expr in search_space(FAMILY)["buckets"].items():
