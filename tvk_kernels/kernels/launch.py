@@ -29,6 +29,12 @@ class Family:
             p = self._params[bucket] = params_for(self.device, self.family, bucket, self.checksum)
         return p
 
+    def workgroup_variant(self, defines: dict, wg: int, push_size: int, shared_bytes: int = 0):
+        """The family's template with these defines and a 1-D workgroup of `wg`, limits checked, built once."""
+        key = ("variant", tuple(sorted(defines.items())), wg)
+        return self.pipeline(key, lambda: self.device.pipelines.get(
+            self.template, defines, local_size=(wg, 1, 1), push_size=push_size, shared_bytes=shared_bytes))
+
     def pipeline(self, key, build):
         """`build()` runs once per key and returns a Pipeline."""
         p = self._pipelines.get(key)

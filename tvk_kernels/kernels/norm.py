@@ -43,13 +43,7 @@ class Norm(Family):
         super().__init__(device, "norm", "norm.comp")
 
     def build(self, defines: dict, wg: int):
-        key = (tuple(sorted(defines.items())), wg)
-
-        def make():
-            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=4 * wg, push_size=_PUSH.size)
-            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
-
-        return self.pipeline(key, make)
+        return self.workgroup_variant(defines, wg, _PUSH.size, shared_bytes=4 * wg)
 
 
 def _params(device, total: int, params):

@@ -104,14 +104,8 @@ class Reduce(Family):
         super().__init__(device, "reduce", "reduce.comp")
 
     def build(self, defines: dict, wg: int):
-        key = (tuple(sorted(defines.items())), wg)
-
-        def make():
-            shared = wg * 4 * (2 if defines["OP"] >= 4 else 1)
-            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, push_size=_PUSH.size)
-            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
-
-        return self.pipeline(key, make)
+        # arg ops (OP >= 4) keep an index beside each value
+        return self.workgroup_variant(defines, wg, _PUSH.size, shared_bytes=wg * 4 * (2 if defines["OP"] >= 4 else 1))
 
 
 def resolve_params(fam: Family, bucket: str, params: dict | None) -> dict:

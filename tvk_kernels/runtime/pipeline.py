@@ -42,11 +42,15 @@ class PipelineCache:
         atexit.register(self.save)
 
     def get(self, template: str, defines: dict | None = None, local_size=(64, 1, 1), push_size: int = 0,
-            spec: dict | None = None, subgroup_size: int | None = None, capture_stats: bool = False) -> Pipeline:
+            spec: dict | None = None, subgroup_size: int | None = None, capture_stats: bool = False,
+            shared_bytes: int = 0) -> Pipeline:
+        """The pipeline, built on first use after checking the device limits (shared_bytes: the
+        kernel's shared memory, which only the kernel's author can compute)."""
         key = (template, tuple(sorted((defines or {}).items())), tuple(local_size), push_size,
                tuple(sorted((spec or {}).items())), subgroup_size, capture_stats)
         p = self.pipelines.get(key)
         if p is None:
+            self.check_limits(tuple(local_size), shared_bytes, subgroup_size, push_size)
             p = self.pipelines[key] = self._build(template, defines or {}, tuple(local_size), push_size, spec or {},
                                                   subgroup_size, capture_stats)
         return p
@@ -70,7 +74,6 @@ class PipelineCache:
             raise InvalidConfigError(f"kernel parameters do not fit {f.name}: " + "; ".join(problems))
 
     def _build(self, template, defines, local_size, push_size, spec, subgroup_size, capture_stats) -> Pipeline:
-        self.check_limits(local_size, subgroup_size=subgroup_size, push_size=push_size)
         t0 = time.perf_counter()
         spirv = compile_template(template, defines)
         dev = self.device.handle
