@@ -79,14 +79,16 @@ def _normalize(x_uint8):
 
 def standin_cifar10(n_train: int = 10000, n_test: int = 2000, seed: int = 0):
     """A deterministic CIFAR-10-shaped stand-in (NOT CIFAR-10): each class is a fixed random
-    low-frequency colour pattern plus noise, so a CNN can learn it and accuracy moves."""
+    low-frequency colour pattern buried in noise (signal 0.2, noise 1.0: weak enough that
+    accuracy climbs over epochs, about 30% then 60% for the CIFAR CNN on 4,000 images,
+    where a signal of 0.6 was learnt perfectly in two epochs and said nothing)."""
     rng = np.random.default_rng(seed)
     protos = rng.standard_normal((10, 3, 8, 8)).astype(np.float32)
     protos = protos.repeat(4, axis=2).repeat(4, axis=3)
 
     def make(n, r):
         y = r.integers(0, 10, n).astype(np.int64)
-        x = protos[y] * 0.6 + r.standard_normal((n, 3, 32, 32)).astype(np.float32)
+        x = protos[y] * 0.2 + r.standard_normal((n, 3, 32, 32)).astype(np.float32)
         return x.astype(np.float32), y
 
     x, y = make(n_train, np.random.default_rng(seed + 1))
