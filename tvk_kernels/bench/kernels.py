@@ -174,6 +174,30 @@ def per_op_overhead(device, count, has_cuda):
             "tvk_over_cuda": (tvk_us / cuda_us) if cuda_us else None}
 
 
+def graph_replay(device, counts=(10, 1000), repeats=20) -> dict:
+    """Host time of one replay of a captured graph of N small kernels (GPU time excluded:
+    each replay starts after the previous one finished)."""
+    from ..kernels.elementwise import add
+    from ..runtime.graph import capture
+
+    x = device.upload(np.ones(256, np.float32))
+    y = device.allocator.alloc(1024)
+    out = {}
+    for count in counts:
+        with capture(device) as graph:
+            for _ in range(count):
+                add(device, x, x, y, 256)
+        times = []
+        for _ in range(repeats):
+            graph.wait()
+            t0 = time.perf_counter()
+            graph.replay()
+            times.append(time.perf_counter() - t0)
+        graph.wait()
+        out[str(count)] = median(times) * 1e6
+    return {"kernels_to_replay_us": out}
+
+
 def run(device, out_dir, quick=False, progress=True) -> dict:
     try:
         import torch
@@ -184,8 +208,9 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
     conv_rows = conv2d(device, 2 if quick else 128, has_cuda)
     bw_rows = bandwidth(device, *((64, 256) if quick else (4096, 4096)), has_cuda)
     overhead = per_op_overhead(device, 200 if quick else 5000, has_cuda)
+    replay = graph_replay(device)
     payload = {"experiment": "kernels", "environment": environment(device), "quick": quick,
-               "conv2d": conv_rows, "bandwidth": bw_rows, "per_op_overhead": overhead,
+               "conv2d": conv_rows, "bandwidth": bw_rows, "per_op_overhead": overhead, "graph_replay": replay,
                "notes": "cuDNN and cuBLAS with TF32 off; GPU times from Vulkan timestamps and CUDA events"}
     table = "## conv2d, CIFAR CNN layers, batch " + str(2 if quick else 128) + "\n\n" + md_table(
         ["layer", "direction", "tvk ms", "tvk TFLOP/s", "cuDNN ms", "tvk/cuDNN time", "max rel err"],
@@ -196,5 +221,7 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
         [[r["op"], r["n"], r["tvk_s"] * 1e6, r["tvk_gbps"], r["cuda_gbps"], r["tvk_over_cuda_bandwidth"]] for r in bw_rows])
     table += (f"\n\nPer-op host overhead ({overhead['op']}, {overhead['count']} ops): tvk {overhead['tvk_us']:.1f} us, "
               f"torch CUDA {overhead['torch_cuda_us'] and round(overhead['torch_cuda_us'], 1)} us.\n")
+    table += "Host cost of one graph replay: " + ", ".join(
+        f"{n} kernels {us:.1f} us" for n, us in replay["kernels_to_replay_us"].items()) + ".\n"
     write_result(out_dir, "kernels", payload, table)
     return payload

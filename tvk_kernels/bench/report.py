@@ -139,6 +139,10 @@ def kernels(r) -> list[str]:
     if bw:
         out.append("Bandwidth vs torch CUDA: " + ", ".join(f"{x['op']} {x['tvk_over_cuda_bandwidth']:.2f}x" for x in bw)
                    + " (target 0.85x).")
+    g = r.get("graph_replay", {}).get("kernels_to_replay_us")
+    if g:
+        out.append("Replaying a captured graph costs " + ", ".join(f"{us:.0f} us for {n} kernels" for n, us in g.items())
+                   + " of host time (compiled-mode target: under 50 us, independent of op count).")
     o = r["per_op_overhead"]
     line = f"Host time per small eager op: tvk {o['tvk_us']:.0f} us"
     if o.get("torch_cuda_us"):

@@ -130,6 +130,7 @@ class Allocator:
         if not host_visible and os.environ.get("TVK_MEMORY_LIMIT"):
             self.limit = parse_bytes(os.environ["TVK_MEMORY_LIMIT"])
         self._memory_type = None
+        self.capture_list: list | None = None  # set while a graph is captured: it keeps what is allocated
 
     # ------------------------------------------------------------------ public
     def alloc(self, nbytes: int) -> DeviceBuffer:
@@ -149,7 +150,10 @@ class Allocator:
         self.allocated += size
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
-        return DeviceBuffer(self, block, off, size, nbytes)
+        buf = DeviceBuffer(self, block, off, size, nbytes)
+        if self.capture_list is not None:
+            self.capture_list.append(buf)
+        return buf
 
     def release(self, buf: DeviceBuffer):
         self.allocated -= buf.size

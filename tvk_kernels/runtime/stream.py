@@ -72,6 +72,8 @@ class Stream:
         self.total_dispatches = 0
         self.submits = 0
         self.profile_records: list | None = None  # (label, gpu seconds) when profiling
+        self.graphs_in_flight: set = set()
+        self.capturing = False  # replayed graphs (runtime/graph.py) not yet waited for
         self._last_pipeline = None
         self._begin_info = new("VkCommandBufferBeginInfo", keep, flags=lib.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
         self._barrier = new("VkMemoryBarrier", keep,
@@ -156,6 +158,9 @@ class Stream:
     def submit(self):
         if not self.recording:
             return
+        if self.capturing:
+            raise RuntimeError("a sync point (readback, .item(), synchronize) inside a graph capture: "
+                               "captured work cannot be waited for before the capture ends")
         slot = self.slots[self.current]
         check(lib.vkEndCommandBuffer(slot.cmd), "vkEndCommandBuffer")
         self._submit_cmd[0] = slot.cmd
@@ -173,6 +178,8 @@ class Stream:
             slot = self.slots[(self.current + i) % n]
             if slot.in_flight:
                 self._retire(slot)
+        for graph in list(self.graphs_in_flight):
+            graph.wait()
 
     def _retire(self, slot):
         dev = self.device.handle
