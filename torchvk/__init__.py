@@ -38,6 +38,7 @@ from .memory import (empty_cache, get_memory_limit, max_memory_allocated, max_me
                      memory_allocated, memory_reserved, memory_stats, reset_peak_memory_stats, set_memory_limit)
 from . import ops  # noqa: E402,F401
 from . import optim  # noqa: E402,F401
+from .graphs import graph  # noqa: E402
 
 
 def synchronize(device=None):
@@ -67,5 +68,5 @@ __all__ = ["TVKTensor", "OutOfMemoryError", "FreedBufferError", "TVKError", "set
            "cpu_fallback_enabled", "op_counts", "reset_op_counts", "set_memory_limit", "get_memory_limit",
            "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
            "reset_peak_memory_stats", "empty_cache", "memory_stats", "synchronize", "manual_seed", "device",
-           "is_available", "device_count", "supported_ops", "ops", "optim"]
+           "is_available", "device_count", "supported_ops", "ops", "optim", "graph"]
 __version__ = tvk_kernels.__version__

@@ -7,7 +7,8 @@
   subgroup vs shared memory  sum reduction of 16M floats
   fused vs per-tensor optim  SGD+momentum step of the MNIST CNN's parameters
   warm vs cold cache         compile time of every pipeline an MNIST CNN training step needs
-  eager vs compiled          not built yet: reported as such, not as a number
+  eager vs graph replay      the same step captured once (torchvk.graph) and replayed
+  eager vs compiled          torch.compile backend not built yet: reported as such, not as a number
 """
 from __future__ import annotations
 
@@ -133,6 +134,42 @@ def _training_step_ms(device, blocking: bool, fused: bool, steps: int, batch: in
         stream.blocking = saved
 
 
+def _replay_step_ms(device, steps: int, batch: int, model_name="cnn"):
+    """The same training step captured once with torchvk.graph() and replayed (one submit per step)."""
+    import torch.nn.functional as F
+
+    import torchvk
+
+    from . import models
+
+    dev = f"tvk:{device.index}"
+    torch.manual_seed(0)
+    model = models.build(model_name).to(dev)
+    opt = torchvk.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, 1, 28, 28).to(dev)
+    y = torch.randint(0, 10, (batch,)).to(dev)
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    step()
+    torch.tvk.synchronize()
+    with torchvk.graph(device.index) as g:
+        step()
+    times = []
+    for i in range(steps + 2):
+        t0 = time.perf_counter()
+        g.replay()
+        torch.tvk.synchronize()
+        if i >= 2:
+            times.append(time.perf_counter() - t0)
+    return median(times) * 1e3, g.dispatches
+
+
 _COMPILE = r"""
 import json, time, torch, torchvk, torch.nn.functional as F
 from torchvk.experiments import models
@@ -173,6 +210,8 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
         "subgroup_vs_shared_reduction": _reduction_variants(device, quick),
         "pipeline_cache_cold_vs_warm": _compile_cold_warm(device),
         "eager_vs_compiled": "not yet: torch.compile(backend='tvk') is not built (issue: compiled mode)",
+        "eager_vs_graph_replay_ms": dict(zip(("replay", "kernels"), _replay_step_ms(device, steps, batch)),
+                                         eager=_training_step_ms(device, False, True, steps, batch)),
         "installed_size": installed_size(),
     }
     payload = {"experiment": "ablations", "environment": environment(device), "quick": quick, "results": results,
@@ -199,7 +238,10 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
     if "cold" in c:
         rows.append(["cold vs warm cache: compile s for an MNIST CNN step", c["cold"]["compile_s"], c["warm"]["compile_s"],
                      c["cold"]["compile_s"] / max(c["warm"]["compile_s"], 1e-9)])
-    rows.append(["eager vs compiled", None, None, "not yet"])
+    gr = results["eager_vs_graph_replay_ms"]
+    rows.append([f"eager vs graph replay, step ms ({gr['kernels']} kernels, torchvk.graph)", gr["eager"], gr["replay"],
+                 gr["eager"] / gr["replay"]])
+    rows.append(["eager vs compiled (torch.compile)", None, None, "not yet"])
     size = results["installed_size"]
     rows.append(["installed size without torch: TorchVK / with numpy, vulkan, cffi, tqdm (MiB)", None,
                  size["torchvk_bytes"] / 2**20, size["total_without_torch_bytes"] / 2**20])

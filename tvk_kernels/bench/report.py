@@ -178,6 +178,10 @@ def ablations(r) -> list[str]:
     if "cold" in c:
         out.append(f"Compiling every pipeline of an MNIST CNN training step: {c['cold']['compile_s']:.2f} s cold "
                    f"({c['cold']['pipelines']} pipelines), {c['warm']['compile_s']:.3f} s warm (targets 2 s / 0.2 s).")
+    if "eager_vs_graph_replay_ms" in res:
+        g = res["eager_vs_graph_replay_ms"]
+        out.append(f"Whole-step replay (torchvk.graph, {g['kernels']} kernels): {g['replay']:.2f} ms per step vs "
+                   f"{g['eager']:.2f} ms eager ({g['eager'] / g['replay']:.2f}x).")
     out.append(f"Eager vs compiled: {res['eager_vs_compiled']}.")
     if "installed_size" in res:
         z = res["installed_size"]
