@@ -18,6 +18,10 @@ def run(device, out_dir, quick=False, cifar_path=None, epochs=None, batch=128, p
     epochs = epochs or (1 if quick else 2)
     peers = ["tvk", "cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     runs, rows = [], []
+    if progress:
+        from tqdm import tqdm
+
+        peers = tqdm(peers, desc="cifar10", unit="run")
     for dev in peers:
         torchvk.reset_op_counts()
         kw = dict(epochs=epochs if dev != "cpu" or quick else 1, batch=batch if not quick else 16, lr=0.05,

@@ -56,38 +56,42 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
     batches = (32,) if quick else (64, 256)
     model_names = ("cnn",) if quick else ("cnn", "cifar_cnn")
     results, rows = [], []
-    for model_name in model_names:
-        for batch in batches:
-            cuda_peak = None
-            if torch.cuda.is_available():  # in a process without torchvk (see peer.py)
-                r = run_peer({"task": "peak", "device": "cuda", "model": model_name, "batch": batch, "steps": 3,
-                              "input": SETUPS[model_name]})
-                cuda_peak = r.get("peak_memory_bytes")
-            entry = {"model": model_name, "batch": batch, "torch_cuda_peak_bytes": cuda_peak, "caps": []}
-            for cap in caps:
+    jobs = [(m, b) for m in model_names for b in batches]
+    if progress:
+        from tqdm import tqdm
+
+        jobs = tqdm(jobs, desc="low-vram", unit="setup")
+    for model_name, batch in jobs:
+        cuda_peak = None
+        if torch.cuda.is_available():  # in a process without torchvk (see peer.py)
+            r = run_peer({"task": "peak", "device": "cuda", "model": model_name, "batch": batch, "steps": 3,
+                          "input": SETUPS[model_name]})
+            cuda_peak = r.get("peak_memory_bytes")
+        entry = {"model": model_name, "batch": batch, "torch_cuda_peak_bytes": cuda_peak, "caps": []}
+        for cap in caps:
+            torchvk.empty_cache()
+            torchvk.set_memory_limit(parse_bytes(cap))
+            try:
+                peak = _steps(model_name, batch, dev)
+                entry["caps"].append({"cap": cap, "trained": True, "peak_bytes": peak})
+            except torch.OutOfMemoryError as e:
+                torchvk.set_memory_limit(None)
+                entry["caps"].append({"cap": cap, "trained": False, "error_type": type(e).__name__,
+                                      "is_torch_oom": True, "message": str(e)[:400],
+                                      "usable_after": _usable_after_oom(dev)})
+            finally:
+                torchvk.set_memory_limit(None)
                 torchvk.empty_cache()
-                torchvk.set_memory_limit(parse_bytes(cap))
-                try:
-                    peak = _steps(model_name, batch, dev)
-                    entry["caps"].append({"cap": cap, "trained": True, "peak_bytes": peak})
-                except torch.OutOfMemoryError as e:
-                    torchvk.set_memory_limit(None)
-                    entry["caps"].append({"cap": cap, "trained": False, "error_type": type(e).__name__,
-                                          "is_torch_oom": True, "message": str(e)[:400],
-                                          "usable_after": _usable_after_oom(dev)})
-                finally:
-                    torchvk.set_memory_limit(None)
-                    torchvk.empty_cache()
-            ok = [c for c in entry["caps"] if c["trained"]]
-            entry["smallest_cap_that_trains"] = ok[-1]["cap"] if ok else None
-            entry["tvk_peak_bytes"] = ok[0]["peak_bytes"] if ok else None
-            entry["peak_vs_cuda"] = (entry["tvk_peak_bytes"] / cuda_peak) if cuda_peak and entry["tvk_peak_bytes"] else None
-            failed = [c for c in entry["caps"] if not c["trained"]]
-            entry["oom_errors_clear"] = all(c["is_torch_oom"] and "out of memory" in c["message"] for c in failed)
-            entry["usable_after_every_oom"] = all(c["usable_after"] for c in failed)
-            results.append(entry)
-            rows.append([model_name, batch, entry["smallest_cap_that_trains"], entry["tvk_peak_bytes"], cuda_peak,
-                         entry["peak_vs_cuda"], len(failed), entry["oom_errors_clear"], entry["usable_after_every_oom"]])
+        ok = [c for c in entry["caps"] if c["trained"]]
+        entry["smallest_cap_that_trains"] = ok[-1]["cap"] if ok else None
+        entry["tvk_peak_bytes"] = ok[0]["peak_bytes"] if ok else None
+        entry["peak_vs_cuda"] = (entry["tvk_peak_bytes"] / cuda_peak) if cuda_peak and entry["tvk_peak_bytes"] else None
+        failed = [c for c in entry["caps"] if not c["trained"]]
+        entry["oom_errors_clear"] = all(c["is_torch_oom"] and "out of memory" in c["message"] for c in failed)
+        entry["usable_after_every_oom"] = all(c["usable_after"] for c in failed)
+        results.append(entry)
+        rows.append([model_name, batch, entry["smallest_cap_that_trains"], entry["tvk_peak_bytes"], cuda_peak,
+                     entry["peak_vs_cuda"], len(failed), entry["oom_errors_clear"], entry["usable_after_every_oom"]])
     payload = {"experiment": "low-vram", "environment": environment(device), "quick": quick, "caps_tried": caps,
                "results": results, "inputs": "random tensors of the dataset shapes (memory does not depend on values)"}
     table = md_table(["model", "batch", "smallest cap that trains", "tvk peak bytes", "torch CUDA peak bytes",

@@ -27,9 +27,17 @@ def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=T
         batches = (64,)
     epochs = epochs or (1 if quick else 3)
     runs, rows = [], []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(models_) * len(batches) * len(peers()), desc="mnist", unit="run")
     for model_name in models_:
         for batch in batches:
             for dev in peers():
+                if bar is not None:
+                    bar.set_postfix(model=model_name, batch=batch, device=dev)
+                    bar.update(1)
                 if dev == "cpu" and not quick and batch != batches[0]:
                     continue  # CPU epochs are slow and say little beyond one batch size
                 torchvk.reset_op_counts()

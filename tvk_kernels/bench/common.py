@@ -35,6 +35,7 @@ def environment(device) -> dict:
         "vulkan_api": f.api_version, "host": platform.node(), "python": platform.python_version(),
     }
     env["gpu_clocks"] = gpu_clocks()
+    env["config_source"] = config_source(device)
     try:
         import torch
 
@@ -44,6 +45,14 @@ def environment(device) -> dict:
     except Exception:
         env["torch_version"] = None
     return env
+
+
+def config_source(device) -> list[str]:
+    """Which tuned-config files apply to this device (best first), each with its source
+    (measured / static-model); empty: every kernel runs its defaults from tuning/."""
+    from ..config import ConfigStore
+
+    return [f"{data.get('source', 'measured')}:{path.name}" for _, _, data, path in ConfigStore(device.facts).candidates]
 
 
 def gpu_clocks() -> str | None:

@@ -78,6 +78,15 @@ def _peer(runs, model, batch, peer):
 def mnist(r) -> list[str]:
     out = []
     runs = r["runs"]
+    t, c = _peer(runs, "cnn", 64, "tvk"), _peer(runs, "cnn", 64, "cuda")
+    if t and c and len(t["epochs"]) >= 3:
+        acc_t, acc_c = t["epochs"][-1]["test_accuracy"], c["epochs"][-1]["test_accuracy"]
+        acc_ok = acc_t >= 0.985 and abs(acc_t - acc_c) <= 0.003
+        speed = t["epochs"][-1]["seconds"] / c["epochs"][-1]["seconds"]
+        out.append(f"Answer: accuracy **{'yes' if acc_ok else 'not yet'}** (target 98.5% after 3 epochs, within "
+                   f"0.3 points of torch); epoch time **{'yes' if speed <= 1.5 else 'not yet'}** "
+                   f"({speed:.1f}x torch CUDA eager, target 1.5x); zero CPU ops: "
+                   f"**{'yes' if all(x.get('cpu_ops') == 0 for x in runs if x['peer'] == 'tvk') else 'no'}**.")
     for model in ("cnn", "mlp"):
         for batch in (64, 256):
             t, c = _peer(runs, model, batch, "tvk"), _peer(runs, model, batch, "cuda")
@@ -102,6 +111,10 @@ def cifar10(r) -> list[str]:
     c = next((x for x in r["runs"] if x["peer"] == "cuda"), None)
     out = [f"Data: {r['dataset'].split(':')[0]}."]
     if t and c:
+        speed = t["epochs"][-1]["seconds"] / c["epochs"][-1]["seconds"]
+        mem = t["peak_memory_bytes"] / c["peak_memory_bytes"]
+        out.append(f"Answer: trains GPU-only **yes**; epoch time **{'yes' if speed <= 1.5 else 'not yet'}**; "
+                   f"peak memory **{'yes' if mem <= 1.2 else 'not yet'}**.")
         out.append(f"Epoch {t['epochs'][-1]['seconds']:.2f} s vs torch CUDA {c['epochs'][-1]['seconds']:.2f} s "
                    f"({t['epochs'][-1]['seconds'] / c['epochs'][-1]['seconds']:.1f}x, target 1.5x); peak memory "
                    f"{t['peak_memory_bytes'] / 2**20:.0f} MiB vs {c['peak_memory_bytes'] / 2**20:.0f} MiB "
@@ -112,6 +125,11 @@ def cifar10(r) -> list[str]:
 
 def low_vram(r) -> list[str]:
     out = []
+    if r["results"]:
+        clear = all(e["oom_errors_clear"] and e["usable_after_every_oom"] for e in r["results"])
+        fits = all(e["smallest_cap_that_trains"] for e in r["results"])
+        out.append(f"Answer: every setup trains under the caps tried (from {r['caps_tried'][0]}) **{'yes' if fits else 'no'}**; "
+                   f"a too-small cap gives a clear error and the runtime keeps working **{'yes' if clear else 'no'}**.")
     for e in r["results"]:
         line = f"{e['model']} batch {e['batch']}: trains under a {e['smallest_cap_that_trains']} cap"
         if e.get("peak_vs_cuda"):
