@@ -53,3 +53,32 @@ def test_sync_inside_capture_is_an_error_and_the_stream_recovers(device):
             device.download(y, np.float32, (8,))
     add(device, x, x, y, 8)
     np.testing.assert_array_equal(device.download(y, np.float32, (8,)), np.arange(8, dtype=np.float32) * 2)
+
+
+def test_temporaries_are_reused_inside_a_capture_and_kept_from_others(device, rng):
+    """Liveness: a temporary that dies inside the capture gives its memory to later kernels of the
+    same capture; after the capture that memory belongs to the graph, not to new allocations."""
+    n = 4096
+    x_host = rng.standard_normal(n, dtype=np.float32)
+    X = device.upload(x_host)
+    out = device.allocator.alloc(4 * n)
+    device.synchronize()
+    before = device.allocator.allocated
+    with capture(device) as graph:
+        cur = X
+        for _ in range(20):  # y = x * 2**20, through 20 temporaries of which at most two live at once
+            nxt = device.allocator.alloc(4 * n)
+            add(device, cur, cur, nxt, n)
+            cur = nxt
+        add(device, cur, X, out, n)  # out = x * 2**20 + x
+        del cur, nxt
+    held = device.allocator.allocated - before
+    assert held <= 3 * 4 * n, f"the graph holds {held} bytes for 20 temporaries of {4 * n}"
+    # new allocations after the capture must not land on the graph's memory
+    others = [device.upload(np.full(n, 7.0, np.float32)) for _ in range(4)]
+    graph.replay()
+    np.testing.assert_allclose(device.download(out, np.float32, (n,)), x_host * 2.0 ** 20 + x_host, rtol=1e-6)
+    for o in others:
+        np.testing.assert_array_equal(device.download(o, np.float32, (n,)), np.full(n, 7.0, np.float32))
+    del graph  # its ranges go back to the allocator
+    assert device.allocator.allocated <= before + sum(o.size for o in others)

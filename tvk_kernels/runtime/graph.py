@@ -7,24 +7,47 @@
         graph.replay()                      # one vkQueueSubmit, whatever the number of kernels
 
 Kernels take their buffers as addresses, so a captured command buffer stays valid as long
-as those buffers live: the graph keeps every buffer allocated during the capture (and
-whatever the kernels asked the stream to keep alive). Host cost of a replay is one submit.
+as those buffers live: the graph holds the buffers allocated during the capture that are
+still alive at its end, and keeps the ranges freed during it (temporaries, which later
+kernels of the same capture reuse) out of the allocator until the graph is dropped.
+Host cost of a replay is one submit.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 
-from .vk import check, lib, new
+from .vk import NULL, check, ffi, lib, new
 
 _UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+
+
+class Capture:
+    """What the allocator saw during a capture (weak references: a temporary that dies inside
+    the capture is reused by later kernels of the same capture, which run after it)."""
+
+    def __init__(self):
+        self.allocated: list = []
+        self.released: list = []
 
 
 class Graph:
     def __init__(self, stream, slot):
         self.stream, self.slot = stream, slot
-        self.buffers: list = []  # every buffer allocated while capturing: alive as long as the graph
+        self.buffers: list = []  # buffers allocated in the capture and still alive: held by the graph
+        self.reserved: list = []  # ranges freed in the capture, kept out of the allocator for the graph
         self.dispatches = 0
         self.replays = 0
+
+    def __del__(self):
+        try:
+            self.wait()
+            self.stream.device.allocator.release_graph_ranges(self.reserved)
+            self.reserved = []
+            dev = self.stream.device.handle
+            lib.vkDestroyFence(dev, self.slot.fence, NULL)
+            lib.vkFreeCommandBuffers(dev, self.stream.pool, 1, ffi.new("VkCommandBuffer[1]", [self.slot.cmd]))
+        except Exception:  # interpreter shutdown
+            pass
 
     def replay(self):
         """Submit the recorded work after everything recorded before it; does not wait."""
@@ -65,13 +88,14 @@ def capture(device):
     check(lib.vkBeginCommandBuffer(slot.cmd, begin), "vkBeginCommandBuffer")
     stream.slots, stream.current, stream.batch = [slot], 0, 1 << 62
     stream.cmd, stream.recording, stream._last_pipeline, stream.count = slot.cmd, True, None, 0
-    allocator.capture_list = graph.buffers
+    allocator.capture = Capture()
     stream.capturing = True
     try:
         yield graph
     finally:
         stream.capturing = False
-        allocator.capture_list = None
+        graph.buffers, graph.reserved = allocator.keep_for_graph(allocator.capture)
+        allocator.capture = None
         graph.dispatches = stream.count
         check(lib.vkEndCommandBuffer(slot.cmd), "vkEndCommandBuffer")
         stream.slots, stream.current, stream.batch = saved

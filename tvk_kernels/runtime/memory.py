@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import weakref
 
 from .vk import NULL, check, ffi, lib, new
 from ..errors import FreedBufferError, OutOfMemoryError, TVKError
@@ -130,7 +131,7 @@ class Allocator:
         if not host_visible and os.environ.get("TVK_MEMORY_LIMIT"):
             self.limit = parse_bytes(os.environ["TVK_MEMORY_LIMIT"])
         self._memory_type = None
-        self.capture_list: list | None = None  # set while a graph is captured: it keeps what is allocated
+        self.capture = None  # a graph.Capture while a graph is recorded: what it allocates and frees
 
     # ------------------------------------------------------------------ public
     def alloc(self, nbytes: int) -> DeviceBuffer:
@@ -151,14 +152,36 @@ class Allocator:
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
         buf = DeviceBuffer(self, block, off, size, nbytes)
-        if self.capture_list is not None:
-            self.capture_list.append(buf)
+        if self.capture is not None:
+            self.capture.allocated.append(weakref.ref(buf))
         return buf
 
     def release(self, buf: DeviceBuffer):
         self.allocated -= buf.size
         buf.block.live -= 1
         self.cache.setdefault(buf.size, []).append((buf.block, buf.offset))
+        if self.capture is not None:  # reusable inside the capture (kernels run in order), not after it
+            self.capture.released.append((buf.block, buf.offset, buf.size))
+
+    def keep_for_graph(self, capture) -> tuple[list, list]:
+        """End of a capture: the buffers allocated in it that are still alive (the graph holds them),
+        and the ranges freed in it, taken out of the cache so nothing else gets them while the graph lives."""
+        live = [b for b in (ref() for ref in capture.allocated) if b is not None]
+        reserved = []
+        for block, off, size in capture.released:
+            cached = self.cache.get(size)
+            if cached and (block, off) in cached:
+                cached.remove((block, off))
+                block.live += 1  # a reserved range keeps its block, like a live buffer
+                self.allocated += size
+                reserved.append((block, off, size))
+        return live, reserved
+
+    def release_graph_ranges(self, reserved: list):
+        for block, off, size in reserved:
+            block.live -= 1
+            self.allocated -= size
+            self.cache.setdefault(size, []).append((block, off))
 
     def set_limit(self, nbytes: int | None):
         self.limit = None if nbytes is None else int(nbytes)
@@ -183,7 +206,7 @@ class Allocator:
             off = block.take(size)
             if off is not None:
                 return block, off
-        if any(self.cache.values()):
+        if any(self.cache.values()) and self.capture is None:  # during a capture cached ranges may be the graph's
             self._flush_cache()
             for block in self.blocks:
                 off = block.take(size)
