@@ -66,7 +66,7 @@ def test_wrong_candidate_is_rejected_never_timed(device):
         timed.append(params)
         real.run(params, i)
 
-    case = Case(device, {"n": 1000}, run, wrong_check, real.free)
+    case = Case(device, {"n": 1000}, run, wrong_check, real.buffers)
     with pytest.raises(driver._Rejected, match="wrong result"):
         driver.evaluate_params(device, target, [case], {"WG": 64, "VEC": 2, "ITEMS": 1})
     assert not timed

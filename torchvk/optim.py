@@ -25,6 +25,15 @@ def _fusable(params) -> bool:
     return True
 
 
+def _fused_groups(optimizer):
+    """[(group, params with a grad)] when every such tensor can go through the fused kernel
+    (contiguous float32 tvk tensors, no differentiable optimizer); None: use torch's step."""
+    groups = [(g, [p for p in g["params"] if p.grad is not None]) for g in optimizer.param_groups]
+    if not all(_fusable(ps) for _, ps in groups) or any(g.get("differentiable") for g, _ in groups):
+        return None
+    return [(g, ps) for g, ps in groups if ps]
+
+
 def _val(x) -> float:
     return float(x.item()) if isinstance(x, torch.Tensor) else float(x)
 
@@ -43,13 +52,11 @@ def _closure(closure):
 class SGD(torch.optim.SGD):
     @torch.no_grad()
     def step(self, closure=None):
-        groups = [(g, [p for p in g["params"] if p.grad is not None]) for g in self.param_groups]
-        if not all(_fusable(ps) for _, ps in groups) or any(g.get("differentiable") for g, _ in groups):
+        groups = _fused_groups(self)
+        if groups is None:
             return super().step(closure)
         loss = _closure(closure)
         for group, params in groups:
-            if not params:
-                continue
             momentum = float(group["momentum"])
             new, old = [], []
             for p in params:
@@ -74,13 +81,11 @@ class Adam(torch.optim.Adam):
 
     @torch.no_grad()
     def step(self, closure=None):
-        groups = [(g, [p for p in g["params"] if p.grad is not None]) for g in self.param_groups]
-        if not all(_fusable(ps) for _, ps in groups) or any(g.get("differentiable") for g, _ in groups):
+        groups = _fused_groups(self)
+        if groups is None:
             return super().step(closure)
         loss = _closure(closure)
         for group, params in groups:
-            if not params:
-                continue
             amsgrad = bool(group["amsgrad"])
             decoupled = bool(group.get("decoupled_weight_decay", self._decoupled))
             by_step: dict = {}

@@ -99,6 +99,17 @@ def diagonal_backward(grad_output, input_sizes, offset, dim1, dim2):
 
 
 # ------------------------------------------------------------------ scatter along a dim of size-1 indices
+def _index_hits(self, dim, index):
+    """Bool mask over `self`'s dim: True where the position equals `index` (size 1 along dim)."""
+    from .elementwise import run
+
+    n = self.shape[dim]
+    shape = [1] * self.dim()
+    shape[dim] = n
+    pos = index_vector(n, self._tvk.device).view(shape)
+    return run("eq", (pos, index), dtype=torch.bool)
+
+
 def _scatter_one(self, dim, index, src):
     """out = self with out[..., index, ...] = src along `dim`, for index/src of size 1 along dim
     (what max/min/argmax-style backward and gather-of-one use): an index compare and a where."""
@@ -108,11 +119,7 @@ def _scatter_one(self, dim, index, src):
     if index.shape[dim] != 1 or any(i != s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim):
         raise NotImplementedError(f"TorchVK: aten.scatter supports an index of size 1 along dim {dim} covering the "
                                   f"other dims (got index {list(index.shape)} for self {list(self.shape)})")
-    n = self.shape[dim]
-    shape = [1] * self.dim()
-    shape[dim] = n
-    pos = index_vector(n, self._tvk.device).view(shape)
-    hit = run("eq", (pos, index), dtype=torch.bool)
+    hit = _index_hits(self, dim, index)
     return run("where", (hit, src, self), dtype=self.dtype)
 
 
@@ -136,11 +143,7 @@ def gather(self, dim, index, *, sparse_grad=False):
     if index.shape[dim] != 1:
         raise NotImplementedError(f"TorchVK: aten.gather supports an index of size 1 along dim {dim}, "
                                   f"got {list(index.shape)}")
-    n = self.shape[dim]
-    shape = [1] * self.dim()
-    shape[dim] = n
-    pos = index_vector(n, self._tvk.device).view(shape)
-    hit = run("eq", (pos, index), dtype=torch.bool)
+    hit = _index_hits(self, dim, index)
     picked = run("where", (hit, self, 0), dtype=self.dtype)
     return sum_dim(picked, [dim], True, dtype=self.dtype)
 

@@ -470,13 +470,7 @@ class Conv2dTarget:
             err = float(np.abs(got - ref[0]).max()) if got.size else 0.0
             return bool(err <= 1e-4 * max(1.0, float(np.abs(ref[0]).max()))), err
 
-        def free():
-            for bs in bufs:
-                for b in bs:
-                    b.free()
-            out.free()
-
-        return Case(device, shape, run, check, free)
+        return Case(device, shape, run, check, [bufs, out])
 
     @staticmethod
     def work(shape, params) -> dict:

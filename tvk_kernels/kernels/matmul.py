@@ -663,12 +663,7 @@ class MatmulTarget:
             err = np.abs(got - want)
             return bool(np.all(err <= 1e-5 * scale + 1e-6)), float(err.max()) if err.size else 0.0
 
-        def free():
-            for a, b in bufs:
-                a.free(), b.free()
-            out.free()
-
-        return Case(device, shape, run, check, free)
+        return Case(device, shape, run, check, [bufs, out])
 
     @staticmethod
     def work(shape, params) -> dict:

@@ -263,12 +263,7 @@ class PoolTarget:
             err = float(np.abs(got - ref[0]).max()) if got.size else 0.0
             return bool(np.array_equal(got, ref[0])), err
 
-        def free():
-            for x, go in bufs:
-                x.free(), go.free()
-            out.free(), idx.free(), gin.free()
-
-        return Case(device, shape, run, check, free)
+        return Case(device, shape, run, check, [bufs, out, idx, gin])
 
     @staticmethod
     def work(shape, params) -> dict:

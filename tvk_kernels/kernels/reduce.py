@@ -275,12 +275,7 @@ class ReduceTarget:
             err = np.abs(got - x.sum(axis))
             return bool(np.all(err <= 2e-6 * np.abs(x).sum(axis) + 1e-6)), float(np.max(err))
 
-        def free():
-            for b in bufs:
-                b.free()
-            out.free()
-
-        return Case(device, shape, run, check, free)
+        return Case(device, shape, run, check, [bufs, out])
 
     @staticmethod
     def work(shape, params) -> dict:

@@ -11,12 +11,20 @@ import numpy as np
 
 
 class Case:
-    def __init__(self, device, shape, run, check, free):
+    def __init__(self, device, shape, run, check, buffers):
+        """buffers: the DeviceBuffers the case allocated, nested in tuples/lists as convenient."""
         self.device, self.shape = device, shape
-        self.run, self.check, self._free = run, check, free
+        self.run, self.check, self.buffers = run, check, buffers
 
     def free(self):
-        self._free()
+        def walk(x):
+            if isinstance(x, (list, tuple)):
+                for y in x:
+                    walk(y)
+            else:
+                x.free()
+
+        walk(self.buffers)
 
 
 class ElementwiseTarget:
@@ -44,12 +52,7 @@ class ElementwiseTarget:
             want = host[-1][0] + host[-1][1]
             return bool(np.array_equal(got, want)), float(np.max(np.abs(got - want))) if n else 0.0
 
-        def free():
-            for a, b in bufs:
-                a.free(), b.free()
-            out.free()
-
-        return Case(device, shape, run, check, free)
+        return Case(device, shape, run, check, [bufs, out])
 
     @staticmethod
     def work(shape, params) -> dict:
