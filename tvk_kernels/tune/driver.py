@@ -186,7 +186,9 @@ def tune(device, families, suite="suite", trials=30, time_budget=None, storage=N
     results: dict = {}
     t0 = time.perf_counter()
     for target, bucket, shapes in jobs:
+        t_job = time.perf_counter()
         res = tune_bucket(device, target, bucket, shapes, trials, per_job, storage, resume, progress)
+        res["provenance"]["tune_seconds"] = round(time.perf_counter() - t_job, 2)  # whole study, compile included
         results.setdefault(target.family, (target.template, {}))[1][bucket] = res
         # write after every bucket: an interrupted run keeps what it found
         path = write_config(out_dir, device.facts, "measured", {target.family: results[target.family]})
