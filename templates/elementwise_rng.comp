@@ -7,6 +7,9 @@
 // MODE 1 normal:  out = mean + std * z (Box-Muller on word pairs)
 // MODE 2 dropout: keep = u >= p; out = keep ? x * scale : 0; mask (uint8) = keep (if mask != 0)
 // DT: 0 float32, 1 float16 data.
+// SEED_BUF 1: `seed` is the address of {uvec2 seed; uvec2 offset} and `offset` is added to that
+// offset: a recorded command buffer (compiled mode's replay) draws new numbers on every replay
+// because the host rewrites those 16 bytes before each one.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -25,6 +28,9 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef DT
 #define DT 0
 #endif
+#ifndef SEED_BUF
+#define SEED_BUF 0
+#endif
 #if DT == 1
 #define STYPE float16_t
 #define ESIZE 2
@@ -34,6 +40,9 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #endif
 
 layout(buffer_reference, std430, buffer_reference_align = ESIZE) buffer DataBuf { STYPE v[]; };
+#if SEED_BUF
+layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer SeedBuf { uvec2 seed; uvec2 offset; };
+#endif
 #if MODE == 2
 layout(buffer_reference, std430, buffer_reference_align = 1) writeonly buffer MaskBuf { uint8_t v[]; };
 #endif
@@ -72,7 +81,17 @@ void main() {
                    + gl_LocalInvocationID.x;
     const uint first = t * 4u;
     if (first >= p.n) return;
-    uvec4 r = philox(uvec4(t, 0u, p.offset.x, p.offset.y), p.seed);
+#if SEED_BUF
+    SeedBuf sb = SeedBuf(p.seed);
+    uint carry;
+    uint off_lo = uaddCarry(sb.offset.x, p.offset.x, carry);
+    uvec2 offset = uvec2(off_lo, sb.offset.y + p.offset.y + carry);
+    uvec2 key = sb.seed;
+#else
+    uvec2 offset = p.offset;
+    uvec2 key = p.seed;
+#endif
+    uvec4 r = philox(uvec4(t, 0u, offset.x, offset.y), key);
     float v[4];
 #if MODE == 0
     [[unroll]] for (int j = 0; j < 4; ++j) v[j] = p.s0 + (p.s1 - p.s0) * unit(r[j]);

@@ -39,6 +39,7 @@ from .memory import (empty_cache, get_memory_limit, max_memory_allocated, max_me
 from . import ops  # noqa: E402,F401
 from . import optim  # noqa: E402,F401
 from .graphs import graph  # noqa: E402
+from .compile import compile  # noqa: E402  (the function; the package stays importable as torchvk.compile)
 
 
 def synchronize(device=None):
@@ -68,5 +69,5 @@ __all__ = ["TVKTensor", "OutOfMemoryError", "FreedBufferError", "TVKError", "set
            "cpu_fallback_enabled", "op_counts", "reset_op_counts", "set_memory_limit", "get_memory_limit",
            "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
            "reset_peak_memory_stats", "empty_cache", "memory_stats", "synchronize", "manual_seed", "device",
-           "is_available", "device_count", "supported_ops", "ops", "optim", "graph"]
+           "is_available", "device_count", "supported_ops", "ops", "optim", "graph", "compile"]
 __version__ = tvk_kernels.__version__

@@ -89,9 +89,14 @@ def reset_op_counts():
 _vk_counts = _counts["vulkan"]
 _names: dict = {}
 _Tensor = torch.Tensor
+from .compile.backend import _state as _torch_compile_state  # noqa: E402  (no torch._dynamo import)
 
 
 def dispatch(func, args, kwargs):
+    if _torch_compile_state["active"]:
+        from .compile.backend import eager_op_inside_torch_compile
+
+        eager_op_inside_torch_compile()
     try:
         return _dispatch(func, args, kwargs)
     except Exception as e:

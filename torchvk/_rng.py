@@ -35,3 +35,42 @@ def next_offset(n: int) -> tuple[int, int]:
     seed_, off = _state["seed"], _state["offset"]
     _state["offset"] = off + ((int(n) + 3) // 4) * 4
     return seed_, off
+
+
+# ------------------------------------------------------------------ recorded command buffers
+# While compiled mode records a program (torchvk/compile/replay.py), random kernels read their
+# (seed, base offset) from a 16-byte device buffer and get offsets relative to the base, so each
+# replay draws fresh numbers once the host rewrites those bytes (see RecordedRandomness).
+_recording: list = []
+
+
+class RecordedRandomness:
+    """The seed buffer of one recorded program and how many counter steps one run draws."""
+
+    def __init__(self, storage):
+        self.storage = storage
+        self.base = _state["offset"]
+        self.draws = 0
+
+    def next_base(self, first: bool) -> None:
+        """Before a replay: write the (seed, offset) eager mode would use now, and advance the counter
+        (the recording itself already advanced it for the first replay)."""
+        import numpy as np
+
+        from ._storage import upload_bytes
+
+        if first:
+            seed_, base = _state["seed"], self.base
+        else:
+            seed_, base = next_offset(self.draws)
+        upload_bytes(self.storage, np.array([seed_, base], dtype=np.uint64))
+
+
+def kernel_seed(n: int):
+    """(seed, offset, seed_buffer) for a kernel drawing n numbers: seed_buffer is None in eager mode."""
+    seed_, off = next_offset(n)
+    if not _recording:
+        return seed_, off, None
+    rec = _recording[-1]
+    rec.draws = _state["offset"] - rec.base
+    return 0, off - rec.base, rec.storage.buffer

@@ -40,6 +40,11 @@ class TVKTensor(torch.Tensor):
 
         return dispatch(func, args, kwargs or {})
 
+    # AOTAutograd (compiled mode) checks a backward's incoming grads against the type it traced
+    # with (a plain tensor, on meta): a tvk tensor stands for itself
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata=None, expected_type=None):
+        return self
+
     # `.data = x` copies TensorImpl metadata only; keep the storage in step with it
     @property
     def data(self):

@@ -98,9 +98,9 @@ def native_dropout(input, p, train):
     mask = new_tensor(x.shape, torch.bool, d)
     n = x.numel()
     if n:
-        seed, off = _rng.next_offset(n)
+        seed, off, seed_buffer = _rng.kernel_seed(n)
         _G.dropout(d, addr(x), addr(out), addr(mask), n, float(p), seed, off,
-                   "float16" if x.dtype == torch.float16 else "float32")
+                   "float16" if x.dtype == torch.float16 else "float32", seed_buffer=seed_buffer)
     return out, mask
 
 

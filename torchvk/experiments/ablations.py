@@ -8,7 +8,7 @@
   fused vs per-tensor optim  SGD+momentum step of the MNIST CNN's parameters
   warm vs cold cache         compile time of every pipeline an MNIST CNN training step needs
   eager vs graph replay      the same step captured once (torchvk.graph) and replayed
-  eager vs compiled          torch.compile backend not built yet: reported as such, not as a number
+  eager vs compiled          the same step through torchvk.compile (fused, replayed); cold/warm first compiled step
 """
 from __future__ import annotations
 
@@ -103,7 +103,8 @@ def _reduction_variants(device, quick):
     return res
 
 
-def _training_step_ms(device, blocking: bool, fused: bool, steps: int, batch: int, model_name="cnn"):
+def _training_step_ms(device, blocking: bool, fused: bool, steps: int, batch: int, model_name="cnn",
+                      compiled: bool = False):
     import torch.nn.functional as F
 
     import torchvk
@@ -118,13 +119,14 @@ def _training_step_ms(device, blocking: bool, fused: bool, steps: int, batch: in
         torch.manual_seed(0)
         model = models.build(model_name).to(dev)
         opt = (torchvk.optim.SGD if fused else torch.optim.SGD)(model.parameters(), lr=0.01, momentum=0.9)
+        run = torchvk.compile(model) if compiled else model
         x = torch.randn(batch, 1, 28, 28).to(dev)
         y = torch.randint(0, 10, (batch,)).to(dev)
         times = []
-        for i in range(steps + 2):
+        for i in range(steps + 2):  # compiled: step 1 traces, step 2 records, then replays
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()
+            F.cross_entropy(run(x), y).backward()
             opt.step()
             torch.tvk.synchronize()
             if i >= 2:
@@ -178,20 +180,22 @@ d = get_device(%d)
 t0 = time.perf_counter()
 m = models.build("cnn").to("tvk:%d"); opt = torchvk.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
 x = torch.randn(64, 1, 28, 28).to("tvk:%d"); y = torch.randint(0, 10, (64,)).to("tvk:%d")
-opt.zero_grad(); F.cross_entropy(m(x), y).backward(); opt.step(); torch.tvk.synchronize()
+run = torchvk.compile(m) if COMPILED else m
+opt.zero_grad(); F.cross_entropy(run(x), y).backward(); opt.step(); torch.tvk.synchronize()
 print(json.dumps({"first_step_s": time.perf_counter() - t0, "compile_s": d.pipelines.compile_seconds,
                   "pipelines": len(d.pipelines.pipelines)}))
 """
 
 
-def _compile_cold_warm(device):
+def _compile_cold_warm(device, compiled: bool = False):
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TVK_CACHE_DIR=cache)
         env.pop("TVK_VALIDATION", None)
         runs = []
         for _ in range(2):
             i = device.index
-            p = subprocess.run([sys.executable, "-c", _COMPILE % (i, i, i, i)], capture_output=True, text=True, env=env)
+            code = f"COMPILED = {compiled}\n" + _COMPILE % (i, i, i, i)
+            p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
             if p.returncode != 0:
                 return {"error": p.stderr[-400:]}
             runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
@@ -209,7 +213,9 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
         "matmul_precision_and_coopmat": _matmul_variants(device, quick),
         "subgroup_vs_shared_reduction": _reduction_variants(device, quick),
         "pipeline_cache_cold_vs_warm": _compile_cold_warm(device),
-        "eager_vs_compiled": "not yet: torch.compile(backend='tvk') is not built (issue: compiled mode)",
+        "eager_vs_compiled_ms": {"eager": _training_step_ms(device, False, True, steps, batch),
+                                 "compiled": _training_step_ms(device, False, True, steps, batch, compiled=True)},
+        "compiled_first_step_cold_vs_warm": _compile_cold_warm(device, compiled=True),
         "eager_vs_graph_replay_ms": dict(zip(("replay", "kernels"), _replay_step_ms(device, steps, batch)),
                                          eager=_training_step_ms(device, False, True, steps, batch)),
         "installed_size": installed_size(),
@@ -241,7 +247,13 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
     gr = results["eager_vs_graph_replay_ms"]
     rows.append([f"eager vs graph replay, step ms ({gr['kernels']} kernels, torchvk.graph)", gr["eager"], gr["replay"],
                  gr["eager"] / gr["replay"]])
-    rows.append(["eager vs compiled (torch.compile)", None, None, "not yet"])
+    ec = results["eager_vs_compiled_ms"]
+    rows.append(["eager vs compiled, step ms (torchvk.compile)", ec["eager"], ec["compiled"], ec["eager"] / ec["compiled"]])
+    cc = results["compiled_first_step_cold_vs_warm"]
+    if "cold" in cc:
+        rows.append(["cold vs warm cache: first compiled MNIST CNN step s (trace + compile + run)",
+                     cc["cold"]["first_step_s"], cc["warm"]["first_step_s"],
+                     cc["cold"]["first_step_s"] / max(cc["warm"]["first_step_s"], 1e-9)])
     size = results["installed_size"]
     rows.append(["installed size without torch: TorchVK / with numpy, vulkan, cffi, tqdm (MiB)", None,
                  size["torchvk_bytes"] / 2**20, size["total_without_torch_bytes"] / 2**20])

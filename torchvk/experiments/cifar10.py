@@ -16,7 +16,7 @@ def run(device, out_dir, quick=False, cifar_path=None, epochs=None, batch=128, p
 
     ds, label = data.experiment_data("cifar10", quick, cifar_path)
     epochs = epochs or (1 if quick else 2)
-    peers = ["tvk", "cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    peers = ["tvk", "tvk-compiled", "cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     runs, rows = [], []
     if progress:
         from tqdm import tqdm
@@ -26,15 +26,15 @@ def run(device, out_dir, quick=False, cifar_path=None, epochs=None, batch=128, p
         torchvk.reset_op_counts()
         kw = dict(epochs=epochs if dev != "cpu" or quick else 1, batch=batch if not quick else 16, lr=0.05,
                   max_steps=None if not (dev == "cpu" and not quick) else 40)
-        if dev == "tvk":
-            r = train(lambda: models.build("cifar_cnn"), ds, f"tvk:{device.index}", **kw)
+        if dev.startswith("tvk"):
+            r = train(lambda: models.build("cifar_cnn"), ds, f"tvk:{device.index}", **kw, compiled=dev == "tvk-compiled")
         else:  # torch peers run in a process without torchvk (see peer.py)
             r = run_peer({"task": "train", "device": dev, "dataset": "cifar10", "quick": quick,
                           "cifar_path": cifar_path, "model": "cifar_cnn", "train": kw})
             if "error" in r:
                 raise RuntimeError(f"torch {dev} peer failed: {r['error']}")
         r["peer"] = dev
-        if dev == "tvk":
+        if dev.startswith("tvk"):
             r["op_counts"] = torchvk.op_counts()
             r["cpu_ops"] = sum(r["op_counts"]["cpu"].values())
         r["images_per_s"] = r["batch"] / (r["step_ms_median"] / 1e3) if r["step_ms_median"] else None

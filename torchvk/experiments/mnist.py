@@ -16,7 +16,7 @@ def peers() -> list[str]:
     import importlib.util
 
     extra = ["torchvulkan"] if importlib.util.find_spec("torchvulkan") else []
-    return ["tvk", "cpu"] + (["cuda"] if torch.cuda.is_available() else []) + extra
+    return ["tvk", "tvk-compiled", "cpu"] + (["cuda"] if torch.cuda.is_available() else []) + extra
 
 
 def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=True, models_=("mlp", "cnn")) -> dict:
@@ -43,8 +43,9 @@ def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=T
                 torchvk.reset_op_counts()
                 cpu_partial = dev == "cpu" and not quick  # CPU: 300 steps, enough for a same-seed loss comparison
                 kw = dict(epochs=1 if cpu_partial else epochs, batch=batch, lr=0.01, max_steps=300 if cpu_partial else None)
-                if dev == "tvk":
-                    r = train(lambda: models.build(model_name), ds, f"tvk:{device.index}", **kw)
+                if dev.startswith("tvk"):
+                    r = train(lambda: models.build(model_name), ds, f"tvk:{device.index}", **kw,
+                              compiled=dev == "tvk-compiled")
                 else:  # torch peers run in a process without torchvk (see peer.py)
                     r = run_peer({"task": "train", "device": dev, "dataset": "mnist", "quick": quick,
                                   "model": model_name, "train": kw})
@@ -55,7 +56,7 @@ def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=T
                     if "error" in r:
                         raise RuntimeError(f"torch {dev} peer failed: {r['error']}")
                 r.update(model=model_name, peer=dev)
-                if dev == "tvk":
+                if dev.startswith("tvk"):
                     counts = torchvk.op_counts()
                     r["op_counts"] = counts
                     r["cpu_ops"] = sum(counts["cpu"].values())

@@ -54,8 +54,9 @@ def evaluate(model, x, y, device: str, batch: int = 1000) -> float:
 
 def train(model_fn, data, device: str, epochs: int = 1, batch: int = 64, lr: float = 0.01, seed: int = 0,
           optimizer: str = "sgd", max_steps: int | None = None, eval_limit: int | None = None, progress=None,
-          fused_optimizer: bool = True) -> dict:
-    """Train `model_fn()` on data=(x, y, xt, yt); returns losses, accuracy per epoch, times, peak memory."""
+          fused_optimizer: bool = True, compiled: bool = False) -> dict:
+    """Train `model_fn()` on data=(x, y, xt, yt); returns losses, accuracy per epoch, times, peak memory.
+    compiled=True (tvk only): the model runs through torchvk.compile (the first steps trace and record)."""
     x, y, xt, yt = data
     if eval_limit:
         xt, yt = xt[:eval_limit], yt[:eval_limit]
@@ -66,6 +67,11 @@ def train(model_fn, data, device: str, epochs: int = 1, batch: int = 64, lr: flo
         import torchvk.optim as optim
     opt = (optim.SGD(model.parameters(), lr=lr, momentum=0.9) if optimizer == "sgd"
            else optim.Adam(model.parameters(), lr=lr))
+    run = model
+    if compiled:
+        import torchvk
+
+        run = torchvk.compile(model)
     order_rng = np.random.default_rng(seed)
     losses, step_times, epochs_out = [], [], []
     _sync(device)
@@ -80,7 +86,7 @@ def train(model_fn, data, device: str, epochs: int = 1, batch: int = 64, lr: flo
             yb = torch.from_numpy(y[idx]).to(device)
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(xb), yb)
+            loss = F.cross_entropy(run(xb), yb)
             loss.backward()
             opt.step()
             if steps % 50 == 0 or max_steps:
@@ -101,4 +107,5 @@ def train(model_fn, data, device: str, epochs: int = 1, batch: int = 64, lr: flo
             break
     return {"device": device, "losses": losses, "epochs": epochs_out,
             "step_ms_median": float(np.median(step_times[len(step_times) // 5:]) * 1e3) if step_times else None,
-            "peak_memory_bytes": _peak(device), "steps": steps, "batch": batch}
+            "peak_memory_bytes": _peak(device), "steps": steps, "batch": batch,
+            **({"compile_stats": run.compile_stats()} if compiled else {})}

@@ -29,12 +29,12 @@ class Rng(Family):
     def __init__(self, device):
         super().__init__(device, "elementwise", "elementwise_binary.comp")
 
-    def variant(self, mode: str, dtype: str, n: int):
+    def variant(self, mode: str, dtype: str, n: int, seed_buf: bool = False):
         params, _ = self.params("small" if n < SMALL else "large")
         wg = params["WG"]
-        key = (mode, dtype, wg)
+        key = (mode, dtype, wg, seed_buf)
         return self.pipeline(key, lambda: self.device.pipelines.get(
-            self.TEMPLATE, {"MODE": _MODES[mode], "DT": _DT[dtype]}, local_size=(wg, 1, 1),
+            self.TEMPLATE, {"MODE": _MODES[mode], "DT": _DT[dtype], "SEED_BUF": int(seed_buf)}, local_size=(wg, 1, 1),
             push_size=_PUSH.size)), wg
 
 
@@ -42,7 +42,7 @@ def _addr(a) -> int:
     return 0 if a is None else int(getattr(a, "address", a))
 
 
-def _launch(device, mode, x, out, mask, n, s0, s1, seed, offset, dtype):
+def _launch(device, mode, x, out, mask, n, s0, s1, seed, offset, dtype, seed_buffer=None):
     n = int(n)
     if n <= 0:
         return
@@ -54,7 +54,9 @@ def _launch(device, mode, x, out, mask, n, s0, s1, seed, offset, dtype):
     feats = device.facts.features
     if dtype == "float16" and not feats.get("storage_16bit"):
         raise TypeError(f"{device.facts.name} lacks 16-bit storage for float16 tensors")
-    pipe, wg = family(device, Rng).variant(mode, dtype, n)
+    pipe, wg = family(device, Rng).variant(mode, dtype, n, seed_buffer is not None)
+    if seed_buffer is not None:  # seed and base offset read from this 16-byte buffer; offset is relative
+        seed = _addr(seed_buffer)
     threads = (n + 3) // 4
     groups = grid_1d((threads + wg - 1) // wg, device.facts.max_workgroup_count[0])
     push = _PUSH.pack(_addr(x), _addr(out), _addr(mask), int(seed) & _M64, int(offset) & _M64, n,
@@ -63,14 +65,15 @@ def _launch(device, mode, x, out, mask, n, s0, s1, seed, offset, dtype):
 
 
 def dropout(device, in_addr, out_addr, mask_addr, n: int, p: float, seed: int, offset: int = 0,
-            dtype="float32"):
+            dtype="float32", seed_buffer=None):
     """out = x * mask / (1 - p) with mask ~ Bernoulli(1 - p) stored as uint8 (0/1) at
-    mask_addr (None: no mask written). p = 1 zeroes everything. out may be in_addr."""
+    mask_addr (None: no mask written). p = 1 zeroes everything. out may be in_addr.
+    seed_buffer: read (seed, base offset) from this buffer instead (offset is then relative)."""
     p = float(p)
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability must be in [0, 1], got {p}")
     scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
-    _launch(device, "dropout", in_addr, out_addr, mask_addr, n, p, scale, seed, offset, dtype)
+    _launch(device, "dropout", in_addr, out_addr, mask_addr, n, p, scale, seed, offset, dtype, seed_buffer)
 
 
 def uniform_(device, addr, n: int, low: float = 0.0, high: float = 1.0, seed: int = 0, offset: int = 0,

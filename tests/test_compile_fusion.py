@@ -1,0 +1,256 @@
+"""torchvk.compile.fusion: fused aten graphs give the CPU results with fewer kernel launches."""
+import pytest
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import torchvk  # noqa: F401  (registers the tvk device)
+from torchvk._storage import get_device
+from torchvk.compile.fusion import MAX_EXPR, MAX_SCALARS, FusedElementwise, MatmulEpilogue, fuse
+from tvk_kernels.kernels import elementwise as E
+
+aten = torch.ops.aten
+
+
+def interpret(gm, *inputs):
+    """What the compiled mode does: aten targets through the dispatcher, fused targets called directly."""
+    env, it = {}, iter(inputs)
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            env[n] = next(it)
+        elif n.op == "call_function":
+            env[n] = n.target(*fx.node.map_arg(n.args, env.__getitem__),
+                              **fx.node.map_arg(n.kwargs, env.__getitem__))
+        elif n.op == "output":
+            return fx.node.map_arg(n.args[0], env.__getitem__)
+        else:
+            raise AssertionError(f"unexpected node {n.op}")
+
+
+def launches(gm, inputs):
+    """(outputs on CPU, kernel dispatches) of one interpreted run."""
+    stream = get_device().stream
+    before = stream.total_dispatches
+    out = interpret(gm, *inputs)
+    n = stream.total_dispatches - before
+    return [o.cpu() for o in (out if isinstance(out, (tuple, list)) else [out])], n
+
+
+def fused_targets(gm):
+    return [n for n in gm.graph.nodes if isinstance(n.target, (FusedElementwise, MatmulEpilogue))]
+
+
+def check(fn, *cpu_inputs, groups=None, epilogues=0, atol=1e-5, rtol=1e-4):
+    """Fuse make_fx(fn); compare to fn on CPU and to the unfused graph on tvk; returns (gm, stats)."""
+    outs = fn(*cpu_inputs)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    plain = make_fx(fn)(*cpu_inputs)
+    gm, stats = fuse(make_fx(fn)(*cpu_inputs))
+    tvk = [t.to("tvk") for t in cpu_inputs]
+    ref, n_plain = launches(plain, tvk)
+    got, n_fused = launches(gm, tvk)
+    for want, r, g in zip(outs, ref, got):
+        torch.testing.assert_close(g, want, atol=atol, rtol=rtol)
+        torch.testing.assert_close(g, r, atol=atol, rtol=rtol)
+    for n in fused_targets(gm):
+        assert len([a for a in n.args if isinstance(a, fx.Node)]) <= 3, n
+    if groups is not None:
+        assert stats["fused_groups"] == groups, (stats, gm.graph)
+    assert stats["epilogues"] == epilogues, (stats, gm.graph)
+    if stats["fused_groups"] or stats["epilogues"]:
+        assert n_fused < n_plain, (n_fused, n_plain)
+    # the recompiled module runs too (fused targets are plain callables in its code)
+    direct = gm(*tvk)
+    direct = direct if isinstance(direct, (tuple, list)) else [direct]
+    for g, d in zip(got, direct):
+        torch.testing.assert_close(d.cpu(), g)
+    return gm, stats, n_plain, n_fused
+
+
+def r(*shape):
+    return torch.randn(*shape)
+
+
+def test_relu_mul_add_is_one_launch():
+    gm, stats, n_plain, n_fused = check(lambda x, y: torch.relu(x * 2 + y), r(4, 8), r(4, 8), groups=1)
+    assert stats["fused_ops"] == 3
+    assert (n_plain, n_fused) == (3, 1)
+    (node,) = fused_targets(gm)
+    assert repr(node.target) == "fused[mul,add,relu]"
+    assert "fused" in gm.code
+
+
+def test_three_inputs_one_group():
+    _, stats, _, n_fused = check(lambda x, y, z: torch.sigmoid(x) * y - z, r(3, 5), r(3, 5), r(3, 5), groups=1)
+    assert stats["fused_ops"] == 3 and n_fused == 1
+
+
+def test_four_inputs_split_into_legal_groups():
+    def fn(w, x, y, z):
+        return torch.relu((w + x) * y - z).exp() * 0.5
+
+    gm, stats, n_plain, n_fused = check(fn, r(2, 6), r(2, 6), r(2, 6), r(2, 6))
+    # the best legal split: add alone, then one group of the other five ops over (add, y, z)
+    assert stats == {"fused_groups": 1, "fused_ops": 5, "epilogues": 0}
+    assert (n_plain, n_fused) == (6, 2)
+
+
+def test_strided_operand():
+    _, stats, _, n_fused = check(lambda x, y: torch.relu(x.t() * 2 + y), r(5, 3), r(3, 5), groups=1)
+    assert n_fused == 1
+
+
+def test_broadcast_operands():
+    def fn(x, b, s):  # b*2 has b's shape: it stays outside the [4, 8] group
+        return torch.tanh(x + b * 2) * s
+
+    gm, stats, _, _ = check(fn, r(4, 8), r(8), r(4, 1), groups=1)
+    assert stats["fused_ops"] == 3
+
+
+def test_many_ops_and_scalars():
+    def fn(x, y):
+        a = torch.clamp(torch.rsub(x, 2.0).pow(3) / (y * y + 1), min=-3.0)
+        b = F.gelu(x, approximate="tanh") + F.silu(y, ) * F.leaky_relu(x, 0.2)
+        c = torch.clamp_max(torch.abs(y).sqrt().log() - x.neg(), 2.5)
+        d = torch.maximum(torch.sigmoid(x), y).rsqrt().reciprocal().sub(x, alpha=0.5)
+        e = torch.addcmul(x, y, F.gelu(x), value=0.25).square()
+        return a, b, c, d, e
+
+    gm, stats, _, _ = check(fn, r(3, 7), r(3, 7).abs() + 0.1, groups=5, atol=1e-4)
+    assert stats["fused_ops"] >= 20
+
+
+def test_backward_chain():
+    def fn(g, x, y):
+        t = aten.threshold_backward(g * 2, x, 0.0)
+        s = aten.sigmoid_backward(t, torch.sigmoid(y))
+        return aten.gelu_backward(s, x) + aten.tanh_backward(g, y)
+
+    check(fn, r(5, 4), r(5, 4), r(5, 4), groups=1, atol=1e-5)
+
+
+def test_relu_grad_from_autograd():
+    def fn(x, w):
+        x = x.detach().requires_grad_()
+        y = torch.relu(x * w + 1)
+        return torch.autograd.grad((y * y).sum(), x)
+
+    gm, stats, _, _ = check(fn, r(16), r(16))
+    assert stats["fused_groups"] >= 1
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "silu", "tanh"])
+def test_addmm_epilogue(act):
+    fn = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu, "tanh": torch.tanh}[act]
+    gm, _, n_plain, n_fused = check(lambda x, w, b: fn(F.linear(x, w, b)), r(5, 6), r(3, 6), r(3),
+                                    epilogues=1, atol=1e-5)
+    (node,) = fused_targets(gm)
+    assert node.target.activation == act and not any(n.target is aten.addmm.default for n in gm.graph.nodes)
+    assert n_fused < n_plain
+
+
+def test_addmm_with_two_users_is_kept():
+    def fn(x, w, b):
+        h = torch.addmm(b, x, w)
+        return torch.relu(h), h
+
+    gm, stats, _, _ = check(fn, r(4, 5), r(5, 3), r(3))
+    assert stats["epilogues"] == 0
+
+
+def test_graph_output_and_shared_nodes_are_not_swallowed():
+    def fn(x, y):
+        a = x * 2          # a graph output: not inside a group
+        s = torch.exp(y)   # two users: not inside a group
+        return a, torch.relu(a + s) - s
+
+    gm, stats, _, _ = check(fn, r(3, 4), r(3, 4), groups=1)
+    assert stats["fused_ops"] == 3  # add, relu, sub
+    assert sum(n.target is aten.mul.Tensor for n in gm.graph.nodes) == 1
+    assert sum(n.target is aten.exp.default for n in gm.graph.nodes) == 1
+
+
+def test_in_place_write_blocks_moving_a_read():
+    def fn(x, y):
+        a = x * 2
+        x.mul_(3)   # a must see x before this write
+        return torch.relu(a + y), x
+
+    cpu_in = [r(3, 4), r(3, 4)]
+    gm, _ = fuse(make_fx(fn)(*[t.clone() for t in cpu_in]))
+    want = fn(*[t.clone() for t in cpu_in])
+    got = interpret(gm, *[t.to("tvk") for t in cpu_in])
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g.cpu(), w)
+    assert any(n.target is aten.mul.Tensor for n in gm.graph.nodes)
+
+
+def test_int64_chain_is_left_alone():
+    def fn(x, y):
+        return torch.relu(x * 2 + y) - 1
+
+    x, y = torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (3, 4))
+    gm, stats = fuse(make_fx(fn)(x, y))
+    assert stats == {"fused_groups": 0, "fused_ops": 0, "epilogues": 0}
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == \
+        [aten.mul.Tensor, aten.add.Tensor, aten.relu.default, aten.sub.Tensor]
+    (out,) = [interpret(gm, x.to("tvk"), y.to("tvk"))]
+    torch.testing.assert_close(out.cpu(), fn(x, y))
+
+
+def test_mixed_dtype_boundary():
+    def fn(x, m):  # a bool operand (where) ends the group; the float chain around it still fuses
+        return torch.where(m, torch.exp(x) * 2, x).neg().relu()
+
+    gm, stats, _, _ = check(fn, r(4, 4), r(4, 4) > 0)
+    assert stats["fused_groups"] == 2
+    assert any(n.target is aten.where.self for n in gm.graph.nodes)
+
+
+def test_shared_inputs_deep_in_the_tree_fit_one_group():
+    def fn(g, x, y):  # more than 3 distinct inputs half way up, 3 in all
+        return (g * 2 + x).relu() * (torch.tanh(y) - g) + (x * y)
+
+    _, stats, _, n_fused = check(fn, r(4, 3), r(4, 3), r(4, 3), groups=1)
+    assert stats["fused_ops"] == 8 and n_fused == 1
+
+
+def test_long_expressions_are_capped():
+    def fn(x):
+        for _ in range(14):  # relu repeats its operand: the text doubles per level
+            x = torch.relu(x) - 0.1
+        return x
+
+    gm, stats, _, n_fused = check(fn, r(8))
+    assert stats["fused_groups"] >= 2 and n_fused == stats["fused_groups"]
+    assert all(len(E.OPS[n.target.op].expr) <= MAX_EXPR for n in fused_targets(gm))
+
+
+def test_scalars_per_group_are_capped():
+    def fn(x):
+        for k in range(12):  # two push-constant scalars per op pair: alpha and the operand
+            x = (x + 0.5 * k) * 0.9
+        return x
+
+    gm, stats, _, _ = check(fn, r(2, 3))
+    assert stats["fused_groups"] >= 2
+    assert all(len(n.target.scalars) <= MAX_SCALARS for n in fused_targets(gm))
+
+
+def test_cpu_scalar_tensor_operand():
+    def fn(x, s):  # a 0-dim CPU tensor (a lifted constant) is uploaded by the fused call
+        return torch.relu(x * s) + 1
+
+    x, s = r(3, 2), torch.tensor(-2.0)
+    gm, stats = fuse(make_fx(fn)(x, s))
+    assert stats["fused_groups"] == 1
+    torch.testing.assert_close(interpret(gm, x.to("tvk"), s).cpu(), fn(x, s))
+
+
+def test_epilogue_with_a_strided_bias_runs_unfused():
+    x, w, b = r(4, 5), r(5, 3), r(6)
+    fn = MatmulEpilogue("relu", 0.5, aten.relu.default, {})
+    got = fn(b.to("tvk")[::2], x.to("tvk"), w.to("tvk"))
+    torch.testing.assert_close(got.cpu(), torch.relu(torch.addmm(b[::2], x, w, alpha=0.5)), atol=1e-5, rtol=1e-4)

@@ -1,0 +1,31 @@
+"""Compiled mode: `torchvk.compile(model)`.
+
+trace.py (AOTAutograd on meta tensors) -> fusion.py (elementwise chains, matmul epilogues)
+-> program.py (straight-line kernel calls, liveness) -> replay.py (recorded command buffer);
+module.py is the user-facing module; backend.py answers torch.compile(backend="tvk").
+Imported lazily: AOTAutograd is not loaded until something is compiled.
+"""
+
+
+def compile(model, *, fuse: bool = True, replay: bool = True):
+    from .module import compile as _compile
+
+    return _compile(model, fuse=fuse, replay=replay)
+
+
+compile.__doc__ = """Compile a tvk nn.Module (see torchvk/compile/module.py)."""
+
+
+def __getattr__(name):
+    if name == "CompiledModule":
+        from .module import CompiledModule
+
+        return CompiledModule
+    if name == "GraphBreakError":
+        from .program import GraphBreakError
+
+        return GraphBreakError
+    raise AttributeError(name)
+
+
+__all__ = ["compile", "CompiledModule", "GraphBreakError"]

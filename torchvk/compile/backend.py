@@ -1,0 +1,49 @@
+"""`torch.compile(model, backend="tvk")`: registered (entry point `torch_dynamo_backends`), and honest.
+
+Dynamo, torch.compile's front end, cannot see inside TorchVK's Python wrapper tensors: it
+treats them as opaque objects and runs every op eagerly (on Vulkan, through the normal
+eager path). Rather than pretend, the backend says so once and points to
+`torchvk.compile(model)`, which traces with AOTAutograd directly and is the compiled mode.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+_state = {"active": 0, "warned": False, "skips": False}
+
+MESSAGE = ("torch.compile(backend='tvk') runs this model eagerly: Dynamo cannot trace TorchVK's tvk tensors "
+           "(Python wrapper tensors). Use torchvk.compile(model) for the compiled mode (AOTAutograd tracing, fusion, "
+           "recorded-step replay).")
+
+
+@contextlib.contextmanager
+def _inside_torch_compile():
+    if not _state["skips"]:  # Dynamo must not trace TorchVK's own Python (it would graph-break in it)
+        import torch._dynamo.trace_rules as rules
+
+        rules.add("torchvk")
+        rules.add("tvk_kernels")
+        _state["skips"] = True
+    _state["active"] += 1
+    try:
+        yield
+    finally:
+        _state["active"] -= 1
+
+
+def eager_op_inside_torch_compile():
+    """Called by the dispatcher when a tvk op runs while a torch.compile(backend='tvk') call is active."""
+    if not _state["warned"]:
+        _state["warned"] = True
+        warnings.warn(MESSAGE, RuntimeWarning, stacklevel=4)
+
+
+def tvk_backend(gm, example_inputs):
+    """Dynamo hands us only what it could trace, which never includes tvk tensors: run it as traced
+    (the CPU-side bits of a model, constants) and say once that the tvk part stays eager."""
+    eager_op_inside_torch_compile()
+    return gm.forward
+
+
+tvk_backend.backend_ctx_ctor = _inside_torch_compile

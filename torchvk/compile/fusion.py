@@ -1,0 +1,337 @@
+"""Fusion pass over aten-level fx graphs: elementwise chains -> one kernel, act(addmm) -> one GEMM.
+
+`fuse(gm)` rewrites `gm.graph` in place and returns (gm, stats). A replaced group becomes one
+`call_function` node whose target is a plain callable (FusedElementwise / MatmulEpilogue)
+taking tvk tensors; its `meta["val"]` is the root's.
+
+Elementwise: a group is a tree of float32 ops from RULES under one root, each inner node used
+only by its consumer in the group and of the root's shape, with at most 3 distinct external
+tensors (the N-d kernel's operand limit). The kernel ops' GLSL expressions (OPS in
+tvk_kernels/kernels/elementwise.py) are composed into one expression, registered as a new
+OpSpec; every scalar (alpha, thresholds, Python-number operands) becomes a push constant.
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import math
+import operator
+import re
+
+import torch
+import torch.fx as fx
+
+from tvk_kernels.kernels import elementwise as E
+
+aten = torch.ops.aten
+MAX_INPUTS = 3       # tensor slots of elementwise_nd.comp
+MAX_EXPR = 2000      # ops that repeat an operand (relu, square) duplicate sub-expressions
+MAX_SCALARS = 16     # push constants: 4 addresses + meta address + n + 16 floats fit Vulkan's minimum 128 bytes
+
+# aten op -> (kernel op, or a function of the bound args choosing one; operand arg names (a, b, c);
+#             scalar arg names, or numbers for fixed scalars)
+_UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "relu", "sigmoid", "tanh", "silu"]
+RULES: dict = {getattr(aten, n).default: (n, ("self",), ()) for n in _UNARY}
+RULES.update({
+    aten.add.Tensor: ("add", ("self", "other"), ("alpha",)),
+    aten.add.Scalar: ("add", ("self", "other"), ("alpha",)),
+    aten.sub.Tensor: ("sub", ("self", "other"), ("alpha",)),
+    aten.sub.Scalar: ("sub", ("self", "other"), ("alpha",)),
+    aten.rsub.Tensor: ("sub", ("other", "self"), ("alpha",)),
+    aten.rsub.Scalar: ("sub", ("other", "self"), ("alpha",)),
+    aten.mul.Tensor: ("mul", ("self", "other"), ()),
+    aten.mul.Scalar: ("mul", ("self", "other"), ()),
+    aten.div.Tensor: ("div", ("self", "other"), ()),
+    aten.div.Scalar: ("div", ("self", "other"), ()),
+    aten.maximum.default: ("maximum", ("self", "other"), ()),
+    aten.minimum.default: ("minimum", ("self", "other"), ()),
+    aten.square.default: ("square", ("self",), ()),
+    aten.pow.Tensor_Scalar: ("pow_scalar", ("self",), ("exponent",)),
+    aten.clamp.default: ("clamp", ("self",), ("min", "max")),
+    aten.clamp_min.default: ("clamp", ("self",), ("min", math.inf)),
+    aten.clamp_max.default: ("clamp", ("self",), (-math.inf, "max")),
+    aten.hardtanh.default: ("clamp", ("self",), ("min_val", "max_val")),
+    aten.leaky_relu.default: ("leaky_relu", ("self",), ("negative_slope",)),
+    aten.gelu.default: (lambda kw: "gelu_tanh" if kw["approximate"] == "tanh" else "gelu", ("self",), ()),
+    aten.threshold_backward.default: ("threshold_backward", ("grad_output", "self"), ("threshold",)),
+    aten.sigmoid_backward.default: ("sigmoid_backward", ("grad_output", "output"), ()),
+    aten.tanh_backward.default: ("tanh_backward", ("grad_output", "output"), ()),
+    aten.silu_backward.default: ("silu_backward", ("grad_output", "self"), ()),
+    aten.gelu_backward.default: (lambda kw: "gelu_tanh_backward" if kw["approximate"] == "tanh"
+                                 else "gelu_backward", ("grad_output", "self"), ()),
+    aten.addcmul.default: ("addcmul", ("self", "tensor1", "tensor2"), ("value",)),
+    aten.addcdiv.default: ("addcdiv", ("self", "tensor1", "tensor2"), ("value",)),
+    aten.lerp.Scalar: ("lerp_scalar", ("self", "end"), ("weight",)),
+})
+
+# activation after addmm -> tvk_kernels.kernels.matmul.ACTIVATIONS name
+EPILOGUES = {aten.relu.default: lambda kw: "relu", aten.silu.default: lambda kw: "silu",
+             aten.sigmoid.default: lambda kw: "sigmoid", aten.tanh.default: lambda kw: "tanh",
+             aten.gelu.default: lambda kw: "gelu_tanh" if kw["approximate"] == "tanh" else "gelu"}
+
+_NUM = (bool, int, float)
+_TOKEN = re.compile(r"\b([abc])\b|\bS\((\d+)\)")
+
+
+# ------------------------------------------------------------------ graph facts
+def _val(n):
+    return n.meta.get("val") if isinstance(n, fx.Node) else None
+
+
+def _is_f32(n) -> bool:
+    v = _val(n)
+    return isinstance(v, torch.Tensor) and v.dtype == torch.float32
+
+
+def _bind(op, args, kwargs) -> dict | None:
+    """Every schema argument by name (defaults filled in)."""
+    out = {}
+    for i, a in enumerate(op._schema.arguments):
+        if i < len(args) and not a.kwarg_only:
+            out[a.name] = args[i]
+        elif a.name in kwargs:
+            out[a.name] = kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+        else:
+            return None
+    return out
+
+
+def _mutates(n) -> bool:
+    if n.op != "call_function":
+        return False
+    if isinstance(n.target, torch._ops.OpOverload):
+        return n.target._schema.is_mutable
+    return n.target is not operator.getitem  # an unknown callable may write anything
+
+
+class _Elem:
+    """One fusible node: kernel op, operands (Nodes or numbers) and scalars (numbers)."""
+    __slots__ = ("kop", "operands", "scalars")
+
+    def __init__(self, kop, operands, scalars):
+        self.kop, self.operands, self.scalars = kop, operands, scalars
+
+    def tensors(self):
+        return [x for x in self.operands if isinstance(x, fx.Node)]
+
+
+def _elem(n) -> _Elem | None:
+    """The node as a float32 kernel op, or None where it is not fusible."""
+    rule = RULES.get(n.target) if n.op == "call_function" else None
+    if rule is None or not _is_f32(n):
+        return None
+    kw = _bind(n.target, n.args, n.kwargs)
+    if kw is None:
+        return None
+    kop, names, snames = rule
+    kop = kop(kw) if callable(kop) else kop
+    operands = tuple(kw[k] for k in names)
+    if not all(_is_f32(x) if isinstance(x, fx.Node) else isinstance(x, _NUM) for x in operands):
+        return None
+    scalars = []
+    for k, s in enumerate(snames):
+        v = kw[s] if isinstance(s, str) else s
+        side = E.OPS[kop].unbounded[k] if k < len(E.OPS[kop].unbounded) else None
+        if v is None and side:  # clamp without a bound
+            v = -math.inf if side == "lo" else math.inf
+        if not isinstance(v, _NUM):
+            return None
+        scalars.append(float(v))
+    return _Elem(kop, operands, tuple(scalars))
+
+
+# ------------------------------------------------------------------ composing expressions
+def compose(root, elems: dict, members: set):
+    """(GLSL expression, external tensor Nodes in slot order, scalar values) of a group."""
+    ext, scalars = [], []
+
+    def expr(n):
+        e = elems[n]
+        base = len(scalars)
+        scalars.extend(e.scalars)
+        subs = []
+        for x in e.operands:
+            if isinstance(x, fx.Node) and x in members:
+                subs.append("(" + expr(x) + ")")
+            elif isinstance(x, fx.Node):
+                if x not in ext:
+                    ext.append(x)
+                subs.append(chr(ord("a") + ext.index(x)))  # past "c" only while _grow sizes a group
+            else:  # a Python number operand: one more push constant
+                scalars.append(float(x))
+                subs.append(f"S({len(scalars) - 1})")
+        return _TOKEN.sub(lambda m: subs["abc".index(m[1])] if m[1] else f"S({base + int(m[2])})",
+                          E.OPS[e.kop].expr)
+
+    return expr(root), ext, scalars
+
+
+def register_op(expr: str, arity: int, nscalars: int) -> str:
+    """The composed expression as an elementwise OpSpec; the name is a hash, so equal groups share a pipeline."""
+    name = "fused_" + hashlib.sha1(f"{arity}|{nscalars}|{expr}".encode()).hexdigest()[:12]
+    if name not in E.OPS:
+        E.OPS[name] = E.OpSpec(arity, expr, nscalars=nscalars, float_only=True)
+    return name
+
+
+class FusedElementwise:
+    """Graph target: out = one elementwise launch over up to 3 tvk tensors."""
+
+    def __init__(self, op: str, scalars, labels):
+        self.op, self.scalars = op, tuple(scalars)
+        self.__name__ = "fused_" + "_".join(labels)
+        self.label = f"fused[{','.join(labels)}]"
+
+    def __repr__(self):
+        return self.label
+
+    def __call__(self, *tensors):
+        from .._tensor import TVKTensor, new_tensor
+        from ..aten.elementwise import operand
+
+        tvk = next(t for t in tensors if isinstance(t, TVKTensor))
+        ts = [t if isinstance(t, TVKTensor) else t.to(tvk.device) for t in tensors]  # CPU 0-dim constants
+        shapes = [tuple(t.shape) for t in ts]
+        shape = shapes[0] if all(s == shapes[0] for s in shapes) else E.broadcast_shapes(*shapes)
+        dev = tvk._tvk.device
+        out = new_tensor(shape, torch.float32, dev)
+        if out.numel():
+            E.elementwise(dev, self.op, tuple(operand(t) for t in ts), operand(out), self.scalars)
+        return out
+
+
+class MatmulEpilogue:
+    """Graph target: act(addmm(bias, x, w, alpha=alpha)) as one GEMM with bias and activation."""
+
+    def __init__(self, activation: str, alpha: float, act_node_target, act_kwargs):
+        self.activation, self.alpha = activation, alpha
+        self._act = (act_node_target, act_kwargs)  # the unfused path, for a bias the kernel cannot take
+        self.__name__ = f"addmm_{activation}"
+
+    def __repr__(self):
+        return f"addmm+{self.activation}"
+
+    def __call__(self, bias, x, w):
+        from .._tensor import new_tensor
+        from ..aten.matmul import _bias_row, gemm
+
+        row = _bias_row(bias, w.shape[1]) if bias.dtype == x.dtype else None
+        if row is None:
+            target, kw = self._act
+            return target(aten.addmm.default(bias, x, w, alpha=self.alpha), **kw)
+        out = new_tensor((x.shape[0], w.shape[1]), x.dtype, x._tvk.device)
+        return gemm(x, w, out, bias=row, alpha=self.alpha, activation=self.activation)
+
+
+# ------------------------------------------------------------------ the pass
+def fuse(gm: fx.GraphModule) -> tuple[fx.GraphModule, dict]:
+    """Rewrite gm's graph in place (addmm epilogues first, then elementwise groups, roots taken
+    from the output backwards); returns (gm, {"fused_groups", "fused_ops", "epilogues"})."""
+    graph = gm.graph
+    stats = {"fused_groups": 0, "fused_ops": 0, "epilogues": 0}
+    nodes, _, clean_between = _order(graph)
+    _epilogues(graph, nodes, clean_between, stats)
+    nodes, index, clean_between = _order(graph)
+    elems = {n: e for n in nodes if (e := _elem(n)) is not None}
+    taken: set = set()
+    for root in reversed(nodes):
+        if root not in elems or root in taken:
+            continue
+        members = _grow(root, elems, taken, clean_between)
+        taken |= members
+        if len(members) < 2:
+            continue
+        expr, ext, scalars = compose(root, elems, members)
+        ordered = sorted(members, key=index.__getitem__)
+        fn = FusedElementwise(register_op(expr, len(ext), len(scalars)), scalars,
+                              [str(n.target.__name__).split(".")[0] for n in ordered])
+        with graph.inserting_before(root):
+            new = graph.call_function(fn, tuple(ext))
+        new.meta["val"] = root.meta["val"]
+        root.replace_all_uses_with(new)
+        for n in reversed(ordered):
+            graph.erase_node(n)
+        stats["fused_groups"] += 1
+        stats["fused_ops"] += len(members)
+    graph.lint()
+    gm.recompile()
+    return gm, stats
+
+
+def _order(graph):
+    """Nodes, their positions, and clean_between(a, b): no node from a up to b writes memory,
+    so a read at a may move to b."""
+    nodes = list(graph.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    writes = [i for i, n in enumerate(nodes) if _mutates(n)]
+
+    def clean_between(a, b) -> bool:
+        k = bisect.bisect_right(writes, index[a])
+        return k == len(writes) or writes[k] >= index[b]
+
+    return nodes, index, clean_between
+
+
+def _fits(composed) -> bool:
+    expr, _, scalars = composed
+    return len(expr) <= MAX_EXPR and len(scalars) <= MAX_SCALARS
+
+
+def _grow(root, elems, taken, clean_between) -> set:
+    """The group under `root`: every single-use producer of the root's shape (expression and
+    scalars kept small), then subtrees cut off until at most 3 external tensors remain. Cutting the
+    largest tree rather than growing greedily finds groups whose inputs are shared deep down."""
+    shape = tuple(_val(root).shape)
+    members, stack = {root}, [root]
+    while stack:
+        m = stack.pop()
+        for p in dict.fromkeys(elems[m].tensors()):
+            if (p in elems and p not in taken and p not in members and set(p.users) == {m}
+                    and tuple(_val(p).shape) == shape and clean_between(p, root)
+                    and _fits(compose(root, elems, members | {p}))):
+                members.add(p)
+                stack.append(p)
+
+    def below(q) -> set:
+        out, todo = set(), [q]
+        while todo:
+            n = todo.pop()
+            out.add(n)
+            todo.extend(x for x in elems[n].tensors() if x in members and x not in out)
+        return out
+
+    def n_inputs(ms) -> int:
+        return len({x for m in ms for x in elems[m].tensors() if x not in ms})
+
+    while n_inputs(members) > MAX_INPUTS:  # the cut closest to legal, then keeping the most ops
+        cuts = [members - below(q) for q in sorted(members - {root}, key=lambda n: n.name)]
+        members = min(cuts, key=lambda ms: (max(n_inputs(ms) - MAX_INPUTS, 0), -len(ms)))
+    return members
+
+
+def _epilogues(graph, nodes, clean_between, stats):
+    """act(addmm(bias, x, w)) -> one MatmulEpilogue node."""
+    for act in nodes:
+        mk = EPILOGUES.get(act.target) if act.op == "call_function" else None
+        if mk is None or not act.args or not isinstance(act.args[0], fx.Node):
+            continue
+        mm = act.args[0]
+        if mm.op != "call_function" or mm.target is not aten.addmm.default or len(mm.users) != 1:
+            continue
+        kw = _bind(mm.target, mm.args, mm.kwargs)
+        akw = _bind(act.target, act.args, act.kwargs)
+        bias, x, w = kw["self"], kw["mat1"], kw["mat2"]
+        if (kw["beta"] != 1 or not isinstance(kw["alpha"], _NUM) or not all(map(_is_f32, (mm, bias, x, w)))
+                or _val(bias).dim() != 1 or not clean_between(mm, act)):
+            continue
+        extra = {k: v for k, v in akw.items() if k != "self"}
+        fn = MatmulEpilogue(mk(akw), float(kw["alpha"]), act.target, extra)
+        with graph.inserting_before(act):
+            new = graph.call_function(fn, (bias, x, w))
+        new.meta["val"] = act.meta["val"]
+        act.replace_all_uses_with(new)
+        graph.erase_node(act)
+        graph.erase_node(mm)
+        stats["epilogues"] += 1

@@ -1,0 +1,53 @@
+"""`torchvk.compile(model)`: the compiled mode's entry point (a module, like torch.compile's)."""
+from __future__ import annotations
+
+import torch
+
+from .._tensor import TVKTensor
+from .trace import CompiledGraphs
+
+
+class CompiledModule(torch.nn.Module):
+    """Calls `model` through compiled forward/backward programs, one per input signature.
+
+    A new batch size, dtype, train/eval mode or grad mode traces again (the cache key is the
+    guard); parameters, state_dict and .to() are the wrapped model's (under `_orig_mod.`,
+    as with torch.compile)."""
+
+    def __init__(self, model: torch.nn.Module, *, fuse: bool = True, replay: bool = True):
+        super().__init__()
+        self._orig_mod = model
+        self._fuse, self._replay = fuse, replay
+        self._signatures: dict = {}
+
+    def forward(self, *args):
+        model = self._orig_mod
+        named = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if b is not None]
+        names = [n for n, _ in named]
+        flat = [t for _, t in named] + list(args)
+        for i, t in enumerate(flat):
+            if not isinstance(t, TVKTensor):
+                what = f"parameter/buffer {names[i]}" if i < len(names) else f"input {i - len(names)}"
+                dev = t.device if isinstance(t, torch.Tensor) else type(t).__name__
+                raise TypeError(f"torchvk.compile: {what} is {dev}, not a tvk tensor; compiled models take tensors "
+                                "only, on the tvk device: call model.to('tvk') and move inputs with .to('tvk')")
+        key = (model.training, torch.is_grad_enabled(), tuple(names),
+               tuple((tuple(t.shape), t.stride(), t.dtype, t.requires_grad) for t in flat))
+        graphs = self._signatures.get(key)
+        if graphs is None:
+            graphs = self._signatures[key] = CompiledGraphs(model, names, flat, fuse=self._fuse, replay=self._replay)
+        outs = graphs(flat)
+        return outs[0] if graphs.single else tuple(outs)
+
+    def compile_stats(self) -> list:
+        """Per traced signature: trace time, ops and kernels per graph, fusion, replay counters, peak bytes."""
+        return [g.stats() for g in self._signatures.values()]
+
+
+def compile(model, *, fuse: bool = True, replay: bool = True) -> CompiledModule:
+    """Compile a tvk module: forward and backward traced once per input signature by AOTAutograd,
+    elementwise chains and matmul epilogues fused, each graph run as straight-line kernel calls
+    and, from its second call, replayed from one recorded command buffer."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("torchvk.compile takes an nn.Module (compile the model; keep the loss and optimizer eager)")
+    return CompiledModule(model, fuse=fuse, replay=replay)

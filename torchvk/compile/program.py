@@ -1,0 +1,173 @@
+"""An aten FX graph lowered to straight-line Python that calls TorchVK's kernels directly.
+
+Eager mode pays torch's dispatcher, autograd and `__torch_dispatch__` for every op. A
+compiled graph is already differentiated and functional, so each node can call the op's
+TorchVK implementation (`torchvk/aten/*`) as a plain function: the program is generated
+source, one line per node, and every value is deleted after its last use so the caching
+allocator hands its buffer to later nodes (memory planned by liveness).
+
+An op without a Vulkan kernel is an error here, at compile time, naming the op and its
+input shapes: a compiled graph never runs anything on the CPU.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from collections import Counter
+
+import torch
+import torch.fx
+
+from .. import _dispatch
+from .._storage import get_device
+
+_aten = torch._ops.OpOverload
+_LITERALS = (int, bool, str, type(None))
+# random ops whose kernels can read their seed from a buffer (replayable), and the others
+REPLAYABLE_RANDOM_OPS = {"aten::native_dropout"}
+RANDOM_OPS = {"aten::rand", "aten::randn", "aten::rand_like", "aten::randn_like",
+              "aten::bernoulli", "aten::bernoulli_", "aten::uniform_", "aten::normal_", "aten::randint",
+              "aten::randperm", "aten::random_", "aten::multinomial"}
+
+
+class GraphBreakError(NotImplementedError):
+    """The graph has an op TorchVK cannot run on the GPU; compiling it would run it on the CPU."""
+
+
+def _describe(node) -> str:
+    parts = []
+    for a in node.args:
+        v = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        parts.append(f"{v.dtype}{list(v.shape)}".replace("torch.", "") if isinstance(v, torch.Tensor) else repr(a))
+    return ", ".join(parts)
+
+
+def _impl(op):
+    """The TorchVK function for an aten op: its table entry, else the generic dispatch path
+    (decompositions, out=/in-place variants, composite kernels), else None."""
+    fn = _dispatch.TABLE.get(op) or _dispatch.TABLE.get(op.overloadpacket)
+    if fn is not None:
+        return fn
+    if op in _dispatch.DECOMPOSE or _dispatch._variant(op) is not None or _dispatch._composite(op) is not None:
+        return lambda *a, _op=op, **k: _dispatch._dispatch(_op, a, k)
+    return None
+
+
+class Program:
+    """Callable(*inputs) -> list of outputs. `source` is the generated code (readable on purpose)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str = "graph", device=None):
+        self.name = name
+        self.device = device or get_device()
+        self.graph = gm.graph
+        self.globals: dict = {}
+        self.op_histogram: Counter = Counter()
+        self.random = False  # random ops a replay would repeat: never recorded
+        self.replayable_random = False  # dropout: recorded with its seed in a buffer
+        self.kernels = 0  # nodes that launch work (not views, getitem, ...): an upper bound
+        self.source = self._generate()
+        scope: dict = {}
+        exec(compile(self.source, f"<torchvk compiled {name}>", "exec"), self.globals, scope)
+        self._run = scope["run"]
+        self.peak_bytes: int | None = None
+
+    # ---------------------------------------------------------------- codegen
+    def _const(self, value) -> str:
+        name = f"c{len(self.globals)}"
+        self.globals[name] = value
+        return name
+
+    def _expr(self, a, names) -> str:
+        if isinstance(a, torch.fx.Node):
+            return names[a]
+        if isinstance(a, (list, tuple)):
+            inner = ", ".join(self._expr(x, names) for x in a)
+            return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
+        if isinstance(a, torch.device):
+            # traced on meta tensors: factory ops create on our device
+            return self._const(torch.device("tvk", self.device.index) if a.type == "meta" else a)
+        if isinstance(a, float) and math.isfinite(a):
+            return repr(a)
+        if isinstance(a, _LITERALS):
+            return repr(a)
+        return self._const(a)
+
+    def _generate(self) -> str:
+        nodes = list(self.graph.nodes)
+        last_use: dict = {}
+        for i, n in enumerate(nodes):
+            for inp in n.all_input_nodes:
+                last_use[inp] = i
+        names, params, body = {}, [], []
+        for i, n in enumerate(nodes):
+            if n.op == "placeholder":
+                names[n] = f"a{len(params)}"
+                params.append(names[n])
+            elif n.op == "call_function":
+                names[n] = f"v{i}"
+                fn = self._resolve(n)
+                args = ", ".join([self._expr(a, names) for a in n.args] +
+                                 [f"{k}={self._expr(v, names)}" for k, v in n.kwargs.items()])
+                if n.target is operator.getitem:
+                    body.append(f"    {names[n]} = {self._expr(n.args[0], names)}[{self._expr(n.args[1], names)}]")
+                else:
+                    body.append(f"    {names[n]} = {fn}({args})")
+            elif n.op == "output":
+                body.append(f"    return {self._expr(list(n.args[0]) if isinstance(n.args[0], (list, tuple)) else [n.args[0]], names)}")
+                continue
+            else:
+                raise GraphBreakError(f"compiled graph {self.name}: unsupported node kind {n.op} ({n.format_node()})")
+            # liveness: drop what no later node reads, so its buffer is reused
+            dead = [inp for inp in n.all_input_nodes if last_use.get(inp) == i]
+            if n.op == "call_function" and not n.users:
+                dead.append(n)
+            if dead:
+                body.append("    del " + ", ".join(sorted({names[d] for d in dead})))
+        return f"def run({', '.join(params)}):\n" + "\n".join(body) + "\n"
+
+    def _resolve(self, n) -> str:
+        target = n.target
+        if target is operator.getitem:
+            return ""
+        if isinstance(target, _aten):
+            if target.name() in RANDOM_OPS:
+                self.random = True
+            if target.name() in REPLAYABLE_RANDOM_OPS:
+                self.replayable_random = True
+            fn = _impl(target)
+            if fn is None:
+                raise GraphBreakError(
+                    f"compiled graph {self.name} needs {target} ({_describe(n)}), which has no Vulkan kernel in "
+                    "TorchVK: it would run on the CPU. Run the model eagerly (TVK_CPU_FALLBACK=1 to allow a "
+                    "counted CPU fallback there) or file an issue for the op.")
+            self.op_histogram[str(target)] += 1
+            if target.overloadpacket not in _VIEW_OPS:
+                self.kernels += 1
+            return self._const(fn)
+        if callable(target):  # fused kernels and other Python callables inserted by passes
+            self.op_histogram[getattr(target, "__name__", repr(target))] += 1
+            self.kernels += 1
+            return self._const(target)
+        raise GraphBreakError(f"compiled graph {self.name}: cannot run node {n.format_node()}")
+
+    # ---------------------------------------------------------------- run
+    def __call__(self, *args):
+        counts = _dispatch._vk_counts
+        for name, c in self.op_histogram.items():
+            counts[name] += c
+        if self.peak_bytes is None:  # first run: measure this program's own peak
+            alloc = self.device.allocator
+            saved_peak, start = alloc.peak_allocated, alloc.allocated
+            alloc.peak_allocated = start
+            try:
+                return self._run(*args)
+            finally:
+                self.peak_bytes = alloc.peak_allocated - start
+                alloc.peak_allocated = max(saved_peak, alloc.peak_allocated)
+        return self._run(*args)
+
+
+_VIEW_OPS = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.t, torch.ops.aten.transpose,
+             torch.ops.aten.permute, torch.ops.aten.expand, torch.ops.aten.slice, torch.ops.aten.select,
+             torch.ops.aten.unsqueeze, torch.ops.aten.squeeze, torch.ops.aten.detach, torch.ops.aten.alias,
+             torch.ops.aten.as_strided, torch.ops.aten.reshape}

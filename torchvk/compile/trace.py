@@ -1,0 +1,96 @@
+"""Tracing a module into forward and backward aten graphs with AOTAutograd, on meta tensors.
+
+torch.compile's front end (Dynamo) cannot look inside TorchVK's wrapper tensors, so we skip
+it: the module is called functionally (`torch.func.functional_call`) on meta tensors of
+the same shapes, strides and dtypes, and AOTAutograd differentiates and functionalizes
+that call. At run time AOTAutograd's autograd.Function runs our compiled programs on the
+real tvk tensors (they are ordinary tensors to autograd).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from functorch.compile import make_boxed_func
+from torch._functorch.aot_autograd import aot_module_simplified
+
+from .._tensor import TVKTensor
+from .program import GraphBreakError, Program
+from .replay import Replayed
+
+
+def meta_like(t: torch.Tensor) -> torch.Tensor:
+    m = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device="meta")
+    return m.requires_grad_(t.requires_grad)
+
+
+class _Functional(torch.nn.Module):
+    """forward(*params_and_buffers, *inputs) -> tuple of outputs; the model is not a submodule,
+    so AOTAutograd sees every parameter only as an explicit input."""
+
+    def __init__(self, model, names):
+        super().__init__()
+        object.__setattr__(self, "model", model)
+        self.names = names
+        self.single = True
+
+    def forward(self, *flat):
+        n = len(self.names)
+        out = torch.func.functional_call(self.model, dict(zip(self.names, flat[:n])), tuple(flat[n:]))
+        if isinstance(out, torch.Tensor):
+            return (out,)
+        if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
+            self.single = False
+            return tuple(out)
+        raise TypeError(f"torchvk.compile: the model returned {type(out).__name__}; compiled models must "
+                        "return a tensor or a tuple of tensors")
+
+
+class CompiledGraphs:
+    """One traced signature (shapes, dtypes, requires_grad, train/eval, grad mode) of a module."""
+
+    def __init__(self, model, names, flat, *, fuse: bool = True, replay: bool = True):
+        self.fuse, self.replay = fuse, replay
+        self.programs: dict = {}
+        self.device = next(t for t in flat if isinstance(t, TVKTensor))._tvk.device
+        self.functional = _Functional(model, names)
+        t0 = time.perf_counter()
+        try:
+            self.fn = aot_module_simplified(self.functional, [meta_like(t) for t in flat],
+                                            fw_compiler=self._compiler("forward"),
+                                            bw_compiler=self._compiler("backward"),
+                                            inference_compiler=self._compiler("inference"))
+        except GraphBreakError:
+            raise
+        except Exception as e:
+            raise GraphBreakError(
+                f"torchvk.compile could not trace {type(model).__name__}: {type(e).__name__}: {e}. Code that reads "
+                "tensor values on the host (.item(), data-dependent shapes, Python control flow on tensors) cannot "
+                "be compiled; keep that part eager.") from e
+        self.trace_seconds = time.perf_counter() - t0
+        self.single = self.functional.single
+
+    def _compiler(self, kind):
+        def compile_graph(gm, example_inputs):
+            fusion = {}
+            if self.fuse:
+                from .fusion import fuse
+
+                gm, fusion = fuse(gm)
+            program = Program(gm, name=kind, device=self.device)
+            run = Replayed(program, enabled=self.replay)
+            self.programs[kind] = {"program": program, "run": run, "fusion": fusion}
+            return make_boxed_func(run)
+
+        return compile_graph
+
+    def __call__(self, flat):
+        return self.fn(*flat)
+
+    def stats(self) -> dict:
+        out = {"trace_seconds": round(self.trace_seconds, 4)}
+        for kind, p in self.programs.items():
+            prog = p["program"]
+            out[kind] = {"ops": sum(prog.op_histogram.values()), "kernels": prog.kernels,
+                         "peak_bytes": prog.peak_bytes, "fusion": p["fusion"], **p["run"].stats()}
+        return out
