@@ -2,6 +2,8 @@
 #   A: tvk-tune, vector-add, matmul      B: mnist, cifar10, low-vram, ablations (with A's configs)
 #   T: the device tests under the machine's torch (2.11)
 #   K: tuning of conv2d, pool, norm, then kernel benchmarks vs cuDNN/torch CUDA (tvk-bench kernels)
+#   C: compiled-mode tests under the machine's torch   M: mnist, cifar10   L: low-vram, ablations (M + L = B)
+# Pass TVK_COMMIT from the checkout: the copy on the device may carry an older .git HEAD.
 # Usage there: TVK_COMMIT=<sha> bash benchmarks/h200_session.sh A B   (results land in $OUT/results.tgz
 # after every step, so a run cut short still returns what it finished)
 set -u
@@ -18,6 +20,9 @@ for phase in "$@"; do
        step python3 -m tvk_kernels.bench.cli vector-add --sizes 1000,10000,100000,1000000,10000000,100000000 --out $R --no-progress
        step python3 -m tvk_kernels.bench.cli matmul --out $R --no-progress ;;
     B) for e in mnist cifar10 low-vram ablations; do step python3 -m tvk_kernels.bench.cli $e --out $R --no-progress; done ;;
+    C) step python3 -m pytest -q -p no:cacheprovider tests/test_compile.py tests/test_compile_fusion.py ;;
+    M) for e in mnist cifar10; do step python3 -m tvk_kernels.bench.cli $e --out $R --no-progress; done ;;
+    L) for e in low-vram ablations; do step python3 -m tvk_kernels.bench.cli $e --out $R --no-progress; done ;;
     K) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # new families merge into the shipped file
        step python3 -m tvk_kernels.tune.cli --device 0 --ops conv2d,pool,norm --trials 20 --time-budget 240 --out $TVK_CONFIG_DIR --no-progress
        step python3 -m tvk_kernels.bench.cli kernels --out $R --no-progress ;;

@@ -59,11 +59,11 @@ def test_all_six_experiments_run_end_to_end(tmp_path):
         assert (tmp_path / f"{name}.md").read_text().startswith(f"# {name}")
     assert all(x["correct"] for x in results["vector-add"]["results"])
     assert all(x["rel_err"] < 1e-3 for x in results["matmul"]["results"])
-    tvk_runs = [r for r in results["mnist"]["runs"] if r["peer"] == "tvk"]
-    assert tvk_runs and all(r["cpu_ops"] == 0 for r in tvk_runs)
+    tvk_runs = [r for r in results["mnist"]["runs"] if r["peer"] in ("tvk", "tvk-compiled")]
+    assert {r["peer"] for r in tvk_runs} == {"tvk", "tvk-compiled"} and all(r["cpu_ops"] == 0 for r in tvk_runs)
     # same seed, same batches: tvk and CPU reach the same accuracy on the MLP
     acc = {r["peer"]: r["epochs"][-1]["test_accuracy"] for r in results["mnist"]["runs"] if r["model"] == "mlp"}
-    assert abs(acc["tvk"] - acc["cpu"]) <= 0.02
+    assert abs(acc["tvk"] - acc["cpu"]) <= 0.02 and abs(acc["tvk-compiled"] - acc["cpu"]) <= 0.02
     assert results["cifar10"]["dataset"].startswith("STAND-IN")
     assert "STAND-IN" in (tmp_path / "cifar10.md").read_text()
     low = results["low-vram"]["results"][0]
@@ -71,4 +71,6 @@ def test_all_six_experiments_run_end_to_end(tmp_path):
     assert any(not c["trained"] for c in low["caps"]), "the sweep must reach a cap that is too small"
     abl = results["ablations"]["results"]
     assert abl["tuned_vs_default"] and abl["pipeline_cache_cold_vs_warm"]["warm"]["compile_s"] >= 0
-    assert abl["eager_vs_compiled"].startswith("not yet")
+    ec = abl["eager_vs_compiled_ms"]
+    assert ec["eager"] > 0 and ec["compiled"] > 0
+    assert abl["compiled_first_step_cold_vs_warm"]["cold"]["first_step_s"] > 0

@@ -26,8 +26,15 @@ def run(device, out_dir, quick=False, cifar_path=None, epochs=None, batch=128, p
         torchvk.reset_op_counts()
         kw = dict(epochs=epochs if dev != "cpu" or quick else 1, batch=batch if not quick else 16, lr=0.05,
                   max_steps=None if not (dev == "cpu" and not quick) else 40)
-        if dev.startswith("tvk"):
-            r = train(lambda: models.build("cifar_cnn"), ds, f"tvk:{device.index}", **kw, compiled=dev == "tvk-compiled")
+        if dev == "tvk-compiled":  # a failure here is a result (recorded), not the end of the experiment
+            try:
+                r = train(lambda: models.build("cifar_cnn"), ds, f"tvk:{device.index}", **kw, compiled=True)
+            except Exception as e:  # noqa: BLE001
+                runs.append({"peer": dev, "error": f"{type(e).__name__}: {e}"[-300:]})
+                rows.append([dev, label.split(":")[0], "failed to run", None, None, None, None, None, None])
+                continue
+        elif dev == "tvk":
+            r = train(lambda: models.build("cifar_cnn"), ds, f"tvk:{device.index}", **kw)
         else:  # torch peers run in a process without torchvk (see peer.py)
             r = run_peer({"task": "train", "device": dev, "dataset": "cifar10", "quick": quick,
                           "cifar_path": cifar_path, "model": "cifar_cnn", "train": kw})

@@ -43,9 +43,15 @@ def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=T
                 torchvk.reset_op_counts()
                 cpu_partial = dev == "cpu" and not quick  # CPU: 300 steps, enough for a same-seed loss comparison
                 kw = dict(epochs=1 if cpu_partial else epochs, batch=batch, lr=0.01, max_steps=300 if cpu_partial else None)
-                if dev.startswith("tvk"):
-                    r = train(lambda: models.build(model_name), ds, f"tvk:{device.index}", **kw,
-                              compiled=dev == "tvk-compiled")
+                if dev == "tvk-compiled":  # a failure here is a result (recorded), not the end of the experiment
+                    try:
+                        r = train(lambda: models.build(model_name), ds, f"tvk:{device.index}", **kw, compiled=True)
+                    except Exception as e:  # noqa: BLE001
+                        runs.append({"model": model_name, "batch": batch, "peer": dev, "error": f"{type(e).__name__}: {e}"[-300:]})
+                        rows.append([model_name, batch, dev, "failed to run", None, None, None, None, None])
+                        continue
+                elif dev == "tvk":
+                    r = train(lambda: models.build(model_name), ds, f"tvk:{device.index}", **kw)
                 else:  # torch peers run in a process without torchvk (see peer.py)
                     r = run_peer({"task": "train", "device": dev, "dataset": "mnist", "quick": quick,
                                   "model": model_name, "train": kw})

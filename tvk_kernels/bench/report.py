@@ -110,12 +110,21 @@ def mnist(r) -> list[str]:
                 line += (f"; PyPI torchvulkan {v['epochs'][-1]['test_accuracy'] * 100:.2f}%, step "
                          f"{v['step_ms_median']:.1f} ms vs tvk {t['step_ms_median']:.1f} ms")
             out.append(line)
+    for x in runs:
+        if x["peer"] == "tvk-compiled" and "error" in x:
+            out.append(f"Compiled {x['model'].upper()} batch {x['batch']} failed: {x['error']}.")
     return out
 
 
 def cifar10(r) -> list[str]:
     t = next((x for x in r["runs"] if x["peer"] == "tvk"), None)
     c = next((x for x in r["runs"] if x["peer"] == "cuda"), None)
+    for x in r["runs"]:
+        if "error" in x:
+            out_err = f"{x['peer']} failed: {x['error']}"
+            break
+    else:
+        out_err = None
     out = [f"Data: {r['dataset'].split(':')[0]}."]
     if t and c:
         speed = t["epochs"][-1]["seconds"] / c["epochs"][-1]["seconds"]
@@ -127,13 +136,15 @@ def cifar10(r) -> list[str]:
                    f"{t['peak_memory_bytes'] / 2**20:.0f} MiB vs {c['peak_memory_bytes'] / 2**20:.0f} MiB "
                    f"({t['peak_memory_bytes'] / c['peak_memory_bytes']:.2f}x, target 1.2x); accuracy "
                    f"{t['epochs'][-1]['test_accuracy']:.3f} vs {c['epochs'][-1]['test_accuracy']:.3f}; {t['cpu_ops']} CPU ops.")
-    k = next((x for x in r["runs"] if x["peer"] == "tvk-compiled"), None)
+    k = next((x for x in r["runs"] if x["peer"] == "tvk-compiled" and "epochs" in x), None)
     if t and k:
         line = (f"Compiled (torchvk.compile): epoch {k['epochs'][-1]['seconds']:.2f} s, step {k['step_ms_median']:.2f} ms "
                 f"vs eager {t['step_ms_median']:.2f} ms")
-        if c:
+        if c and c.get("step_ms_median"):
             line += f" and torch CUDA {c['step_ms_median']:.2f} ms ({k['step_ms_median'] / c['step_ms_median']:.1f}x)"
         out.append(line + f"; accuracy {k['epochs'][-1]['test_accuracy']:.3f}, {k.get('cpu_ops')} CPU ops.")
+    if out_err:
+        out.append(out_err + ".")
     return out
 
 
