@@ -89,12 +89,12 @@ def reset_op_counts():
 _vk_counts = _counts["vulkan"]
 _names: dict = {}
 _Tensor = torch.Tensor
-from .compile.backend import _state as _torch_compile_state  # noqa: E402  (no torch._dynamo import)
+from .compile.eager_notice import _state as _torch_compile_state  # noqa: E402
 
 
 def dispatch(func, args, kwargs):
     if _torch_compile_state["active"]:
-        from .compile.backend import eager_op_inside_torch_compile
+        from .compile.eager_notice import eager_op_inside_torch_compile
 
         eager_op_inside_torch_compile()
     try:

@@ -1,4 +1,5 @@
-"""`torch.compile(model, backend="tvk")`: registered (entry point `torch_dynamo_backends`), and honest.
+"""`torch.compile(model, backend="tvk")`: registered (entry point `torch_dynamo_backends`, or by
+importing this module), and honest.
 
 Dynamo, torch.compile's front end, cannot see inside TorchVK's Python wrapper tensors: it
 treats them as opaque objects and runs every op eagerly (on Vulkan, through the normal
@@ -8,13 +9,8 @@ eager path). Rather than pretend, the backend says so once and points to
 from __future__ import annotations
 
 import contextlib
-import warnings
 
-_state = {"active": 0, "warned": False, "skips": False}
-
-MESSAGE = ("torch.compile(backend='tvk') runs this model eagerly: Dynamo cannot trace TorchVK's tvk tensors "
-           "(Python wrapper tensors). Use torchvk.compile(model) for the compiled mode (AOTAutograd tracing, fusion, "
-           "recorded-step replay).")
+from .eager_notice import _state, eager_op_inside_torch_compile
 
 
 @contextlib.contextmanager
@@ -32,13 +28,6 @@ def _inside_torch_compile():
         _state["active"] -= 1
 
 
-def eager_op_inside_torch_compile():
-    """Called by the dispatcher when a tvk op runs while a torch.compile(backend='tvk') call is active."""
-    if not _state["warned"]:
-        _state["warned"] = True
-        warnings.warn(MESSAGE, RuntimeWarning, stacklevel=4)
-
-
 def tvk_backend(gm, example_inputs):
     """Dynamo hands us only what it could trace, which never includes tvk tensors: run it as traced
     (the CPU-side bits of a model, constants) and say once that the tvk part stays eager."""
@@ -47,3 +36,15 @@ def tvk_backend(gm, example_inputs):
 
 
 tvk_backend.backend_ctx_ctor = _inside_torch_compile
+
+
+def register():
+    """Register "tvk" with Dynamo directly: an installed TorchVK is found through its entry point,
+    a source checkout on PYTHONPATH is not (importing this module registers it)."""
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+
+    if "tvk" not in _BACKENDS:
+        register_backend(tvk_backend, name="tvk")
+
+
+register()

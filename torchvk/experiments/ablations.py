@@ -172,6 +172,48 @@ def _replay_step_ms(device, steps: int, batch: int, model_name="cnn"):
     return median(times) * 1e3, g.dispatches
 
 
+def _compiled_step_breakdown(device, steps: int, batch: int, model_name="cnn"):
+    """Where a compiled training step's time goes: host time to issue it (fw/bw replays, eager loss and
+    optimizer), the whole step with its sync, and the GPU time of its kernels (timestamps, eager step)."""
+    import torch.nn.functional as F
+
+    import torchvk
+
+    from . import models
+
+    dev = f"tvk:{device.index}"
+    torch.manual_seed(0)
+    model = models.build(model_name).to(dev)
+    opt = torchvk.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    run = torchvk.compile(model)
+    x = torch.randn(batch, 1, 28, 28).to(dev)
+    y = torch.randint(0, 10, (batch,)).to(dev)
+
+    def step(fn):
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(fn(x), y).backward()
+        opt.step()
+
+    host, total = [], []
+    for i in range(steps + 3):
+        t0 = time.perf_counter()
+        step(run)
+        t1 = time.perf_counter()
+        torch.tvk.synchronize()
+        if i >= 3:
+            host.append(t1 - t0)
+            total.append(time.perf_counter() - t0)
+    gpu = None
+    if device.stream.timestamps:
+        step(model)
+        with device.stream.profiling() as records:
+            step(model)
+        gpu = sum(r[1] for r in records) * 1e3
+    st = run.compile_stats()[0]
+    return {"host_issue_ms": median(host) * 1e3, "step_ms": median(total) * 1e3, "gpu_kernels_ms": gpu,
+            "replayed_kernels": (st["forward"]["kernels"] or 0) + (st["backward"]["kernels"] or 0)}
+
+
 _COMPILE = r"""
 import json, time, torch, torchvk, torch.nn.functional as F
 from torchvk.experiments import models
@@ -216,6 +258,7 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
         "eager_vs_compiled_ms": {"eager": _training_step_ms(device, False, True, steps, batch),
                                  "compiled": _training_step_ms(device, False, True, steps, batch, compiled=True)},
         "compiled_first_step_cold_vs_warm": _compile_cold_warm(device, compiled=True),
+        "compiled_step_breakdown": _compiled_step_breakdown(device, steps, batch),
         "eager_vs_graph_replay_ms": dict(zip(("replay", "kernels"), _replay_step_ms(device, steps, batch)),
                                          eager=_training_step_ms(device, False, True, steps, batch)),
         "installed_size": installed_size(),
@@ -249,6 +292,9 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
                  gr["eager"] / gr["replay"]])
     ec = results["eager_vs_compiled_ms"]
     rows.append(["eager vs compiled, step ms (torchvk.compile)", ec["eager"], ec["compiled"], ec["eager"] / ec["compiled"]])
+    b = results["compiled_step_breakdown"]
+    rows.append([f"compiled step: host issue ms vs whole step ms ({b['replayed_kernels']} replayed kernels)",
+                 b["host_issue_ms"], b["step_ms"], None])
     cc = results["compiled_first_step_cold_vs_warm"]
     if "cold" in cc:
         rows.append(["cold vs warm cache: first compiled MNIST CNN step s (trace + compile + run)",

@@ -231,6 +231,12 @@ def ablations(r) -> list[str]:
         out.append(f"Eager vs compiled (torchvk.compile, fused and replayed): {e['compiled']:.2f} ms per step vs "
                    f"{e['eager']:.2f} ms eager: **{speed:.2f}x** (target 2x at batch 64: "
                    f"**{'yes' if speed >= 2 else 'not yet'}**).")
+        b = res.get("compiled_step_breakdown")
+        if b:
+            gpu = f", GPU kernel time {b['gpu_kernels_ms']:.2f} ms" if b.get("gpu_kernels_ms") else ""
+            out.append(f"Compiled step breakdown: {b['host_issue_ms']:.2f} ms of host time to issue it "
+                       f"({b['replayed_kernels']} kernels replayed from two recordings, loss and optimizer eager), "
+                       f"{b['step_ms']:.2f} ms with its sync{gpu}.")
         cc = res.get("compiled_first_step_cold_vs_warm", {})
         if "cold" in cc:
             out.append(f"First compiled MNIST CNN step (trace, compile, run): {cc['cold']['first_step_s']:.2f} s with "
