@@ -55,6 +55,18 @@ def _gpu_time(device, fn, repeats=10):
     return time_candidate(device, lambda i: fn(), n_inputs=1, warmup=1, repeats=repeats)
 
 
+def _clock_probe_us(device, n=1024) -> float:
+    """GPU microseconds of one fp32 n^3 matmul: taken at the start and end of the run, so a result
+    says whether its kernels ran at full clock (the H200 was seen idling at 345 MHz after host-bound work)."""
+    from tvk_kernels.kernels import matmul as mm
+
+    a, b, c = (device.allocator.alloc(n * n * 4) for _ in range(3))
+    t = _gpu_time(device, lambda: mm.matmul(device, a.address, b.address, c.address, n, n, n), repeats=20)
+    for x in (a, b, c):
+        x.free()
+    return t * 1e6
+
+
 def _matmul_variants(device, quick):
     from tvk_kernels.config import default_params
     from tvk_kernels.kernels import matmul as mm
@@ -246,6 +258,7 @@ def _compile_cold_warm(device, compiled: bool = False):
 
 def run(device, out_dir, quick=False, progress=True) -> dict:
     steps, batch = (2, 16) if quick else (20, 64)
+    probe_start = _clock_probe_us(device, 128 if quick else 1024)
     results = {
         "tuned_vs_default": _family_tuned_vs_default(device, quick),
         "deferred_vs_blocking_ms": {"deferred": _training_step_ms(device, False, True, steps, batch),
@@ -263,6 +276,8 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
                                          eager=_training_step_ms(device, False, True, steps, batch)),
         "installed_size": installed_size(),
     }
+    results["clock_probe_fp32_matmul_us"] = {"n": 128 if quick else 1024, "start": probe_start,
+                                             "end": _clock_probe_us(device, 128 if quick else 1024)}
     payload = {"experiment": "ablations", "environment": environment(device), "quick": quick, "results": results,
                "training_workload": f"MNIST CNN, batch {batch}, random inputs, median of {steps} steps"}
     tv = results["tuned_vs_default"]

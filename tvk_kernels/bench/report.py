@@ -194,7 +194,7 @@ def kernels(r) -> list[str]:
     return out
 
 
-def ablations(r) -> list[str]:
+def ablations(r, matmul_result=None) -> list[str]:
     res = r["results"]
     tv = res["tuned_vs_default"]
     import math
@@ -248,7 +248,22 @@ def ablations(r) -> list[str]:
         z = res["installed_size"]
         out.append(f"Installed size without torch: TorchVK {z['torchvk_bytes'] / 2**20:.2f} MiB (target 5 MiB), "
                    f"{z['total_without_torch_bytes'] / 2**20:.1f} MiB with numpy, vulkan, cffi and tqdm.")
-    if r["environment"].get("gpu_clocks") is None and "NVIDIA" in r["environment"]["device"]:
+    probe = res.get("clock_probe_fp32_matmul_us")
+    if probe:
+        ref = None
+        if matmul_result:
+            ref = next((x["gpu_s"] * 1e6 for x in matmul_result["results"]
+                        if x["n"] == probe["n"] and x["dtype"] == "float32" and x.get("gpu_s")), None)
+        line = (f"Clock probe (fp32 {probe['n']}^3 matmul): {probe['start']:.0f} us at the start of this run, "
+                f"{probe['end']:.0f} us at its end")
+        if ref:
+            line += f"; experiment 2 timed it at {ref:.0f} us"
+            if max(probe["start"], probe["end"]) > 2 * ref:
+                line += (" - the GPU ran this run's kernels at a reduced clock (the H200 idle-clock effect in "
+                         "docs/design-notes.md, 11), so its kernel-time rows understate the kernels; its step-time "
+                         "ratios compare like with like")
+        out.append(line + ".")
+    elif r["environment"].get("gpu_clocks") is None and "NVIDIA" in r["environment"]["device"]:
         out.append("Caveat: this run did not record GPU clocks; later checks on the same H200 found the driver at its "
                    "idle clock after host-bound training steps, which slows the kernels timed afterwards (the fp32 "
                    "matmul rows above disagree with experiment 2 for that reason). Rerun before relying on them.")
@@ -286,7 +301,7 @@ def build(results: Path, configs: Path) -> str:
         out += [f"### {device_dir.name}: {_where(first)}", ""]
         for key, title, fn in SECTIONS:
             if key in found:
-                lines = fn(found[key])
+                lines = fn(found[key], found.get("matmul")) if key == "ablations" else fn(found[key])
                 if key in ("mnist", "low-vram"):
                     out += [f"**{title}.** {_stamp(found[key])}"] + [f"- {line}" for line in lines]
                 else:

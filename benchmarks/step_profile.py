@@ -1,0 +1,55 @@
+"""Where the host time of a compiled MNIST CNN training step goes (diagnostic, prints only).
+
+    python benchmarks/step_profile.py [--batch 64] [--steps 50]
+Per phase host milliseconds (median) with a sync at the end of every step, then cProfile's top
+functions over the same loop.
+"""
+import argparse
+import cProfile
+import pstats
+import time
+from statistics import median
+
+import torch
+import torch.nn.functional as F
+
+import torchvk
+from torchvk.experiments import models
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--batch", type=int, default=64)
+ap.add_argument("--steps", type=int, default=50)
+ap.add_argument("--eager", action="store_true")
+args = ap.parse_args()
+torch.manual_seed(0)
+model = models.build("cnn").to("tvk")
+opt = torchvk.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+run = model if args.eager else torchvk.compile(model)
+x = torch.randn(args.batch, 1, 28, 28).to("tvk")
+y = torch.randint(0, 10, (args.batch,)).to("tvk")
+phases = {k: [] for k in ("zero_grad", "forward", "loss", "backward", "optimizer", "sync")}
+
+
+def step(record):
+    t = [time.perf_counter()]
+    opt.zero_grad(set_to_none=True); t.append(time.perf_counter())
+    out = run(x); t.append(time.perf_counter())
+    loss = F.cross_entropy(out, y); t.append(time.perf_counter())
+    loss.backward(); t.append(time.perf_counter())
+    opt.step(); t.append(time.perf_counter())
+    torch.tvk.synchronize(); t.append(time.perf_counter())
+    if record:
+        for k, a, b in zip(phases, t, t[1:]):
+            phases[k].append((b - a) * 1e3)
+
+
+for i in range(args.steps + 3):
+    step(i >= 3)
+print("host ms per phase (median):", {k: round(median(v), 3) for k, v in phases.items()})
+print("step ms:", round(sum(median(v) for v in phases.values()), 3))
+prof = cProfile.Profile()
+prof.enable()
+for _ in range(args.steps):
+    step(False)
+prof.disable()
+pstats.Stats(prof).sort_stats("tottime").print_stats(18)
