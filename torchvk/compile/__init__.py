@@ -7,10 +7,10 @@ Imported lazily: AOTAutograd is not loaded until something is compiled.
 """
 
 
-def compile(model, *, fuse: bool = True, replay: bool = True):
+def compile(model, *, loss_fn=None, fuse: bool = True, replay: bool = True):
     from .module import compile as _compile
 
-    return _compile(model, fuse=fuse, replay=replay)
+    return _compile(model, loss_fn=loss_fn, fuse=fuse, replay=replay)
 
 
 compile.__doc__ = """Compile a tvk nn.Module (see torchvk/compile/module.py)."""

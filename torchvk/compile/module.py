@@ -44,10 +44,29 @@ class CompiledModule(torch.nn.Module):
         return [g.stats() for g in self._signatures.values()]
 
 
-def compile(model, *, fuse: bool = True, replay: bool = True) -> CompiledModule:
+class WithLoss(torch.nn.Module):
+    """forward(*inputs, target) -> loss_fn(model(*inputs), target): the loss and its backward join
+    the compiled graphs instead of running as eager ops around them."""
+
+    def __init__(self, model, loss_fn):
+        super().__init__()
+        self.model, self.loss_fn = model, loss_fn
+
+    def forward(self, *args):
+        *inputs, target = args
+        return self.loss_fn(self.model(*inputs), target)
+
+
+def compile(model, *, loss_fn=None, fuse: bool = True, replay: bool = True) -> CompiledModule:
     """Compile a tvk module: forward and backward traced once per input signature by AOTAutograd,
     elementwise chains and matmul epilogues fused, each graph run as straight-line kernel calls
-    and, from its second call, replayed from one recorded command buffer."""
+    and, from its second call, replayed from one recorded command buffer.
+
+    loss_fn (e.g. F.cross_entropy): compile model and loss together; the result is called as
+    `loss = compiled(x, target)` and `loss.backward()` runs one compiled backward graph."""
     if not isinstance(model, torch.nn.Module):
-        raise TypeError("torchvk.compile takes an nn.Module (compile the model; keep the loss and optimizer eager)")
+        raise TypeError("torchvk.compile takes an nn.Module (compile the model, or pass loss_fn=; keep the optimizer "
+                        "eager: torchvk.optim's fused steps are one kernel each)")
+    if loss_fn is not None:
+        model = WithLoss(model, loss_fn)
     return CompiledModule(model, fuse=fuse, replay=replay)

@@ -86,8 +86,8 @@ class Program:
             inner = ", ".join(self._expr(x, names) for x in a)
             return f"[{inner}]" if isinstance(a, list) else f"({inner}{',' if len(a) == 1 else ''})"
         if isinstance(a, torch.device):
-            # traced on meta tensors: factory ops create on our device
-            return self._const(torch.device("tvk", self.device.index) if a.type == "meta" else a)
+            # traced on fake CPU tensors: factory ops create on our device
+            return self._const(torch.device("tvk", self.device.index) if a.type in ("cpu", "meta") else a)
         if isinstance(a, float) and math.isfinite(a):
             return repr(a)
         if isinstance(a, _LITERALS):

@@ -1,7 +1,7 @@
-"""Tracing a module into forward and backward aten graphs with AOTAutograd, on meta tensors.
+"""Tracing a module into forward and backward aten graphs with AOTAutograd, on fake tensors.
 
 torch.compile's front end (Dynamo) cannot look inside TorchVK's wrapper tensors, so we skip
-it: the module is called functionally (`torch.func.functional_call`) on meta tensors of
+it: the module is called functionally (`torch.func.functional_call`) on fake CPU tensors of
 the same shapes, strides and dtypes, and AOTAutograd differentiates and functionalizes
 that call. At run time AOTAutograd's autograd.Function runs our compiled programs on the
 real tvk tensors (they are ordinary tensors to autograd).
@@ -13,14 +13,18 @@ import time
 import torch
 from functorch.compile import make_boxed_func
 from torch._functorch.aot_autograd import aot_module_simplified
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .._tensor import TVKTensor
 from .program import GraphBreakError, Program
 from .replay import Replayed
 
 
-def meta_like(t: torch.Tensor) -> torch.Tensor:
-    m = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device="meta")
+def fake_like(t: torch.Tensor, mode) -> torch.Tensor:
+    """A CPU FakeTensor of t's geometry (no memory). CPU rather than meta: some ops' meta kernels
+    skip autograd (nll_loss on torch 2.13 traces with no gradient on meta), CPU ones do not."""
+    with mode:
+        m = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device="cpu")
     return m.requires_grad_(t.requires_grad)
 
 
@@ -56,7 +60,8 @@ class CompiledGraphs:
         self.functional = _Functional(model, names)
         t0 = time.perf_counter()
         try:
-            self.fn = aot_module_simplified(self.functional, [meta_like(t) for t in flat],
+            mode = FakeTensorMode()
+            self.fn = aot_module_simplified(self.functional, [fake_like(t, mode) for t in flat],
                                             fw_compiler=self._compiler("forward"),
                                             bw_compiler=self._compiler("backward"),
                                             inference_compiler=self._compiler("inference"))
