@@ -24,6 +24,7 @@ for phase in "$@"; do
     C) step python3 -m pytest -q -p no:cacheprovider tests/test_compile.py tests/test_compile_fusion.py ;;
     M) for e in mnist cifar10; do step python3 -m tvk_kernels.bench.cli $e --out $R --no-progress; done ;;
     P) step python3 benchmarks/step_profile.py --batch 64 --steps 50; step python3 benchmarks/step_profile.py --batch 64 --steps 30 --eager ;;
+    Q) step python3 -m tvk_kernels.bench.cli ablations --out $R --no-progress ;;
     L) for e in low-vram ablations; do step python3 -m tvk_kernels.bench.cli $e --out $R --no-progress; done ;;
     K) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # new families merge into the shipped file
        step python3 -m tvk_kernels.tune.cli --device 0 --ops conv2d,pool,norm --trials 20 --time-budget 240 --out $TVK_CONFIG_DIR --no-progress
