@@ -246,13 +246,21 @@ import json, time, torch, torchvk, torch.nn.functional as F
 from torchvk.experiments import models
 from tvk_kernels import get_device
 d = get_device(%d)
+# torch's own lazy imports, paid by any first training step on any device (model.to() loads
+# torch.distributed.tensor, an optimizer torch._dynamo; compiling, AOTAutograd): timed apart
+t_imp = time.perf_counter()
+import torch.distributed.tensor, torch._dynamo
+if COMPILED:
+    import torch._functorch.aot_autograd, functorch.compile
+torch_imports_s = time.perf_counter() - t_imp
 t0 = time.perf_counter()
 m = models.build("cnn").to("tvk:%d"); opt = torchvk.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
 x = torch.randn(64, 1, 28, 28).to("tvk:%d"); y = torch.randint(0, 10, (64,)).to("tvk:%d")
 run = torchvk.compile(m, loss_fn=F.cross_entropy) if COMPILED else None
 opt.zero_grad(); (run(x, y) if COMPILED else F.cross_entropy(m(x), y)).backward(); opt.step(); torch.tvk.synchronize()
 print(json.dumps({"first_step_s": time.perf_counter() - t0, "compile_s": d.pipelines.compile_seconds,
-                  "pipelines": len(d.pipelines.pipelines)}))
+                  "pipelines": len(d.pipelines.pipelines), "torch_lazy_imports_s": torch_imports_s,
+                  "trace_s": run.compile_stats()[0]["trace_seconds"] if COMPILED else 0.0}))
 """
 
 
