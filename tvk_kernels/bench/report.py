@@ -275,9 +275,9 @@ def ablations(r, matmul_result=None) -> list[str]:
                          "docs/design-notes.md, 11), so its kernel-time rows understate the kernels; its step-time "
                          "ratios compare like with like")
             elif probe["end"] > 2 * ref:
-                line += (" - full clock at the start (the tuned-vs-default rows), a reduced one by the end (the H200 "
-                         "idle-clock effect, docs/design-notes.md 11): kernel rows timed after the training-step "
-                         "ablations (matmul precision, reductions) understate those kernels")
+                line += (" - full clock at the start, a reduced one by the end (the H200 idle-clock effect, "
+                         "docs/design-notes.md 11); kernel rows are timed before the training-step ablations "
+                         "(in runs before this check they were not, and understate the kernels)")
         out.append(line + ".")
     elif r["environment"].get("gpu_clocks") is None and "NVIDIA" in r["environment"]["device"]:
         out.append("Caveat: this run did not record GPU clocks; later checks on the same H200 found the driver at its "
