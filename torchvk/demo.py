@@ -15,6 +15,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", type=int, default=None, help="Vulkan device index (default TVK_DEVICE or 0)")
     ap.add_argument("--model", choices=["mlp", "cnn"], default=None)
     ap.add_argument("--subset", type=int, default=None, help="train on the first N images")
+    ap.add_argument("--compiled", action="store_true",
+                    help="train through torchvk.compile(model, loss_fn=cross_entropy) instead of eagerly")
     args = ap.parse_args(argv)
 
     import torchvk
@@ -37,7 +39,8 @@ def main(argv=None) -> int:
     if subset:
         x, y = x[:subset], y[:subset]
         xt, yt = xt[:2000], yt[:2000]
-    print(f"\nTraining the MNIST {model.upper()} on tvk:{dev.index} for one epoch: {len(x)} images, batch 64"
+    mode = "compiled" if args.compiled else "eager"
+    print(f"\nTraining the MNIST {model.upper()} ({mode}) on tvk:{dev.index} for one epoch: {len(x)} images, batch 64"
           + (" (a subset: this device is Vulkan on the CPU)" if subset else ""))
     torchvk.reset_op_counts()
     t0 = time.perf_counter()
@@ -45,7 +48,7 @@ def main(argv=None) -> int:
 
     with tqdm(total=len(x) // 64, unit="step") as bar:
         r = train(lambda: models.build(model), (x, y, xt, yt), f"tvk:{dev.index}", epochs=1, batch=64, lr=0.01,
-                  progress=bar)
+                  progress=bar, compiled=args.compiled)
     counts = torchvk.op_counts()
     cpu_ops = sum(counts["cpu"].values())
     vk_ops = sum(counts["vulkan"].values())
@@ -58,6 +61,10 @@ def main(argv=None) -> int:
     print(f"ops on CPU         : {cpu_ops}" + ("  <- no silent fallback: every op ran on the GPU" if cpu_ops == 0 else ""))
     top = sorted(counts["vulkan"].items(), key=lambda kv: -kv[1])[:8]
     print("busiest ops        : " + ", ".join(f"{k} x{v}" for k, v in top))
+    for st in r.get("compile_stats", []):
+        fw, bw = st["forward"], st["backward"]
+        print(f"compiled graphs    : forward {fw['kernels']} kernels, backward {bw['kernels']} kernels; replayed "
+              f"{fw['replays']} / {bw['replays']} times; traced in {st['trace_seconds']:.2f} s")
     return 0 if cpu_ops == 0 else 1
 
 
