@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import torch
-from functorch.compile import make_boxed_func
+from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -64,7 +64,10 @@ class CompiledGraphs:
             self.fn = aot_module_simplified(self.functional, [fake_like(t, mode) for t in flat],
                                             fw_compiler=self._compiler("forward"),
                                             bw_compiler=self._compiler("backward"),
-                                            inference_compiler=self._compiler("inference"))
+                                            inference_compiler=self._compiler("inference"),
+                                            # the default partitioner recomputes dropout in the backward
+                                            # (a new mask); this one never recomputes random ops
+                                            partition_fn=min_cut_rematerialization_partition)
         except GraphBreakError:
             raise
         except Exception as e:
