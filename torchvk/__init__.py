@@ -9,12 +9,13 @@ from __future__ import annotations
 import torch  # first: so tvk_kernels' OutOfMemoryError is also a torch.OutOfMemoryError
 
 import tvk_kernels  # noqa: E402
-from tvk_kernels.errors import FreedBufferError, OutOfMemoryError as _RuntimeOOM, TVKError  # noqa: E402
+from tvk_kernels.errors import FreedBufferError, TVKError  # noqa: E402
+from tvk_kernels.runtime.memory import Allocator as _Allocator  # noqa: E402
 
-from ._storage import OutOfMemoryError as _TorchOOM  # noqa: E402
+from . import _storage  # noqa: E402,F401  (makes the allocator's OOM a torch.OutOfMemoryError)
 
-# the OOM class users catch: the runtime's own if torch was imported first (normal case)
-OutOfMemoryError = _RuntimeOOM if issubclass(_RuntimeOOM, torch.OutOfMemoryError) else _TorchOOM
+# the OOM class users catch: what every allocation raises, always a torch.OutOfMemoryError
+OutOfMemoryError = _Allocator.oom_error
 
 
 def _register_backend():

@@ -23,9 +23,6 @@ from collections import defaultdict
 
 import torch
 
-from tvk_kernels.errors import OutOfMemoryError as _RuntimeOOM
-
-from ._storage import as_torch_oom
 from ._tensor import TVKTensor
 
 log = logging.getLogger("torchvk")
@@ -103,10 +100,6 @@ def dispatch(func, args, kwargs):
     try:
         return _dispatch(func, args, kwargs)
     except Exception as e:
-        if isinstance(e, _RuntimeOOM) and not isinstance(e, torch.OutOfMemoryError):
-            e = as_torch_oom(e)  # scratch buffers allocated inside tvk_kernels (split-K, ...)
-            if not _in_autograd_worker():
-                raise e from None
         if _in_autograd_worker():
             return _defer_error(func, args, kwargs, e)
         raise

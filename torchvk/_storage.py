@@ -16,18 +16,15 @@ from tvk_kernels.runtime.vk import ffi
 
 
 class OutOfMemoryError(_errors.OutOfMemoryError, torch.OutOfMemoryError):
-    """TorchVK's out-of-memory error as a torch.OutOfMemoryError (used only if the runtime's is not one)."""
-
-    def __init__(self, err):  # noqa: D401 - rebuilds from the runtime's error
-        RuntimeError.__init__(self, str(err))
-        self.requested, self.allocated, self.reserved, self.limit = err.requested, err.allocated, err.reserved, err.limit
+    """TorchVK's out-of-memory error as a torch.OutOfMemoryError, for when tvk_kernels was imported
+    before torch (then the runtime's own class is not one)."""
 
 
-_OOM_IS_TORCH = issubclass(_errors.OutOfMemoryError, torch.OutOfMemoryError)
+# every allocation, scratch buffers inside tvk_kernels included, raises a torch.OutOfMemoryError
+if not issubclass(_errors.OutOfMemoryError, torch.OutOfMemoryError):
+    from tvk_kernels.runtime.memory import Allocator
 
-
-def as_torch_oom(err):
-    return err if isinstance(err, torch.OutOfMemoryError) else OutOfMemoryError(err)
+    Allocator.oom_error = OutOfMemoryError
 
 
 # ------------------------------------------------------------------- dtypes
@@ -111,13 +108,7 @@ class Storage:
 
 def alloc_storage(nbytes: int, device: Device | None = None) -> Storage:
     dev = device or get_device()
-    try:
-        buf = dev.allocator.alloc(max(int(nbytes), 1))
-    except _errors.OutOfMemoryError as e:
-        if _OOM_IS_TORCH:
-            raise
-        raise as_torch_oom(e) from None
-    return Storage(buf, int(nbytes), dev)
+    return Storage(dev.allocator.alloc(max(int(nbytes), 1)), int(nbytes), dev)
 
 
 def span_elements(size, stride, offset: int = 0) -> int:

@@ -18,10 +18,8 @@ from collections import Counter
 import torch
 import torch.fx
 
-from tvk_kernels.errors import OutOfMemoryError as _RuntimeOOM
-
 from .. import _dispatch
-from .._storage import as_torch_oom, get_device
+from .._storage import get_device
 
 _aten = torch._ops.OpOverload
 _LITERALS = (int, bool, str, type(None))
@@ -154,14 +152,6 @@ class Program:
 
     # ---------------------------------------------------------------- run
     def __call__(self, *args):
-        try:
-            return self._call(*args)
-        except _RuntimeOOM as e:
-            if isinstance(e, torch.OutOfMemoryError):
-                raise
-            raise as_torch_oom(e) from None
-
-    def _call(self, *args):
         counts = _dispatch._vk_counts
         for name, c in self.op_histogram.items():
             counts[name] += c

@@ -114,6 +114,10 @@ class DeviceBuffer:
 
 
 class Allocator:
+    # what running out of memory raises: a framework layer may put a subclass here (torchvk makes it
+    # also a torch.OutOfMemoryError, whatever the import order of torch and tvk_kernels)
+    oom_error = OutOfMemoryError
+
     def __init__(self, device, host_visible: bool = False):
         self.device = device
         self.host_visible = host_visible
@@ -137,11 +141,11 @@ class Allocator:
     def alloc(self, nbytes: int) -> DeviceBuffer:
         size = _round(nbytes)
         if size > self.max_allocation:
-            raise OutOfMemoryError(nbytes, self.allocated, self.reserved, self.limit,
+            raise self.oom_error(nbytes, self.allocated, self.reserved, self.limit,
                                    f"One buffer may not exceed {self.max_allocation} bytes on this driver "
                                    "(maxMemoryAllocationSize); split the tensor. ")
         if self.limit is not None and self.allocated + size > self.limit:
-            raise OutOfMemoryError(nbytes, self.allocated, self.reserved, self.limit)
+            raise self.oom_error(nbytes, self.allocated, self.reserved, self.limit)
         cached = self.cache.get(size)
         if cached:
             block, off = cached.pop()
@@ -218,7 +222,7 @@ class Allocator:
             self.empty_cache()
             block_size = _round(size, 1 << 16) if self.reserved + block_size > self.limit else block_size
             if self.reserved + block_size > self.limit:
-                raise OutOfMemoryError(size, self.allocated, self.reserved, self.limit)
+                raise self.oom_error(size, self.allocated, self.reserved, self.limit)
         block = self._create(block_size, size)
         off = block.take(size)
         return block, off
@@ -260,7 +264,7 @@ class Allocator:
         if res < 0:
             lib.vkDestroyBuffer(dev, bout[0], NULL)
             if res in (lib.VK_ERROR_OUT_OF_DEVICE_MEMORY, lib.VK_ERROR_OUT_OF_HOST_MEMORY):
-                raise OutOfMemoryError(needed, self.allocated, self.reserved, self.limit,
+                raise self.oom_error(needed, self.allocated, self.reserved, self.limit,
                                        f"The driver refused a {block_size}-byte block. ")
             check(res, "vkAllocateMemory")
         check(lib.vkBindBufferMemory(dev, bout[0], mout[0], 0), "vkBindBufferMemory")
