@@ -89,14 +89,9 @@ def reset_op_counts():
 _vk_counts = _counts["vulkan"]
 _names: dict = {}
 _Tensor = torch.Tensor
-from .compile.eager_notice import _state as _torch_compile_state  # noqa: E402
 
 
 def dispatch(func, args, kwargs):
-    if _torch_compile_state["active"]:
-        from .compile.eager_notice import eager_op_inside_torch_compile
-
-        eager_op_inside_torch_compile()
     try:
         return _dispatch(func, args, kwargs)
     except Exception as e:

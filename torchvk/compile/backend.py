@@ -9,29 +9,45 @@ eager path). Rather than pretend, the backend says so once and points to
 from __future__ import annotations
 
 import contextlib
+import warnings
 
-from .eager_notice import _state, eager_op_inside_torch_compile
+from .._dispatch import _vk_counts
+
+_state = {"warned": False, "skips": False}
+
+MESSAGE = ("torch.compile(backend='tvk') runs this model eagerly: Dynamo cannot trace TorchVK's tvk tensors "
+           "(Python wrapper tensors). Use torchvk.compile(model) for the compiled mode (AOTAutograd tracing, fusion, "
+           "recorded-step replay).")
+
+
+def _warn_once():
+    if not _state["warned"]:
+        _state["warned"] = True
+        warnings.warn(MESSAGE, RuntimeWarning, stacklevel=3)
 
 
 @contextlib.contextmanager
 def _inside_torch_compile():
+    """Entered around every call of a torch.compile(backend='tvk') module: warns once if tvk ops ran
+    in it (they ran eagerly). Counting ops before and after keeps the per-op path free of checks."""
     if not _state["skips"]:  # Dynamo must not trace TorchVK's own Python (it would graph-break in it)
         import torch._dynamo.trace_rules as rules
 
         rules.add("torchvk")
         rules.add("tvk_kernels")
         _state["skips"] = True
-    _state["active"] += 1
+    before = sum(_vk_counts.values())
     try:
         yield
     finally:
-        _state["active"] -= 1
+        if sum(_vk_counts.values()) != before:
+            _warn_once()
 
 
 def tvk_backend(gm, example_inputs):
     """Dynamo hands us only what it could trace, which never includes tvk tensors: run it as traced
     (the CPU-side bits of a model, constants) and say once that the tvk part stays eager."""
-    eager_op_inside_torch_compile()
+    _warn_once()
     return gm.forward
 
 
