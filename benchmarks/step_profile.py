@@ -14,19 +14,16 @@ import torch
 import torch.nn.functional as F
 
 import torchvk
-from torchvk.experiments import models
+from torchvk.experiments.ablations import _mnist_setup
+from tvk_kernels import get_device
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--batch", type=int, default=64)
 ap.add_argument("--steps", type=int, default=50)
 ap.add_argument("--eager", action="store_true")
 args = ap.parse_args()
-torch.manual_seed(0)
-model = models.build("cnn").to("tvk")
-opt = torchvk.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+model, opt, x, y = _mnist_setup(get_device(0), args.batch)  # the ablations' workload
 run = model if args.eager else torchvk.compile(model, loss_fn=F.cross_entropy)
-x = torch.randn(args.batch, 1, 28, 28).to("tvk")
-y = torch.randint(0, 10, (args.batch,)).to("tvk")
 phases = {k: [] for k in ("zero_grad", "forward", "loss", "backward", "optimizer", "sync")}
 
 

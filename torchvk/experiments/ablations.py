@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -55,31 +56,35 @@ def _gpu_time(device, fn, repeats=10):
     return time_candidate(device, lambda i: fn(), n_inputs=1, warmup=1, repeats=repeats)
 
 
-def _spin_up(device, seconds: float = 1.5, n: int = 2048):
-    """Keep the GPU busy for a moment before timing: a driver at its idle clock raises it only
-    under sustained load (settings are left alone; this is load, as any warm-up)."""
+@contextlib.contextmanager
+def _square_matmul(device, n: int):
+    """A zero-argument launcher of one fp32 n^3 matmul on scratch buffers (freed afterwards)."""
     from tvk_kernels.kernels import matmul as mm
 
     a, b, c = (device.allocator.alloc(n * n * 4) for _ in range(3))
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(20):
-            mm.matmul(device, a.address, b.address, c.address, n, n, n)
-        device.stream.synchronize()
-    for x in (a, b, c):
-        x.free()
+    try:
+        yield lambda: mm.matmul(device, a.address, b.address, c.address, n, n, n)
+    finally:
+        for x in (a, b, c):
+            x.free()
+
+
+def _spin_up(device, seconds: float = 1.5, n: int = 2048):
+    """Keep the GPU busy for a moment before timing: a driver at its idle clock raises it only
+    under sustained load (settings are left alone; this is load, as any warm-up)."""
+    with _square_matmul(device, n) as launch:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            for _ in range(20):
+                launch()
+            device.stream.synchronize()
 
 
 def _clock_probe_us(device, n=1024) -> float:
     """GPU microseconds of one fp32 n^3 matmul: taken at the start and end of the run, so a result
     says whether its kernels ran at full clock (the H200 was seen idling at 345 MHz after host-bound work)."""
-    from tvk_kernels.kernels import matmul as mm
-
-    a, b, c = (device.allocator.alloc(n * n * 4) for _ in range(3))
-    t = _gpu_time(device, lambda: mm.matmul(device, a.address, b.address, c.address, n, n, n), repeats=20)
-    for x in (a, b, c):
-        x.free()
-    return t * 1e6
+    with _square_matmul(device, n) as launch:
+        return _gpu_time(device, launch, repeats=20) * 1e6
 
 
 def _matmul_variants(device, quick):
@@ -130,35 +135,52 @@ def _reduction_variants(device, quick):
     return res
 
 
+def _mnist_setup(device, batch: int, model_name="cnn", fused: bool = True):
+    """The ablations' training workload: model, SGD with momentum, one random MNIST-shaped batch."""
+    import torchvk
+
+    from . import models
+
+    dev = f"tvk:{device.index}"
+    torch.manual_seed(0)
+    model = models.build(model_name).to(dev)
+    opt = (torchvk.optim.SGD if fused else torch.optim.SGD)(model.parameters(), lr=0.01, momentum=0.9)
+    return model, opt, torch.randn(batch, 1, 28, 28).to(dev), torch.randint(0, 10, (batch,)).to(dev)
+
+
+def _time_steps(step, steps: int, warmup: int = 2) -> tuple[float, float]:
+    """Median ms of (issuing step(), step() through its sync) over `steps` runs after `warmup`."""
+    host, total = [], []
+    for i in range(steps + warmup):
+        t0 = time.perf_counter()
+        step()
+        t1 = time.perf_counter()
+        torch.tvk.synchronize()
+        if i >= warmup:
+            host.append(t1 - t0)
+            total.append(time.perf_counter() - t0)
+    return median(host) * 1e3, median(total) * 1e3
+
+
 def _training_step_ms(device, blocking: bool, fused: bool, steps: int, batch: int, model_name="cnn",
                       compiled: bool = False):
     import torch.nn.functional as F
 
     import torchvk
 
-    from . import models
-
-    dev = f"tvk:{device.index}"
     stream = device.stream
     saved = stream.blocking
     stream.blocking = blocking
     try:
-        torch.manual_seed(0)
-        model = models.build(model_name).to(dev)
-        opt = (torchvk.optim.SGD if fused else torch.optim.SGD)(model.parameters(), lr=0.01, momentum=0.9)
+        model, opt, x, y = _mnist_setup(device, batch, model_name, fused)
         run = torchvk.compile(model, loss_fn=F.cross_entropy) if compiled else None
-        x = torch.randn(batch, 1, 28, 28).to(dev)
-        y = torch.randint(0, 10, (batch,)).to(dev)
-        times = []
-        for i in range(steps + 2):  # compiled: step 1 traces, step 2 records, then replays
-            t0 = time.perf_counter()
+
+        def step():  # compiled: step 1 traces, step 2 records, then replays
             opt.zero_grad(set_to_none=True)
             (run(x, y) if compiled else F.cross_entropy(model(x), y)).backward()
             opt.step()
-            torch.tvk.synchronize()
-            if i >= 2:
-                times.append(time.perf_counter() - t0)
-        return median(times) * 1e3
+
+        return _time_steps(step, steps)[1]
     finally:
         stream.blocking = saved
 
@@ -169,14 +191,7 @@ def _replay_step_ms(device, steps: int, batch: int, model_name="cnn"):
 
     import torchvk
 
-    from . import models
-
-    dev = f"tvk:{device.index}"
-    torch.manual_seed(0)
-    model = models.build(model_name).to(dev)
-    opt = torchvk.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(batch, 1, 28, 28).to(dev)
-    y = torch.randint(0, 10, (batch,)).to(dev)
+    model, opt, x, y = _mnist_setup(device, batch, model_name)
 
     def step():
         opt.zero_grad(set_to_none=False)
@@ -189,55 +204,34 @@ def _replay_step_ms(device, steps: int, batch: int, model_name="cnn"):
     torch.tvk.synchronize()
     with torchvk.graph(device.index) as g:
         step()
-    times = []
-    for i in range(steps + 2):
-        t0 = time.perf_counter()
-        g.replay()
-        torch.tvk.synchronize()
-        if i >= 2:
-            times.append(time.perf_counter() - t0)
-    return median(times) * 1e3, g.dispatches
+    return _time_steps(g.replay, steps)[1], g.dispatches
 
 
 def _compiled_step_breakdown(device, steps: int, batch: int, model_name="cnn"):
-    """Where a compiled training step's time goes: host time to issue it (fw/bw replays, eager loss and
+    """Where a compiled training step's time goes: host time to issue it (fw/bw replays and the
     optimizer), the whole step with its sync, and the GPU time of its kernels (timestamps, eager step)."""
     import torch.nn.functional as F
 
     import torchvk
 
-    from . import models
-
-    dev = f"tvk:{device.index}"
-    torch.manual_seed(0)
-    model = models.build(model_name).to(dev)
-    opt = torchvk.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    model, opt, x, y = _mnist_setup(device, batch, model_name)
     run = torchvk.compile(model, loss_fn=F.cross_entropy)
-    x = torch.randn(batch, 1, 28, 28).to(dev)
-    y = torch.randint(0, 10, (batch,)).to(dev)
 
-    def step(fn):
+    def step(loss_of):
         opt.zero_grad(set_to_none=True)
-        (fn(x, y) if fn is run else F.cross_entropy(fn(x), y)).backward()
+        loss_of().backward()
         opt.step()
 
-    host, total = [], []
-    for i in range(steps + 3):
-        t0 = time.perf_counter()
-        step(run)
-        t1 = time.perf_counter()
-        torch.tvk.synchronize()
-        if i >= 3:
-            host.append(t1 - t0)
-            total.append(time.perf_counter() - t0)
+    host_ms, step_ms = _time_steps(lambda: step(lambda: run(x, y)), steps, warmup=3)
     gpu = None
     if device.stream.timestamps:
-        step(model)
+        eager = lambda: F.cross_entropy(model(x), y)  # noqa: E731
+        step(eager)
         with device.stream.profiling() as records:
-            step(model)
+            step(eager)
         gpu = sum(r[1] for r in records) * 1e3
     st = run.compile_stats()[0]
-    return {"host_issue_ms": median(host) * 1e3, "step_ms": median(total) * 1e3, "gpu_kernels_ms": gpu,
+    return {"host_issue_ms": host_ms, "step_ms": step_ms, "gpu_kernels_ms": gpu,
             "replayed_kernels": (st["forward"]["kernels"] or 0) + (st["backward"]["kernels"] or 0)}
 
 

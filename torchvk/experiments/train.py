@@ -68,11 +68,10 @@ def train(model_fn, data, device: str, epochs: int = 1, batch: int = 64, lr: flo
         import torchvk.optim as optim
     opt = (optim.SGD(model.parameters(), lr=lr, momentum=0.9) if optimizer == "sgd"
            else optim.Adam(model.parameters(), lr=lr))
-    run = model
     if compiled:
         import torchvk
 
-        run = torchvk.compile(model, loss_fn=F.cross_entropy)
+        model_and_loss = torchvk.compile(model, loss_fn=F.cross_entropy)
     order_rng = np.random.default_rng(seed)
     losses, step_times, epochs_out = [], [], []
     _sync(device)
@@ -87,7 +86,7 @@ def train(model_fn, data, device: str, epochs: int = 1, batch: int = 64, lr: flo
             yb = torch.from_numpy(y[idx]).to(device)
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss = run(xb, yb) if compiled else F.cross_entropy(model(xb), yb)
+            loss = model_and_loss(xb, yb) if compiled else F.cross_entropy(model(xb), yb)
             loss.backward()
             opt.step()
             if steps % 50 == 0 or max_steps:
@@ -109,4 +108,4 @@ def train(model_fn, data, device: str, epochs: int = 1, batch: int = 64, lr: flo
     return {"device": device, "losses": losses, "epochs": epochs_out,
             "step_ms_median": float(np.median(step_times[len(step_times) // 5:]) * 1e3) if step_times else None,
             "peak_memory_bytes": _peak(device), "steps": steps, "batch": batch,
-            **({"compile_stats": run.compile_stats()} if compiled else {})}
+            **({"compile_stats": model_and_loss.compile_stats()} if compiled else {})}

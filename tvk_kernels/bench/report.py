@@ -126,12 +126,7 @@ def mnist(r) -> list[str]:
 def cifar10(r) -> list[str]:
     t = next((x for x in r["runs"] if x["peer"] == "tvk"), None)
     c = next((x for x in r["runs"] if x["peer"] == "cuda"), None)
-    for x in r["runs"]:
-        if "error" in x:
-            out_err = f"{x['peer']} failed: {x['error']}"
-            break
-    else:
-        out_err = None
+    failed = next((x for x in r["runs"] if "error" in x), None)
     out = [f"Data: {r['dataset'].split(':')[0]}."]
     if t and c:
         speed = t["epochs"][-1]["seconds"] / c["epochs"][-1]["seconds"]
@@ -150,8 +145,8 @@ def cifar10(r) -> list[str]:
         if c and c.get("step_ms_median"):
             line += f" and torch CUDA {c['step_ms_median']:.2f} ms ({k['step_ms_median'] / c['step_ms_median']:.1f}x)"
         out.append(line + f"; accuracy {k['epochs'][-1]['test_accuracy']:.3f}, {k.get('cpu_ops')} CPU ops.")
-    if out_err:
-        out.append(out_err + ".")
+    if failed:
+        out.append(f"{failed['peer']} failed: {failed['error']}.")
     return out
 
 
