@@ -19,6 +19,27 @@ def contiguous_strides(size) -> list:
     return strides[::-1]
 
 
+def _flatten(t):
+    return ["_geometry"], t.device.index
+
+
+_in_backward = torch._C._current_graph_task_id  # -1 unless the autograd engine is running a backward
+
+
+class _FlattenOutsideBackward:
+    """`__tensor_flatten__`, absent while a backward runs. torch tells a traceable subclass by
+    hasattr; Dynamo needs it when tracing and in its guards, but AOTAutograd's backward would
+    then expect a compiled graph's incoming grads to be subclasses too, and compiled graphs are
+    traced on plain fakes (trace.py). On the class it is the function, as torch calls it both ways."""
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return _flatten
+        if _in_backward() != -1:
+            raise AttributeError("__tensor_flatten__")
+        return _flatten.__get__(obj, objtype)
+
+
 class TVKTensor(torch.Tensor):
     """A tensor on device `tvk`: torch metadata plus a shared device `Storage` (`._tvk`)."""
 
@@ -40,8 +61,31 @@ class TVKTensor(torch.Tensor):
 
         return dispatch(func, args, kwargs or {})
 
-    # AOTAutograd (compiled mode) checks a backward's incoming grads against the type it traced
-    # with (a plain tensor, on meta): a tvk tensor stands for itself
+    # torch.compile: Dynamo traces tensor subclasses that flatten into inner tensors. A tvk tensor
+    # flattens into its geometry (a `meta` tensor: shape, strides, dtype, no data); Dynamo fakes it
+    # and rebuilds a FakeTVKTensor around the fake (torchvk/compile/fake.py), so models trace
+    # without touching the GPU.
+    __tensor_flatten__ = _FlattenOutsideBackward()
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        from .compile.fake import FakeTVKTensor
+
+        return FakeTVKTensor.around(inner["_geometry"], ctx, outer_size, outer_stride)
+
+    @property
+    def _geometry(self) -> torch.Tensor:
+        g = self.__dict__.get("_geometry_memo")  # Dynamo's guards read it on every call: built once
+        if g is None or g.shape != self.shape or g.stride() != self.stride() or \
+                g.storage_offset() != self.storage_offset() or g.dtype != self.dtype:
+            n = span_elements(list(self.shape), list(self.stride())) + self.storage_offset()
+            g = torch.empty(n, dtype=self.dtype, device="meta").as_strided(self.shape, self.stride(),
+                                                                            self.storage_offset())
+            self.__dict__["_geometry_memo"] = g
+        return g
+
+    # AOTAutograd checks a backward's incoming grads against the type it traced with (a plain
+    # tensor, on a fake device): a tvk tensor stands for itself
     def __coerce_same_metadata_as_tangent__(self, expected_metadata=None, expected_type=None):
         return self
 

@@ -1,64 +1,124 @@
-"""`torch.compile(model, backend="tvk")`: registered (entry point `torch_dynamo_backends`, or by
-importing this module), and honest.
+"""`torch.compile(model, backend="tvk")`: Dynamo's graphs, compiled onto TorchVK's kernels.
 
-Dynamo, torch.compile's front end, cannot see inside TorchVK's Python wrapper tensors: it
-treats them as opaque objects and runs every op eagerly (on Vulkan, through the normal
-eager path). Rather than pretend, the backend says so once and points to
-`torchvk.compile(model)`, which traces with AOTAutograd directly and is the compiled mode.
+Registered through the entry point `torch_dynamo_backends` (an installed TorchVK) or by
+importing this module (a source checkout). Dynamo traces the model on FakeTVKTensors
+(fake.py) and hands each graph it captured here, with fake example inputs. Dynamo may
+already have turned a changed batch size into symbolic shapes, and TorchVK's programs are
+static, so a graph is compiled on its first call with real inputs, once per concrete
+input signature, by the same AOTAutograd -> fusion -> program -> replay path as
+`torchvk.compile` (trace.py). Code Dynamo cannot trace (`.item()`, printing a tensor) splits
+the model into several graphs, each compiled here, with eager tvk ops between them.
 """
 from __future__ import annotations
 
-import contextlib
-import warnings
+import torch
 
-from .._dispatch import _vk_counts
-
-_state = {"warned": False, "skips": False}
-
-MESSAGE = ("torch.compile(backend='tvk') runs this model eagerly: Dynamo cannot trace TorchVK's tvk tensors "
-           "(Python wrapper tensors). Use torchvk.compile(model) for the compiled mode (AOTAutograd tracing, fusion, "
-           "recorded-step replay).")
+from .._tensor import TVKTensor
+from .trace import CompiledGraphs
 
 
-def _warn_once():
-    if not _state["warned"]:
-        _state["warned"] = True
-        warnings.warn(MESSAGE, RuntimeWarning, stacklevel=3)
+class DynamoGraph:
+    """One graph from Dynamo: compiled per concrete signature, called with real tvk tensors."""
+
+    def __init__(self, gm: torch.fx.GraphModule, fuse: bool = True, replay: bool = True):
+        self.gm, self.fuse, self.replay = _own_copy(gm), fuse, replay
+        _devices_to_cpu(self.gm)
+        self.constants = _lift_tensor_attributes(self.gm)
+        self.signatures: dict = {}
+
+    def __call__(self, *args):
+        args = args + self.constants
+        key = (torch.is_grad_enabled(),) + tuple(
+            (tuple(a.shape), a.stride(), a.dtype, a.requires_grad, isinstance(a, TVKTensor))
+            if isinstance(a, torch.Tensor) else a for a in args)
+        graphs = self.signatures.get(key)
+        if graphs is None:
+            strays = [a for a in args if isinstance(a, torch.Tensor) and not isinstance(a, TVKTensor)]
+            if strays:
+                raise TypeError(
+                    f"torch.compile(backend='tvk'): a graph input is a {strays[0].device} tensor of shape "
+                    f"{tuple(strays[0].shape)}; compiled graphs take tvk tensors only: move it with .to('tvk') "
+                    "before the compiled call")
+            graphs = self.signatures[key] = CompiledGraphs(self.gm, [], list(args), fuse=self.fuse, replay=self.replay)
+        return graphs(list(args))
+
+    def compile_stats(self) -> list:
+        return [g.stats() for g in self.signatures.values()]
 
 
-@contextlib.contextmanager
-def _inside_torch_compile():
-    """Entered around every call of a torch.compile(backend='tvk') module: warns once if tvk ops ran
-    in it (they ran eagerly). Counting ops before and after keeps the per-op path free of checks."""
-    if not _state["skips"]:  # Dynamo must not trace TorchVK's own Python (it would graph-break in it)
-        import torch._dynamo.trace_rules as rules
-
-        rules.add("torchvk")
-        rules.add("tvk_kernels")
-        _state["skips"] = True
-    before = sum(_vk_counts.values())
-    try:
-        yield
-    finally:
-        if sum(_vk_counts.values()) != before:
-            _warn_once()
+def _own_copy(gm):
+    """A graph module of our own to rewrite: Dynamo keeps using the one it handed us."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph)
 
 
-def tvk_backend(gm, example_inputs):
-    """Dynamo hands us only what it could trace, which never includes tvk tensors: run it as traced
-    (the CPU-side bits of a model, constants) and say once that the tvk part stays eager."""
-    _warn_once()
-    return gm.forward
+def _devices_to_cpu(gm):
+    """trace.py traces on fake CPU tensors (program.py maps CPU back to tvk), so a device the
+    model names (torch.arange(n, device=x.device): Dynamo bakes in tvk) becomes CPU as well."""
+    def cpu(a):
+        if isinstance(a, torch.device) and a.type == "tvk":
+            return torch.device("cpu")
+        if isinstance(a, str) and a.split(":")[0] == "tvk":
+            return "cpu"
+        return a
+
+    for node in gm.graph.nodes:
+        node.args = torch.fx.node.map_aggregate(node.args, cpu)
+        node.kwargs = torch.fx.node.map_aggregate(node.kwargs, cpu)
+    gm.recompile()
 
 
-tvk_backend.backend_ctx_ctor = _inside_torch_compile
+def _lift_tensor_attributes(gm) -> tuple:
+    """Tensors Dynamo stored on the graph (an optimizer's parameters and state, which it treats as
+    fixed) become trailing inputs: AOTAutograd traces them as fakes like any input, and writes
+    to them (p.add_(...)) become input mutations it applies after the graph."""
+    lifted = []
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    last_input = inputs[-1] if inputs else None
+    for node in list(gm.graph.nodes):
+        if node.op != "get_attr":
+            continue
+        value = gm
+        for part in node.target.split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor):
+            continue
+        where = gm.graph.inserting_after(last_input) if last_input else gm.graph.inserting_before(next(iter(gm.graph.nodes)))
+        with where:
+            ph = last_input = gm.graph.placeholder(f"lifted_{len(lifted)}")
+        ph.meta = dict(node.meta)
+        node.replace_all_uses_with(ph)
+        gm.graph.erase_node(node)
+        lifted.append(value)
+    gm.recompile()
+    return tuple(lifted)
+
+
+compiled_graphs: list = []  # every graph this backend compiled, newest last (for stats and tests)
+
+
+def tvk_backend(gm, example_inputs, options: dict | None = None, mode: str | None = None):
+    """torch.compile backend. options={"fuse": False} or {"replay": False} turn off fusion or
+    recorded-step replay, as in torchvk.compile; torch.compile's modes change nothing here."""
+    options = dict(options or {})
+    unknown = set(options) - {"fuse", "replay"}
+    if unknown:
+        raise ValueError(f"torch.compile(backend='tvk') options are fuse and replay, not {sorted(unknown)}")
+    graph = DynamoGraph(gm, fuse=options.get("fuse", True), replay=options.get("replay", True))
+    compiled_graphs.append(graph)
+    return graph
 
 
 def register():
-    """Register "tvk" with Dynamo directly: an installed TorchVK is found through its entry point,
-    a source checkout on PYTHONPATH is not (importing this module registers it)."""
+    """Register "tvk" with Dynamo and keep Dynamo out of TorchVK's own Python: an op on a
+    FakeTVKTensor is traced as one op, not through TorchVK's implementation of it."""
+    import torch._dynamo.trace_rules as rules
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
 
+    rules.add("torchvk")
+    rules.add("tvk_kernels")
     if "tvk" not in _BACKENDS:
         register_backend(tvk_backend, name="tvk")
 

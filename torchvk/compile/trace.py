@@ -61,7 +61,7 @@ class CompiledGraphs:
         t0 = time.perf_counter()
         try:
             mode = FakeTensorMode()
-            self.fn = aot_module_simplified(self.functional, [fake_like(t, mode) for t in flat],
+            self.fn = aot_module_simplified(self.functional, [fake_like(t, mode) if isinstance(t, torch.Tensor) else t for t in flat],
                                             fw_compiler=self._compiler("forward"),
                                             bw_compiler=self._compiler("backward"),
                                             inference_compiler=self._compiler("inference"),

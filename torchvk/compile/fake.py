@@ -1,0 +1,74 @@
+"""FakeTVKTensor: what Dynamo (torch.compile's front end) traces in place of a tvk tensor.
+
+Dynamo fakes every input before tracing. For a tensor subclass it flattens the tensor
+(`TVKTensor.__tensor_flatten__`: the geometry as a `meta` tensor), fakes the inner tensor, and
+rebuilds the subclass around the fake (`__tensor_unflatten__` -> `FakeTVKTensor.around`).
+A FakeTVKTensor reports device tvk and computes every op on its inner fake: shapes, strides
+and dtypes come out right and nothing runs on the GPU or the CPU. The graph Dynamo records is
+then compiled by the "tvk" backend (backend.py) and run on real tvk tensors.
+"""
+from __future__ import annotations
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._pytree import tree_map
+
+from .. import _dispatch
+from .._tensor import TVKTensor
+
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+
+
+class FakeTVKTensor(TVKTensor):
+    @staticmethod
+    def __new__(cls, *args, **kwargs):  # built only by `around`
+        raise TypeError("FakeTVKTensor is made by Dynamo's tracing (FakeTVKTensor.around), not directly")
+
+    @classmethod
+    def around(cls, inner: torch.Tensor, device_index, size=None, stride=None) -> "FakeTVKTensor":
+        t = _make_wrapper(cls, inner.shape if size is None else size, strides=inner.stride() if stride is None else stride,
+                          storage_offset=inner.storage_offset(), dtype=inner.dtype,
+                          device=torch.device("tvk", device_index or 0), requires_grad=inner.requires_grad)
+        t._tvk = None
+        t._inner = inner
+        return t
+
+    @property
+    def _geometry(self) -> torch.Tensor:
+        return self._inner
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for a in _leaves(args, kwargs):  # the error eager mode gives, not a fake-tensor one about `meta`
+            if isinstance(a, torch.Tensor) and a.device.type not in ("tvk", "meta") and \
+                    not (a.device.type == "cpu" and a.dim() == 0) and func not in _dispatch.NO_DEVICE_CHECK \
+                    and func.overloadpacket not in _dispatch.NO_DEVICE_CHECK:
+                _dispatch._raise_mixed(func, a)
+        index = next(a.device.index for a in _leaves(args, kwargs) if isinstance(a, FakeTVKTensor))
+        out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+        # results stay on tvk, unless the op was asked for another device (x.cpu(), x.to("cpu"))
+        target = kwargs.get("device")
+        if target is not None and torch.device(target).type != "tvk":
+            return out
+        wrap = lambda o: cls.around(o, index) if isinstance(o, torch.Tensor) else o  # noqa: E731
+        return tree_map(wrap, out)
+
+    def __repr__(self, *, tensor_contents=None):
+        return f"FakeTVKTensor({list(self.shape)}, dtype={self.dtype}, device={self.device})"
+
+
+def _unwrap(a):
+    if isinstance(a, FakeTVKTensor):
+        return a._inner
+    if isinstance(a, FakeTensor) and a.device.type == "tvk":
+        # made by a factory op in the model (torch.arange(n, device=x.device)): Dynamo's fake
+        # mode made a plain fake on tvk; an alias of it on meta computes with the inner fakes
+        m = torch.ops.aten.alias.default(a)
+        m.fake_device = torch.device("meta")
+        return m
+    return a
+
+
+def _leaves(args, kwargs):
+    return torch.utils._pytree.tree_leaves((args, kwargs))
