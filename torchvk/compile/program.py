@@ -8,17 +8,23 @@ allocator hands its buffer to later nodes (memory planned by liveness).
 
 An op without a Vulkan kernel is an error here, at compile time, naming the op and its
 input shapes: a compiled graph never runs anything on the CPU.
+
+The first call runs the program twice: once dry (kernels discarded), which only requests
+the pipelines it needs and has a thread pool build them all at once, then for real. Cold,
+building pipelines one after the other at their first launch was most of the first step.
+TVK_PARALLEL_COMPILE=0 skips the dry run.
 """
 from __future__ import annotations
 
 import math
 import operator
+import os
 from collections import Counter
 
 import torch
 import torch.fx
 
-from .. import _dispatch
+from .. import _dispatch, _rng
 from .._storage import get_device
 
 _aten = torch._ops.OpOverload
@@ -155,7 +161,8 @@ class Program:
         counts = _dispatch._vk_counts
         for name, c in self.op_histogram.items():
             counts[name] += c
-        if self.peak_bytes is None:  # first run: measure this program's own peak
+        if self.peak_bytes is None:  # first run: build its pipelines in parallel, measure its own peak
+            self._prefetch_pipelines(args)
             alloc = self.device.allocator
             saved_peak, start = alloc.peak_allocated, alloc.allocated
             alloc.peak_allocated = start
@@ -165,6 +172,27 @@ class Program:
                 self.peak_bytes = alloc.peak_allocated - start
                 alloc.peak_allocated = max(saved_peak, alloc.peak_allocated)
         return self._run(*args)
+
+    def _prefetch_pipelines(self, args):
+        """A dry run whose pipeline requests are built in a pool. It must leave no trace: the RNG
+        counter is put back (dropout then draws what eager mode would), and so are the op counts
+        and the memory peak. Its errors are dropped: the real run right after raises them."""
+        dev = self.device
+        if os.environ.get("TVK_PARALLEL_COMPILE", "1") == "0" or dev.stream is None:
+            return
+        rng, peak = dict(_rng._state), dev.allocator.peak_allocated
+        counts = {k: dict(v) for k, v in _dispatch._counts.items()}
+        try:
+            with dev.pipelines.prefetching(), dev.stream.dry_run():
+                self._run(*args)
+        except Exception:
+            pass
+        finally:
+            _rng._state.update(rng)
+            dev.allocator.peak_allocated = peak
+            for k, v in counts.items():
+                _dispatch._counts[k].clear()
+                _dispatch._counts[k].update(v)
 
 
 _VIEW_OPS = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.t, torch.ops.aten.transpose,

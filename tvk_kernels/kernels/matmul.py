@@ -429,6 +429,8 @@ _coop_warned: set = set()
 def _coop(fam: Matmul):
     """The verified cooperative-matrix runner for this device, or None."""
     if fam.coop is None:
+        if getattr(fam.device.stream, "dry", False):  # a dry run discards its self-check: decide on a real run
+            return None
         fam.coop = False
         dev = fam.device
         enabled = "VK_KHR_cooperative_matrix" in getattr(dev, "extensions", ())

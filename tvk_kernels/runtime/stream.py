@@ -6,6 +6,9 @@ surfaces at the op that caused it.
 
 The per-dispatch path (bind, push constants, dispatch, barrier) calls the raw cffi
 functions with structs allocated once: the `vulkan` package's wrappers cost ~6x more.
+
+A dry run (`dry_run()`) records no kernels: a compiled program's first run is done once
+dry to learn which pipelines it needs and build them in parallel, then for real.
 """
 from __future__ import annotations
 
@@ -74,6 +77,7 @@ class Stream:
         self.profile_records: list | None = None  # (label, gpu seconds) when profiling
         self.graphs_in_flight: set = set()
         self.capturing = False  # replayed graphs (runtime/graph.py) not yet waited for
+        self.dry = False  # inside dry_run(): GPU work is discarded
         self._last_pipeline = None
         self._begin_info = new("VkCommandBufferBeginInfo", keep, flags=lib.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
         self._barrier = new("VkMemoryBarrier", keep,
@@ -101,8 +105,12 @@ class Stream:
 
     def dispatch(self, pipeline, groups, push: bytes = b"", label: str | None = None):
         """Record one kernel launch. `push` is the packed push-constant block (bytes)."""
+        if self.dry:
+            return
         cmd = self.cmd if self.recording else self._begin()
         if pipeline is not self._last_pipeline:
+            if pipeline.handle is None:  # still being built in the pool (PipelineCache.prefetching)
+                pipeline.wait()
             _vkCmdBindPipeline(cmd, _COMPUTE, pipeline.handle)
             self._last_pipeline = pipeline
         if push:
@@ -129,6 +137,8 @@ class Stream:
 
     def copy(self, src, dst, nbytes: int, src_offset: int = 0, dst_offset: int = 0):
         """Record a buffer-to-buffer copy (DeviceBuffer ranges)."""
+        if self.dry and src.block.mapped is None:
+            return  # a device-to-device copy (uploads come from mapped staging memory and still run)
         cmd = self.cmd if self.recording else self._begin()
         r = self._copy_region
         r.srcOffset, r.dstOffset, r.size = src.offset + src_offset, dst.offset + dst_offset, nbytes
@@ -140,6 +150,8 @@ class Stream:
 
     def fill(self, dst, value_u32: int, nbytes: int | None = None):
         """Fill a buffer with a repeated 32-bit pattern (zeros for zeros_like)."""
+        if self.dry:
+            return
         cmd = self.cmd if self.recording else self._begin()
         size = dst.size if nbytes is None else (nbytes + 3) // 4 * 4
         lib.vkCmdFillBuffer(cmd, dst.block.buffer, dst.offset, size, value_u32 & 0xFFFFFFFF)
@@ -202,6 +214,18 @@ class Stream:
                 ticks = ((data[2 * i + 1] & mask) - (data[2 * i] & mask)) & mask
                 self.profile_records.append((label, ticks * period))
         slot.labels.clear()
+
+    @contextmanager
+    def dry_run(self):
+        """Discard the kernels, fills and device-to-device copies issued inside the block: what it
+        computes is garbage, to be thrown away, and it changes no existing buffer (an input that a
+        program updates in place stays as it was). Uploads from the host still run: their data is
+        real, and a kernel family may keep an uploaded table for later calls."""
+        saved, self.dry = self.dry, True
+        try:
+            yield
+        finally:
+            self.dry = saved
 
     @contextmanager
     def profiling(self):
