@@ -21,7 +21,7 @@ for phase in "$@"; do
        step python3 -m tvk_kernels.bench.cli vector-add --sizes 1000,10000,100000,1000000,10000000,100000000 --out $R --no-progress
        step python3 -m tvk_kernels.bench.cli matmul --out $R --no-progress ;;
     B) for e in mnist cifar10 low-vram ablations; do step python3 -m tvk_kernels.bench.cli $e --out $R --no-progress; done ;;
-    C) step python3 -m pytest -q -p no:cacheprovider tests/test_compile.py tests/test_compile_fusion.py ;;
+    C) step python3 -m pytest -q -p no:cacheprovider tests/test_compile.py tests/test_compile_fusion.py tests/test_torch_compile.py tests/test_parallel_compile.py ;;
     M) for e in mnist cifar10; do step python3 -m tvk_kernels.bench.cli $e --out $R --no-progress; done ;;
     P) step python3 benchmarks/step_profile.py --batch 64 --steps 50; step python3 benchmarks/step_profile.py --batch 64 --steps 30 --eager ;;
     Q) step python3 -m tvk_kernels.bench.cli ablations --out $R --no-progress ;;

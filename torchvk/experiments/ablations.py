@@ -163,7 +163,10 @@ def _time_steps(step, steps: int, warmup: int = 2) -> tuple[float, float]:
 
 
 def _training_step_ms(device, blocking: bool, fused: bool, steps: int, batch: int, model_name="cnn",
-                      compiled: bool = False):
+                      compiled: str | None = None):
+    """compiled: None (eager), "torchvk" (torchvk.compile, model and loss) or "torch"
+    (torch.compile(backend="tvk") of model and loss)."""
+    import torch
     import torch.nn.functional as F
 
     import torchvk
@@ -173,11 +176,17 @@ def _training_step_ms(device, blocking: bool, fused: bool, steps: int, batch: in
     stream.blocking = blocking
     try:
         model, opt, x, y = _mnist_setup(device, batch, model_name, fused)
-        run = torchvk.compile(model, loss_fn=F.cross_entropy) if compiled else None
+        if compiled == "torchvk":
+            loss_of = torchvk.compile(model, loss_fn=F.cross_entropy)
+        elif compiled == "torch":
+            torch._dynamo.reset()
+            loss_of = torch.compile(lambda x, y: F.cross_entropy(model(x), y), backend="tvk")
+        else:
+            loss_of = lambda x, y: F.cross_entropy(model(x), y)  # noqa: E731
 
         def step():  # compiled: step 1 traces, step 2 records, then replays
             opt.zero_grad(set_to_none=True)
-            (run(x, y) if compiled else F.cross_entropy(model(x), y)).backward()
+            loss_of(x, y).backward()
             opt.step()
 
         return _time_steps(step, steps)[1]
@@ -293,7 +302,8 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
                                              "per_tensor": _training_step_ms(device, False, False, steps, batch)},
         "pipeline_cache_cold_vs_warm": _compile_cold_warm(device),
         "eager_vs_compiled_ms": {"eager": _training_step_ms(device, False, True, steps, batch),
-                                 "compiled": _training_step_ms(device, False, True, steps, batch, compiled=True)},
+                                 "compiled": _training_step_ms(device, False, True, steps, batch, compiled="torchvk"),
+                                 "torch_compile": _training_step_ms(device, False, True, steps, batch, compiled="torch")},
         "compiled_first_step_cold_vs_warm": _compile_cold_warm(device, compiled=True),
         "compiled_first_step_cold_serial": _compile_cold_warm(device, True, env={"TVK_PARALLEL_COMPILE": "0"}),
         "compiled_first_step_cold_no_spirv_opt": _compile_cold_warm(device, True, env={"TVK_SPIRV_OPT": "0"}),
@@ -333,6 +343,9 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
                  gr["eager"] / gr["replay"]])
     ec = results["eager_vs_compiled_ms"]
     rows.append(["eager vs compiled, step ms (torchvk.compile)", ec["eager"], ec["compiled"], ec["eager"] / ec["compiled"]])
+    if "torch_compile" in ec:
+        rows.append(["eager vs torch.compile(backend='tvk'), step ms", ec["eager"], ec["torch_compile"],
+                     ec["eager"] / ec["torch_compile"]])
     b = results["compiled_step_breakdown"]
     rows.append([f"compiled step: host issue ms vs whole step ms ({b['replayed_kernels']} replayed kernels)",
                  b["host_issue_ms"], b["step_ms"], None])

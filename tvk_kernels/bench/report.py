@@ -233,6 +233,9 @@ def ablations(r, matmul_result=None) -> list[str]:
         out.append(f"Eager vs compiled (torchvk.compile, fused and replayed): {e['compiled']:.2f} ms per step vs "
                    f"{e['eager']:.2f} ms eager: **{speed:.2f}x** (target 2x at batch 64: "
                    f"**{'yes' if speed >= 2 else 'not yet'}**).")
+        if "torch_compile" in e:
+            out.append(f"The same step through torch.compile(backend='tvk') (Dynamo in front of the same compiled "
+                       f"path): {e['torch_compile']:.2f} ms ({e['eager'] / e['torch_compile']:.2f}x eager).")
         b = res.get("compiled_step_breakdown")
         if b:
             gpu = f", GPU kernel time {b['gpu_kernels_ms']:.2f} ms" if b.get("gpu_kernels_ms") else ""
