@@ -179,6 +179,8 @@ def _training_step_ms(device, blocking: bool, fused: bool, steps: int, batch: in
         if compiled == "torchvk":
             loss_of = torchvk.compile(model, loss_fn=F.cross_entropy)
         elif compiled == "torch":
+            from torchvk.compile import backend  # noqa: F401  registers "tvk" (a checkout has no entry point)
+
             torch._dynamo.reset()
             loss_of = torch.compile(lambda x, y: F.cross_entropy(model(x), y), backend="tvk")
         else:
