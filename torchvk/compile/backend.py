@@ -111,14 +111,23 @@ def tvk_backend(gm, example_inputs, options: dict | None = None, mode: str | Non
     return graph
 
 
+USER_CODE = {"experiments", "demo"}  # written as a user would write it: Dynamo traces it
+
+
 def register():
-    """Register "tvk" with Dynamo and keep Dynamo out of TorchVK's own Python: an op on a
-    FakeTVKTensor is traced as one op, not through TorchVK's implementation of it."""
+    """Register "tvk" with Dynamo and keep Dynamo out of TorchVK's runtime (its optimizers, its
+    own compiled mode, the op implementations): it runs as a called function, not traced."""
     import torch._dynamo.trace_rules as rules
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
 
-    rules.add("torchvk")
+    import pkgutil
+
+    import torchvk
+
     rules.add("tvk_kernels")
+    for module in pkgutil.iter_modules(torchvk.__path__):
+        if module.name not in USER_CODE:
+            rules.add(f"torchvk.{module.name}")
     if "tvk" not in _BACKENDS:
         register_backend(tvk_backend, name="tvk")
 

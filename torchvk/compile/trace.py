@@ -12,6 +12,7 @@ import time
 
 import torch
 from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
+from torch._functorch import config as functorch_config
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -61,13 +62,16 @@ class CompiledGraphs:
         t0 = time.perf_counter()
         try:
             mode = FakeTensorMode()
-            self.fn = aot_module_simplified(self.functional, [fake_like(t, mode) if isinstance(t, torch.Tensor) else t for t in flat],
-                                            fw_compiler=self._compiler("forward"),
-                                            bw_compiler=self._compiler("backward"),
-                                            inference_compiler=self._compiler("inference"),
-                                            # the default partitioner recomputes dropout in the backward
-                                            # (a new mask); this one never recomputes random ops
-                                            partition_fn=min_cut_rematerialization_partition)
+            fakes = [fake_like(t, mode) if isinstance(t, torch.Tensor) else t for t in flat]
+            # no CSE pass: it changes nothing in our graphs and imports torch._inductor (~2 s cold)
+            with functorch_config.patch(cse=False):
+                self.fn = aot_module_simplified(self.functional, fakes,
+                                                fw_compiler=self._compiler("forward"),
+                                                bw_compiler=self._compiler("backward"),
+                                                inference_compiler=self._compiler("inference"),
+                                                # the default partitioner recomputes dropout in the backward
+                                                # (a new mask); this one never recomputes random ops
+                                                partition_fn=min_cut_rematerialization_partition)
         except GraphBreakError:
             raise
         except Exception as e:
