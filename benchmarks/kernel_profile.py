@@ -1,0 +1,99 @@
+"""Where the GPU time of one training step goes, per kernel, tvk vs torch CUDA (diagnostic).
+
+    python benchmarks/kernel_profile.py [--out DIR]
+For the MNIST CNN at batch 256 and the CIFAR CNN at batch 128 (the two compiled-mode steps
+still slower than torch CUDA eager): one eager tvk step under the stream's timestamp queries
+(the same kernels compiled mode replays, before fusion), summed by kernel label, and the same
+step on CUDA under torch.profiler, summed by kernel name. Writes kernel_profile.json to DIR.
+"""
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import torchvk
+from torchvk.experiments import models
+from torchvk.experiments.ablations import _spin_up
+from tvk_kernels import get_device
+from tvk_kernels.bench.common import environment
+
+WORKLOADS = [("cnn", 256, (1, 28, 28)), ("cifar_cnn", 128, (3, 32, 32))]
+
+
+def _step(model, opt, x, y):
+    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+def _setup(name, batch, shape, dev):
+    model = models.build(name).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9) if dev == "cuda" else \
+        torchvk.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, *shape, generator=g).to(dev)
+    y = torch.randint(0, 10, (batch,), generator=g).to(dev)
+    return model, opt, x, y
+
+
+def tvk_kernels_ms(device, name, batch, shape) -> dict:
+    model, opt, x, y = _setup(name, batch, shape, f"tvk:{device.index}")
+    for _ in range(3):
+        _step(model, opt, x, y)
+    torch.tvk.synchronize()
+    with device.stream.profiling() as records:
+        _step(model, opt, x, y)
+    per = defaultdict(float)
+    for label, seconds in records:
+        per[label] += seconds * 1e3
+    return dict(sorted(per.items(), key=lambda kv: -kv[1]))
+
+
+def cuda_kernels_ms(name, batch, shape) -> dict | None:
+    if not torch.cuda.is_available():
+        return None
+    model, opt, x, y = _setup(name, batch, shape, "cuda")
+    for _ in range(3):
+        _step(model, opt, x, y)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        _step(model, opt, x, y)
+        torch.cuda.synchronize()
+    per = defaultdict(float)
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per[e.name[:90]] += e.device_time / 1e3
+    return dict(sorted(per.items(), key=lambda kv: -kv[1]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    device = get_device(0)
+    if not device.stream.timestamps:
+        raise SystemExit(f"{device.facts.name} has no timestamp queries: cannot time kernels")
+    _spin_up(device)  # the H200 idles at a low clock (docs/design-notes.md 11)
+    result = {"experiment": "kernel_profile", "environment": environment(device), "workloads": []}
+    for name, batch, shape in WORKLOADS:
+        tvk = tvk_kernels_ms(device, name, batch, shape)
+        cuda = cuda_kernels_ms(name, batch, shape)
+        result["workloads"].append({"model": name, "batch": batch, "tvk_ms": tvk, "cuda_ms": cuda,
+                                    "tvk_total_ms": sum(tvk.values()),
+                                    "cuda_total_ms": sum(cuda.values()) if cuda else None})
+        print(f"== {name} batch {batch}: tvk kernels {sum(tvk.values()):.3f} ms"
+              + (f", CUDA kernels {sum(cuda.values()):.3f} ms" if cuda else ""))
+        for label, ms in list(tvk.items())[:14]:
+            print(f"  tvk  {ms:8.3f}  {label}")
+        for label, ms in list((cuda or {}).items())[:14]:
+            print(f"  cuda {ms:8.3f}  {label}")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "kernel_profile.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
