@@ -7,19 +7,17 @@ still slower than torch CUDA eager): one eager tvk step under the stream's times
 step on CUDA under torch.profiler, summed by kernel name. Writes kernel_profile.json to DIR.
 """
 import argparse
+import importlib.util
 import json
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-import torchvk
-from torchvk.experiments import models
-from torchvk.experiments.ablations import _spin_up
-from tvk_kernels import get_device
-from tvk_kernels.bench.common import environment
-
+MODELS_PY = Path(__file__).resolve().parents[1] / "torchvk" / "experiments" / "models.py"
 WORKLOADS = [("cnn", 256, (1, 28, 28)), ("cifar_cnn", 128, (3, 32, 32))]
 
 
@@ -30,9 +28,17 @@ def _step(model, opt, x, y):
 
 
 def _setup(name, batch, shape, dev):
+    # the models file alone: importing torchvk breaks CUDA backwards in the same process (README)
+    spec = importlib.util.spec_from_file_location("experiment_models", MODELS_PY)
+    models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(models)
     model = models.build(name).to(dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9) if dev == "cuda" else \
-        torchvk.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if dev == "cuda":
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    else:
+        import torchvk
+
+        opt = torchvk.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(batch, *shape, generator=g).to(dev)
     y = torch.randint(0, 10, (batch,), generator=g).to(dev)
@@ -53,6 +59,16 @@ def tvk_kernels_ms(device, name, batch, shape) -> dict:
 
 
 def cuda_kernels_ms(name, batch, shape) -> dict | None:
+    """In a subprocess without torchvk."""
+    proc = subprocess.run([sys.executable, __file__, "--cuda", json.dumps([name, batch, shape])],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(proc.stderr[-600:], file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _cuda_in_this_process(name, batch, shape) -> dict | None:
     if not torch.cuda.is_available():
         return None
     model, opt, x, y = _setup(name, batch, shape, "cuda")
@@ -72,15 +88,23 @@ def cuda_kernels_ms(name, batch, shape) -> dict | None:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cuda", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.cuda:
+        print(json.dumps(_cuda_in_this_process(*json.loads(args.cuda))))
+        return
+    from torchvk.experiments.ablations import _spin_up
+    from tvk_kernels import get_device
+    from tvk_kernels.bench.common import environment
+
     device = get_device(0)
     if not device.stream.timestamps:
         raise SystemExit(f"{device.facts.name} has no timestamp queries: cannot time kernels")
     _spin_up(device)  # the H200 idles at a low clock (docs/design-notes.md 11)
     result = {"experiment": "kernel_profile", "environment": environment(device), "workloads": []}
     for name, batch, shape in WORKLOADS:
-        tvk = tvk_kernels_ms(device, name, batch, shape)
         cuda = cuda_kernels_ms(name, batch, shape)
+        tvk = tvk_kernels_ms(device, name, batch, shape)
         result["workloads"].append({"model": name, "batch": batch, "tvk_ms": tvk, "cuda_ms": cuda,
                                     "tvk_total_ms": sum(tvk.values()),
                                     "cuda_total_ms": sum(cuda.values()) if cuda else None})
