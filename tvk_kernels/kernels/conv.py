@@ -17,6 +17,7 @@ import struct
 from functools import lru_cache
 
 from .launch import Family, family, grid_1d
+from .reduce import reduce
 from ..config import arch_family, search_space
 from ..errors import InvalidConfigError
 from ..tune.space import bucket_of, candidates as space_candidates, limits, violations, with_derived
@@ -335,9 +336,9 @@ def conv2d_backward_bias(device, grad_out_addr, grad_bias_addr, out_shape) -> tu
     n, oc, oh, ow = (int(v) for v in out_shape)
     if oc == 0:
         return (oc,)
-    fam = family(device, Conv2d)
-    _reduce(device, fam, _addr(grad_out_addr), _addr(grad_bias_addr), oc, n, oh * ow, oc * oh * ow, oh * ow,
-            fam.reduce_wg(), "conv2d_grad_bias")
+    # the reduce family splits a long reduction over many workgroups; one workgroup per channel
+    # (conv's own reduce) left the device mostly idle for few channels (13% of an MNIST CNN step)
+    reduce(device, "sum", _addr(grad_out_addr), _addr(grad_bias_addr), (n, oc, oh * ow), dims=(0, 2))
     return (oc,)
 
 
