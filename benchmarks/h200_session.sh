@@ -4,6 +4,7 @@
 #   K: tuning of conv2d, pool, norm, then kernel benchmarks vs cuDNN/torch CUDA (tvk-bench kernels)
 #   C: compiled-mode tests under the machine's torch   M: mnist, cifar10   L: low-vram, ablations (M + L = B)
 #   P: host-time profile of a compiled and an eager MNIST CNN step (printed only)
+#   N: tuning of norm into the shipped file (after a norm.comp change)   G: per-kernel GPU profile vs CUDA
 # Pass TVK_COMMIT from the checkout: the copy on the device may carry an older .git HEAD.
 # Usage there: TVK_COMMIT=<sha> bash benchmarks/h200_session.sh A B   (results land in $OUT/results.tgz
 # after every step, so a run cut short still returns what it finished)
@@ -26,6 +27,9 @@ for phase in "$@"; do
     P) step python3 benchmarks/step_profile.py --batch 64 --steps 50; step python3 benchmarks/step_profile.py --batch 64 --steps 30 --eager ;;
     Q) step python3 -m tvk_kernels.bench.cli ablations --out $R --no-progress ;;
     L) for e in low-vram ablations; do step python3 -m tvk_kernels.bench.cli $e --out $R --no-progress; done ;;
+    N) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/
+       step python3 -m tvk_kernels.tune.cli --device 0 --ops norm --trials 20 --time-budget 90 --out $TVK_CONFIG_DIR --no-progress ;;
+    G) step python3 benchmarks/kernel_profile.py --out $R ;;
     K) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # new families merge into the shipped file
        step python3 -m tvk_kernels.tune.cli --device 0 --ops conv2d,pool,norm --trials 20 --time-budget 240 --out $TVK_CONFIG_DIR --no-progress
        step python3 -m tvk_kernels.bench.cli kernels --out $R --no-progress ;;

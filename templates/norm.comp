@@ -13,6 +13,17 @@
 //   3 BN forward: training (per-channel batch stats, running stats updated in place,
 //     running_var with the unbiased var) or eval (flags & 1: stats from running mean/var)
 //   4 BN backward: grad weight/bias per channel, dx for training or eval (flags & 1)
+// Split batch norm, for few channels with many elements each (one workgroup per channel
+// would leave the device idle): a channel's n elements are cut into p.nsplit chunks of
+// p.chunk; scratch = coefs [C, 4] then partials [nsplit, C, 2].
+//   5 BN forward partials: workgroup (c, z = chunk), T = WG: chunk mean and M2 (sum of
+//     squared deviations from the chunk mean; two passes, for stability)
+//   6 BN backward partials: sum g, sum g * (x - mean) per chunk
+//   7 BN combine, one thread per channel: forward (Chan's formula over the chunks; saved
+//     and running stats as PHASE 3; eval: running stats) or backward (flags & 2; grad
+//     weight/bias as PHASE 4); writes the per-channel coefficients of PHASE 8
+//   8 BN apply, elementwise over all C * n elements: forward y = x * c0 + c1, backward
+//     dx = c0 * (g - c1 - (x - c2) * c3) (flags & 2; eval: dx = c0 * g)
 // Optional buffers have address 0 (weight, bias, stats outputs, grads).
 // Tunables: local size (spec constant 0, = WG), ITEMS (unrolled loads), SUBGROUP.
 #extension GL_EXT_buffer_reference : require
@@ -52,6 +63,7 @@ layout(push_constant) uniform Params {
     uvec2 rstd;  // saved 1/sqrt(var + eps) (BN eval: running var)
     uvec2 aux0;  // BN fwd: running mean; grad weight (partials for PHASE 2)
     uvec2 aux1;  // BN fwd: running var;  grad bias
+    uvec2 scratch;  // split BN (PHASE 5-8): coefs [C, 4], then partials [nsplit, C, 2]
     uint rows;   // LN rows / BN channels
     uint n;      // elements per row
     uint inner;  // BN: elements per (sample, channel); PHASE 2: rows per chunk
@@ -61,6 +73,8 @@ layout(push_constant) uniform Params {
     float unbias;  // M / (M - 1) for the running var
     uint flags;    // 1: BN eval (statistics from the running buffers)
     uint tlog;     // log2(threads per row)
+    uint chunk;    // split BN: elements of a channel per chunk
+    uint nsplit;   // split BN: chunks per channel
 } p;
 
 const uint WG = gl_WorkGroupSize.x;
@@ -116,6 +130,26 @@ float seg_sum(float v, uint l, uint t, uint ol) {
 #define OFFSET(row, k) (((k) / p.inner) * p.ostride + (row) * p.inner + (k) % p.inner)
 #endif
 
+// advance (q, r), r < p.inner, by dq * p.inner + dr without a division
+#define STEP_QR(q, r, dq, dr) { r += dr; q += dq; if (r >= p.inner) { r -= p.inner; q += 1u; } }
+
+// split BN: BODY for each element of this thread's share of chunk [k0, k1) of channel c;
+// k = q * inner + r walks by WG without per-element division; `off` is the offset
+#define FOR_CHUNK(BODY)                                              \
+    {                                                                \
+        uint q = (k0 + t) / p.inner, r = (k0 + t) % p.inner;         \
+        const uint dq = WG / p.inner, dr = WG % p.inner;             \
+        for (uint kb = k0 + t; kb < k1; kb += WG * ITEMS) {          \
+            [[unroll]] for (uint i_ = 0; i_ < ITEMS; ++i_) {          \
+                if (kb + i_ * WG < k1) {                             \
+                    const uint off = q * p.ostride + c * p.inner + r; \
+                    BODY                                             \
+                }                                                    \
+                STEP_QR(q, r, dq, dr)                                \
+            }                                                        \
+        }                                                            \
+    }
+
 // BODY runs for each element k of this thread's share of the row; `off` is its offset
 #define FOR_ROW(BODY)                                                \
     if (live) {                                                      \
@@ -143,7 +177,110 @@ void main() {
     const bool has_w = HAS(p.w), has_b = HAS(p.b), has_y = HAS(p.y);
     const float inv_n = 1.0 / float(p.n);
 
-#if PHASE == 2
+#if PHASE == 5 || PHASE == 6
+    // ------------------------------------------------ split BN: partials of one chunk
+    const uint c = gl_WorkGroupID.x, z = gl_WorkGroupID.z;
+    const uint k0 = z * p.chunk, k1 = min(k0 + p.chunk, p.n);
+    float a = 0.0, b = 0.0;
+#if PHASE == 5
+    FOR_CHUNK(a += X.v[off];)
+    a = seg_sum(a, l, t, ol) / float(k1 - k0);  // chunk mean
+    FOR_CHUNK(float d = X.v[off] - a; b += d * d;)
+#else
+    const float mu = FBuf(p.mean).v[c];
+    FOR_CHUNK(float gv = Gr.v[off]; a += gv; b += gv * (X.v[off] - mu);)
+    a = seg_sum(a, l, t, ol);
+#endif
+    b = seg_sum(b, l, t, ol);
+    if (t == 0) {
+        FBuf P = FBuf(p.scratch);
+        const uint dst = 4u * p.rows + 2u * (z * p.rows + c);
+        P.v[dst] = a;
+        P.v[dst + 1u] = b;
+    }
+#elif PHASE == 7
+    // ------------------------------------------------ split BN: combine, per channel
+    const uint c = group * WG + l;
+    if (c < p.rows) {
+        FBuf P = FBuf(p.scratch);
+        const bool eval_ = (p.flags & 1u) != 0u;
+        const float wv = has_w ? W.v[c] : 1.0;
+        float mu, rs;
+        float a = 0.0, b = 0.0;  // forward: mean, M2 so far; backward: sum g, sum g * (x - mean)
+        if ((p.flags & 2u) == 0u) {
+            if (eval_) {
+                mu = FBuf(p.mean).v[c];
+                rs = inversesqrt(FBuf(p.rstd).v[c] + p.eps);
+            } else {
+                float na = 0.0;
+                for (uint s = 0; s < p.nsplit; ++s) {  // Chan et al.: merge (na, a, b) with chunk s
+                    const uint src = 4u * p.rows + 2u * (s * p.rows + c);
+                    const float nb = float(min(p.chunk, p.n - s * p.chunk)), nn = na + nb;
+                    const float d = P.v[src] - a;
+                    a += d * (nb / nn);
+                    b += P.v[src + 1u] + d * d * (na * nb / nn);
+                    na = nn;
+                }
+                mu = a;
+                const float var = b * inv_n;
+                rs = inversesqrt(var + p.eps);
+                if (HAS(p.mean)) FBuf(p.mean).v[c] = mu;
+                if (HAS(p.rstd)) FBuf(p.rstd).v[c] = rs;
+                if (HAS(p.aux0)) {
+                    FBuf rm = FBuf(p.aux0);
+                    rm.v[c] = (1.0 - p.momentum) * rm.v[c] + p.momentum * mu;
+                }
+                if (HAS(p.aux1)) {
+                    FBuf rv = FBuf(p.aux1);
+                    rv.v[c] = (1.0 - p.momentum) * rv.v[c] + p.momentum * var * p.unbias;
+                }
+            }
+            const float bv = has_b ? B.v[c] : 0.0;
+            P.v[4u * c] = rs * wv;
+            P.v[4u * c + 1u] = bv - mu * rs * wv;
+        } else {
+            mu = FBuf(p.mean).v[c];
+            rs = FBuf(p.rstd).v[c];
+            if (eval_) rs = inversesqrt(rs + p.eps);
+            for (uint s = 0; s < p.nsplit; ++s) {
+                const uint src = 4u * p.rows + 2u * (s * p.rows + c);
+                a += P.v[src];
+                b += P.v[src + 1u];
+            }
+            b *= rs;  // sum g * xhat
+            if (HAS(p.aux0)) FBuf(p.aux0).v[c] = b;
+            if (HAS(p.aux1)) FBuf(p.aux1).v[c] = a;
+            P.v[4u * c] = wv * rs;
+            P.v[4u * c + 1u] = eval_ ? 0.0 : a * inv_n;
+            P.v[4u * c + 2u] = mu;
+            P.v[4u * c + 3u] = eval_ ? 0.0 : b * inv_n * rs;
+        }
+    }
+#elif PHASE == 8
+    // ------------------------------------------------ split BN: apply, elementwise
+    // each workgroup covers WG * ITEMS contiguous elements; the channel of each is tracked
+    // by stepping (channel, r) instead of dividing per element
+    FBuf P = FBuf(p.scratch);
+    const uint total = p.rows * p.n, e0 = group * (WG * ITEMS) + l;
+    uint c = (e0 / p.inner) % p.rows, r = e0 % p.inner;
+    const uint dq = (WG / p.inner) % p.rows, dr = WG % p.inner;
+    const bool bwd = (p.flags & 2u) != 0u, eval_ = (p.flags & 1u) != 0u;
+    [[unroll]] for (uint i_ = 0; i_ < ITEMS; ++i_) {
+        const uint off = e0 + i_ * WG;
+        if (off < total) {
+            const float c0 = P.v[4u * c], c1 = P.v[4u * c + 1u];
+            if (!bwd) {
+                Y.v[off] = X.v[off] * c0 + c1;
+            } else if (eval_) {
+                Y.v[off] = Gr.v[off] * c0;
+            } else {
+                Y.v[off] = c0 * (Gr.v[off] - c1 - (X.v[off] - P.v[4u * c + 2u]) * P.v[4u * c + 3u]);
+            }
+        }
+        STEP_QR(c, r, dq, dr)
+        if (c >= p.rows) c -= p.rows;
+    }
+#elif PHASE == 2
     // ------------------------------------------------ LN grad weight / bias, column sums
     const uint col = row;
     const bool live = col < p.n;

@@ -140,3 +140,68 @@ def test_batch_norm_errors(device):
         norm.batch_norm(device, buf.address, buf.address, (8,))
     with pytest.raises(ValueError):
         norm.layer_norm(device, buf.address, buf.address, (2, 4), 3)
+
+
+# Split batch norm (few channels, many elements each): chunk partials, per-channel combine,
+# elementwise apply. TARGET_GROUPS / SPLIT_ROWS (and a small WG) force it on small shapes.
+SPLIT = {"TARGET_GROUPS": 16, "SPLIT_ROWS": 64}
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("shape,params", [
+    ((8, 3, 40, 40), {}),                                   # tuned WG / ITEMS
+    ((4, 3, 13, 17), {"WG": 32, "ITEMS": 2}),               # chunks and WG not aligned to the planes
+    ((64, 2), {"WG": 8, "ITEMS": 2, "SPLIT_ROWS": 8}),      # (N, C): inner = 1
+    ((3, 5, 70), {"WG": 64, "ITEMS": 1}),                   # WG < inner, WG / inner = 0
+])
+def test_batch_norm_split(device, rng, shape, params, training):
+    prm = dict(SPLIT, **params)
+    assert norm._bn_chunks(norm._params(device, int(np.prod(shape)), prm), shape[1],
+                           int(np.prod(shape)) // shape[1]) is not None
+    batch_norm_case(device, rng, shape, training, prm)
+    batch_norm_case(device, rng, shape, training, prm, affine=False, momentum=0.3, eps=1e-3)
+
+
+@pytest.mark.parametrize("subgroup", [0, 1])
+def test_batch_norm_split_subgroup(device, rng, subgroup):
+    if subgroup and not device.facts.features["subgroup_arithmetic"]:
+        pytest.skip("no subgroup arithmetic")
+    batch_norm_case(device, rng, (8, 3, 13, 17), True, dict(SPLIT, WG=128, ITEMS=2, SUBGROUP=subgroup))
+
+
+def test_batch_norm_split_stats(device, rng):
+    """Large mean vs spread: the chunk M2 + Chan combine keeps the variance accurate."""
+    shape, c = (16, 2, 300), 2
+    x = (rng.standard_normal(shape) * 0.01 + 100.0).astype(np.float32)
+    xb = up(device, x)
+    alloc = device.allocator.alloc
+    yb, mb, ib = alloc(x.nbytes), alloc(4 * c), alloc(4 * c)
+    norm.batch_norm(device, xb.address, yb.address, shape, save_mean_addr=mb.address, save_invstd_addr=ib.address,
+                    params=SPLIT)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(device.download(ib, np.float32, (c,)), 1 / np.sqrt(x64.var((0, 2)) + 1e-5), rtol=1e-4)
+    np.testing.assert_allclose(device.download(mb, np.float32, (c,)), x64.mean((0, 2)), rtol=1e-6)
+
+
+def test_batch_norm_split_partial_outputs(device, rng):
+    """Backward with only some outputs; forward without saved stats or running buffers."""
+    shape, c = (8, 3, 40, 40), 3
+    x = rng.standard_normal(shape).astype(np.float32)
+    g = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal(c).astype(np.float32)
+    tx, tw = torch.from_numpy(x).double().requires_grad_(), torch.from_numpy(w).double().requires_grad_()
+    ref = F.batch_norm(tx, None, None, tw, None, True)
+    ref.backward(torch.from_numpy(g).double())
+    xb, gb, wb = up(device, x), up(device, g), up(device, w)
+    alloc = device.allocator.alloc
+    yb, mb, ib, dwb, dxb = alloc(x.nbytes), alloc(4 * c), alloc(4 * c), alloc(4 * c), alloc(x.nbytes)
+    norm.batch_norm(device, xb.address, yb.address, shape, wb.address, params=SPLIT)
+    close(device.download(yb, np.float32, shape), ref.detach().numpy())
+    norm.batch_norm(device, xb.address, 0, shape, save_mean_addr=mb.address, save_invstd_addr=ib.address,
+                    params=SPLIT)
+    norm.batch_norm_backward(device, gb.address, xb.address, shape, mb.address, ib.address, wb.address,
+                             grad_weight_addr=dwb.address, params=SPLIT)
+    close(device.download(dwb, np.float32, (c,)), tw.grad.numpy())
+    norm.batch_norm_backward(device, gb.address, xb.address, shape, mb.address, ib.address, wb.address,
+                             grad_in_addr=dxb.address, params=SPLIT)
+    close(device.download(dxb, np.float32, shape), tx.grad.numpy())

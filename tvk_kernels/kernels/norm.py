@@ -25,6 +25,10 @@ Batch norm over (N, C, *) (channels on dim 1; (N, C) for 1-d), like torch.nn.fun
                         training=True, running_mean_addr=0, running_var_addr=0, eps=1e-5, params=None)
         training: uses the saved batch statistics (the gradient flows through them, like autograd);
         eval: uses the running statistics (grad_in = grad * weight / sqrt(running_var + eps)).
+    Both run one workgroup per channel, or, when that would be fewer than TARGET_GROUPS
+    workgroups, in split form: per-chunk partial sums (chunks of at least
+    max(SPLIT_ROWS, WG * ITEMS) elements of a channel), a per-channel combine, and an
+    elementwise pass over all elements.
 """
 from __future__ import annotations
 
@@ -33,9 +37,10 @@ import struct
 from .launch import Family, family, grid_1d
 from .reduce import _pow2ceil, _prod, reduce, resolve_params, use_subgroups
 
-_PUSH = struct.Struct("<9Q4I3fII")
+_PUSH = struct.Struct("<10Q4I3f4I")
+_ADDRS = ("x", "y", "g", "w", "b", "mean", "rstd", "aux0", "aux1", "scratch")
 SMALL = 1 << 16
-LN_FWD, LN_BWD, LN_GWB, BN_FWD, BN_BWD = range(5)
+LN_FWD, LN_BWD, LN_GWB, BN_FWD, BN_BWD, BN_PART_FWD, BN_PART_BWD, BN_COMBINE, BN_APPLY = range(9)
 
 
 class Norm(Family):
@@ -44,6 +49,12 @@ class Norm(Family):
 
     def build(self, defines: dict, wg: int):
         return self.workgroup_variant(defines, wg, _PUSH.size, shared_bytes=4 * wg)
+
+
+def _pack(addrs: dict, rows, n, inner=1, ostride=0, eps=0.0, momentum=0.0, unbias=1.0, flags=0, tlog=0, chunk=0,
+          nsplit=0) -> bytes:
+    return _PUSH.pack(*(int(addrs.get(k) or 0) for k in _ADDRS), rows, n, inner, ostride, eps, momentum, unbias, flags,
+                      tlog, chunk, nsplit)
 
 
 def _params(device, total: int, params):
@@ -58,10 +69,7 @@ def _row_launch(device, phase, prm, rows, n, addrs, inner=1, ostride=0, eps=0.0,
     defines = {"PHASE": phase, "ITEMS": items, "SUBGROUP": int(use_subgroups(device, prm, t))}
     pipe = family(device, Norm).build(defines, wg)
     groups = grid_1d(-(-rows // (wg // t)), device.facts.max_workgroup_count[0])
-    a = {k: 0 for k in ("x", "y", "g", "w", "b", "mean", "rstd", "aux0", "aux1")}
-    a.update({k: int(v or 0) for k, v in addrs.items()})
-    push = _PUSH.pack(a["x"], a["y"], a["g"], a["w"], a["b"], a["mean"], a["rstd"], a["aux0"], a["aux1"],
-                      rows, n, inner, ostride, eps, momentum, unbias, flags, t.bit_length() - 1)
+    push = _pack(addrs, rows, n, inner, ostride, eps, momentum, unbias, flags, t.bit_length() - 1)
     device.stream.dispatch(pipe, groups, push, label)
 
 
@@ -116,8 +124,8 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
     else:
         parts = [device.allocator.alloc(4 * nsplit * n) if a else None for a in (grad_weight_addr, grad_bias_addr)]
         aux0, aux1 = (p.address if p is not None else 0 for p in parts)
-    push = _PUSH.pack(x_addr, 0, grad_addr, 0, 0, mean_addr, rstd_addr, aux0, aux1, rows, n, chunk, 0,
-                      0.0, 0.0, 1.0, 0, t.bit_length() - 1)
+    push = _pack(dict(x=x_addr, g=grad_addr, mean=mean_addr, rstd=rstd_addr, aux0=aux0, aux1=aux1), rows, n, chunk,
+                 tlog=t.bit_length() - 1)
     device.stream.dispatch(pipe, (gx, gy, nsplit), push, "layer_norm_backward.params")
     for part, dst in zip(parts, (grad_weight_addr, grad_bias_addr)):
         if part is not None:
@@ -131,6 +139,39 @@ def _split_bn(shape):
         raise ValueError(f"batch_norm expects (N, C, *) input, got shape {shape}")
     c, inner = shape[1], _prod(shape[2:])
     return shape[0], c, inner
+
+
+def _bn_chunks(prm, c: int, m: int):
+    """(nsplit, chunk) when one workgroup per channel would be fewer than TARGET_GROUPS
+    workgroups and a channel has room for 2+ chunks of max(SPLIT_ROWS, WG * ITEMS) elements; else None."""
+    wg, items = int(prm["WG"]), int(prm["ITEMS"])
+    groups = -(-c // (wg // min(wg, _pow2ceil(-(-m // items)))))  # what _row_launch would run
+    target, min_chunk = int(prm.get("TARGET_GROUPS", 1)), max(int(prm.get("SPLIT_ROWS", 1 << 30)), wg * items)
+    if groups >= target or m < 2 * min_chunk:
+        return None
+    chunk = -(-m // min(-(-target // c), m // min_chunk, 65535))
+    return -(-m // chunk), chunk
+
+
+def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, **scalars):
+    """Split batch norm: chunk partials (PHASE `partials`; none when split is None), the
+    per-channel combine, then the elementwise apply when there is an output (addrs['y'])."""
+    wg, items = int(prm["WG"]), int(prm["ITEMS"])
+    nsplit, chunk = split or (0, 0)
+    scratch = device.allocator.alloc(4 * c * (4 + 2 * nsplit))  # coefs [C, 4], partials [nsplit, C, 2]
+    push = _pack(dict(addrs, scratch=scratch.address), c, m, inner, c * inner, tlog=wg.bit_length() - 1, chunk=chunk,
+                 nsplit=nsplit, **scalars)
+    fam, max_x = family(device, Norm), device.facts.max_workgroup_count[0]
+    if nsplit:
+        sub = int(use_subgroups(device, prm, wg))
+        pipe = fam.build({"PHASE": partials, "ITEMS": items, "SUBGROUP": sub}, wg)
+        device.stream.dispatch(pipe, (c, 1, nsplit), push, label + ".partials")
+    pipe = fam.build({"PHASE": BN_COMBINE, "ITEMS": 1, "SUBGROUP": 0}, wg)
+    device.stream.dispatch(pipe, grid_1d(-(-c // wg), max_x), push, label + ".combine")
+    if addrs.get("y"):
+        pipe = fam.build({"PHASE": BN_APPLY, "ITEMS": items, "SUBGROUP": 0}, wg)
+        device.stream.dispatch(pipe, grid_1d(-(-c * m // (wg * items)), max_x), push, label + ".apply")
+    device.stream.keep_alive(scratch)
 
 
 def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bias_addr: int = 0,
@@ -155,8 +196,14 @@ def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bi
             raise ValueError("batch_norm: eval mode needs running_mean and running_var")
         addrs.update(mean=running_mean_addr, rstd=running_var_addr)
         flags, unbias = 1, 1.0
+    momentum = 0.0 if momentum is None else momentum
+    split = _bn_chunks(prm, c, m)
+    if split:  # eval needs no partials: the combine reads the running stats
+        _bn_split(device, prm, c, m, inner, addrs, split if training else None, BN_PART_FWD, "batch_norm", eps=eps,
+                  momentum=momentum, unbias=unbias, flags=flags)
+        return
     _row_launch(device, BN_FWD, prm, c, m, addrs, inner=inner, ostride=c * inner, eps=eps,
-                momentum=0.0 if momentum is None else momentum, unbias=unbias, flags=flags, label="batch_norm")
+                momentum=momentum, unbias=unbias, flags=flags, label="batch_norm")
 
 
 def batch_norm_backward(device, grad_addr: int, x_addr: int, shape, save_mean_addr: int = 0,
@@ -179,6 +226,12 @@ def batch_norm_backward(device, grad_addr: int, x_addr: int, shape, save_mean_ad
         addrs = dict(mean=running_mean_addr, rstd=running_var_addr)
         flags = 1
     addrs.update(x=x_addr, g=grad_addr, w=weight_addr, y=grad_in_addr, aux0=grad_weight_addr, aux1=grad_bias_addr)
+    split = _bn_chunks(prm, c, m)
+    if split:  # eval: the sums only feed grad weight / bias
+        sums = grad_weight_addr or grad_bias_addr or (training and grad_in_addr)
+        _bn_split(device, prm, c, m, inner, addrs, split if sums else None, BN_PART_BWD, "batch_norm_backward",
+                  eps=eps, flags=flags | 2)
+        return
     _row_launch(device, BN_BWD, prm, c, m, addrs, inner=inner, ostride=c * inner, eps=eps, flags=flags,
                 label="batch_norm_backward")
 
