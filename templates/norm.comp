@@ -45,6 +45,12 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef ITEMS
 #define ITEMS 1
 #endif
+// RELU 1: batch norm forward (PHASE 3, 8) writes relu(y) (compiled mode's bn + relu fusion)
+#if defined(RELU) && RELU
+#define ACT(v) ((v) < 0.0 ? 0.0 : (v))
+#else
+#define ACT(v) (v)
+#endif
 #if PHASE == 2
 #define COLS 1
 #else
@@ -270,7 +276,7 @@ void main() {
         if (off < total) {
             const float c0 = P.v[4u * c], c1 = P.v[4u * c + 1u];
             if (!bwd) {
-                Y.v[off] = X.v[off] * c0 + c1;
+                Y.v[off] = ACT(X.v[off] * c0 + c1);
             } else if (eval_) {
                 Y.v[off] = Gr.v[off] * c0;
             } else {
@@ -376,7 +382,7 @@ void main() {
     const float wv = (live && has_w) ? W.v[row] : 1.0;
     const float bv = (live && has_b) ? B.v[row] : 0.0;
     const float scale = rs * wv, shift = bv - mu * rs * wv;
-    FOR_ROW(Y.v[off] = X.v[off] * scale + shift;)
+    FOR_ROW(Y.v[off] = ACT(X.v[off] * scale + shift);)
 #elif PHASE == 4
     // ------------------------------------------------------------ BN backward
     const bool eval_ = (p.flags & 1u) != 0u;

@@ -92,7 +92,7 @@ def test_four_inputs_split_into_legal_groups():
 
     gm, stats, n_plain, n_fused = check(fn, r(2, 6), r(2, 6), r(2, 6), r(2, 6))
     # the best legal split: add alone, then one group of the other five ops over (add, y, z)
-    assert stats == {"fused_groups": 1, "fused_ops": 5, "epilogues": 0}
+    assert stats == {"fused_groups": 1, "fused_ops": 5, "epilogues": 0, "bn_relu": 0}
     assert (n_plain, n_fused) == (6, 2)
 
 
@@ -193,7 +193,7 @@ def test_int64_chain_is_left_alone():
 
     x, y = torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (3, 4))
     gm, stats = fuse(make_fx(fn)(x, y))
-    assert stats == {"fused_groups": 0, "fused_ops": 0, "epilogues": 0}
+    assert stats == {"fused_groups": 0, "fused_ops": 0, "epilogues": 0, "bn_relu": 0}
     assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == \
         [aten.mul.Tensor, aten.add.Tensor, aten.relu.default, aten.sub.Tensor]
     (out,) = [interpret(gm, x.to("tvk"), y.to("tvk"))]
@@ -254,3 +254,60 @@ def test_epilogue_with_a_strided_bias_runs_unfused():
     fn = MatmulEpilogue("relu", 0.5, aten.relu.default, {})
     got = fn(b.to("tvk")[::2], x.to("tvk"), w.to("tvk"))
     torch.testing.assert_close(got.cpu(), torch.relu(torch.addmm(b[::2], x, w, alpha=0.5)), atol=1e-5, rtol=1e-4)
+
+
+def _conv_bn_relu_cnn():
+    import torch.nn as nn
+
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                         nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                         nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+
+
+def test_batch_norm_relu_training_and_eval():
+    """Conv-BN-ReLU trained with bn+relu fused, unfused and eager: same losses, grads and running
+    stats; the forward has one kernel per bn+relu pair instead of two; eval graphs fuse too."""
+    import copy
+
+    import torchvk
+
+    torch.manual_seed(0)
+    eager = _conv_bn_relu_cnn().to("tvk")
+    models = {"eager": eager, "fused": copy.deepcopy(eager), "plain": copy.deepcopy(eager)}
+    runs = {"eager": eager, "fused": torchvk.compile(models["fused"]),
+            "plain": torchvk.compile(models["plain"], fuse=False)}
+    opts = {k: torch.optim.SGD(m.parameters(), lr=0.1) for k, m in models.items()}
+    g = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(2, 3, 6, 6, generator=g), torch.randint(0, 5, (2,), generator=g)) for _ in range(3)]
+    losses = {k: [] for k in models}
+    for x, y in batches:
+        for k in models:
+            opts[k].zero_grad(set_to_none=True)
+            loss = F.cross_entropy(runs[k](x.to("tvk")), y.to("tvk"))
+            loss.backward()
+            losses[k].append(loss.item())
+            if k != "eager":
+                for (name, p), q in zip(models[k].named_parameters(), eager.parameters()):
+                    torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), atol=1e-5, rtol=1e-4, msg=name)
+            opts[k].step()
+    for k in ("fused", "plain"):
+        assert losses[k] == pytest.approx(losses["eager"], rel=1e-5, abs=1e-6)
+        for bn in (1, 4):
+            for buf in ("running_mean", "running_var"):
+                torch.testing.assert_close(getattr(models[k][bn], buf).cpu(), getattr(eager[bn], buf).cpu(),
+                                           atol=1e-5, rtol=1e-4)
+    (fused,), (plain,) = runs["fused"].compile_stats(), runs["plain"].compile_stats()
+    assert fused["forward"]["fusion"]["bn_relu"] == 2
+    assert fused["forward"]["kernels"] == plain["forward"]["kernels"] - 2, (fused, plain)
+    # eval: _native_batch_norm_legit_no_training + relu fuse the same way (run twice: kernels are
+    # counted by the replay recording)
+    x = batches[0][0].to("tvk")
+    for m in models.values():
+        m.eval()
+    with torch.no_grad():
+        outs = {k: [runs[k](x).cpu() for _ in range(2)][-1] for k in models}
+    torch.testing.assert_close(outs["fused"], outs["eager"], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(outs["plain"], outs["eager"], atol=1e-5, rtol=1e-4)
+    stats = runs["fused"].compile_stats()[-1]
+    assert stats["inference"]["fusion"]["bn_relu"] == 2
+    assert stats["inference"]["kernels"] == runs["plain"].compile_stats()[-1]["inference"]["kernels"] - 2

@@ -205,3 +205,32 @@ def test_batch_norm_split_partial_outputs(device, rng):
     norm.batch_norm_backward(device, gb.address, xb.address, shape, mb.address, ib.address, wb.address,
                              grad_in_addr=dxb.address, params=SPLIT)
     close(device.download(dxb, np.float32, shape), tx.grad.numpy())
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("shape,params", [((4, 3, 5, 5), None), ((8, 3, 40, 40), SPLIT), ((4, 3, 13, 17), dict(SPLIT, WG=32, ITEMS=2))])
+def test_batch_norm_relu(device, rng, shape, params, training):
+    """relu=True (compiled mode's bn + relu fusion) writes relu(batch_norm(x)), same stats, one path or split."""
+    c = shape[1]
+    prm = norm._params(device, int(np.prod(shape)), params)
+    assert (norm._bn_chunks(prm, c, int(np.prod(shape)) // c) is not None) == (params is not None)
+    x = (2 * rng.standard_normal(shape) + 0.5).astype(np.float32)
+    w, b = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    rm, rv = rng.standard_normal(c).astype(np.float32), (rng.random(c) + 0.5).astype(np.float32)
+    trm, trv = torch.from_numpy(rm).double(), torch.from_numpy(rv).double()
+    ref = torch.relu(F.batch_norm(torch.from_numpy(x).double(), trm, trv, torch.from_numpy(w).double(),
+                                  torch.from_numpy(b).double(), training, 0.1, 1e-5))
+    assert (ref == 0).any() and (ref > 0).any()
+    xb, wb, bb, rmb, rvb = (up(device, a) for a in (x, w, b, rm, rv))
+    alloc = device.allocator.alloc
+    yb, mb, ib = alloc(x.nbytes), alloc(4 * c), alloc(4 * c)
+    norm.batch_norm(device, xb.address, yb.address, shape, wb.address, bb.address, rmb.address, rvb.address,
+                    training, 0.1, 1e-5, mb.address if training else 0, ib.address if training else 0,
+                    params=params, relu=True)
+    dl = device.download
+    close(dl(yb, np.float32, shape), ref.numpy())
+    close(dl(rmb, np.float32, (c,)), trm.numpy())
+    close(dl(rvb, np.float32, (c,)), trv.numpy())
+    if training:
+        axes = tuple(i for i in range(len(shape)) if i != 1)
+        close(dl(ib, np.float32, (c,)), 1 / np.sqrt(x.astype(np.float64).var(axes) + 1e-5))

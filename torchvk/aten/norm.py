@@ -51,7 +51,7 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
 
 
 # ------------------------------------------------------------------ batch norm
-def _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
+def _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps, relu=False):
     x = _f32(input)
     w, b = _f32(weight), _f32(bias)
     d = dev(input)
@@ -68,7 +68,7 @@ def _bn_forward(input, weight, bias, running_mean, running_var, training, moment
         save_invstd = new_tensor([0], torch.float32, d)
     _N.batch_norm(d, addr(x), addr(out), tuple(x.shape), _a(w), _a(b), _a(running_mean), _a(running_var),
                   bool(training), float(momentum), float(eps), _a(save_mean) if training else 0,
-                  _a(save_invstd) if training else 0)
+                  _a(save_invstd) if training else 0, relu=relu)
     return cast(out, input.dtype), save_mean, save_invstd
 
 
@@ -133,3 +133,24 @@ def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save
                         output_mask, reserve):
     return _bn_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps,
                         output_mask)
+
+
+# ------------------------------------------------------------------ batch norm + relu (compiled mode)
+# torchvk.compile.fusion.BN_RELU: these return what their aten op returns, with output 0 = relu(y)
+# written by the batch norm kernel itself.
+def batch_norm_relu(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """native_batch_norm / _native_batch_norm_legit (running stats updated in place)."""
+    return _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps, relu=True)
+
+
+def batch_norm_relu_functional(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """_native_batch_norm_legit_functional: the updated running stats are new tensors (outputs 3, 4)."""
+    running_mean, running_var = running_mean.clone(), running_var.clone()
+    out, mean, invstd = _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps,
+                                    relu=True)
+    return out, mean, invstd, running_mean, running_var
+
+
+def batch_norm_relu_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
+    """_native_batch_norm_legit_no_training (eval / inference graphs)."""
+    return _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps, relu=True)

@@ -1,4 +1,5 @@
-"""Fusion pass over aten-level fx graphs: elementwise chains -> one kernel, act(addmm) -> one GEMM.
+"""Fusion pass over aten-level fx graphs: elementwise chains -> one kernel, act(addmm) -> one GEMM,
+relu(batch_norm) -> one batch norm kernel writing relu(y).
 
 `fuse(gm)` rewrites `gm.graph` in place and returns (gm, stats). A replaced group becomes one
 `call_function` node whose target is a plain callable (FusedElementwise / MatmulEpilogue)
@@ -227,10 +228,12 @@ class MatmulEpilogue:
 
 # ------------------------------------------------------------------ the pass
 def fuse(gm: fx.GraphModule) -> tuple[fx.GraphModule, dict]:
-    """Rewrite gm's graph in place (addmm epilogues first, then elementwise groups, roots taken
-    from the output backwards); returns (gm, {"fused_groups", "fused_ops", "epilogues"})."""
+    """Rewrite gm's graph in place (batch norm + relu and addmm epilogues first, then elementwise
+    groups, roots taken from the output backwards); returns (gm, {"fused_groups", "fused_ops",
+    "epilogues", "bn_relu"})."""
     graph = gm.graph
-    stats = {"fused_groups": 0, "fused_ops": 0, "epilogues": 0}
+    stats = {"fused_groups": 0, "fused_ops": 0, "epilogues": 0, "bn_relu": 0}
+    _bn_relu(graph, stats)
     nodes, _, clean_between = _order(graph)
     _epilogues(graph, nodes, clean_between, stats)
     nodes, index, clean_between = _order(graph)
@@ -335,3 +338,31 @@ def _epilogues(graph, nodes, clean_between, stats):
         graph.erase_node(act)
         graph.erase_node(mm)
         stats["epilogues"] += 1
+
+
+def _bn_relu_table():
+    from ..aten import norm as N
+
+    return {aten.native_batch_norm.default: N.batch_norm_relu,
+            aten._native_batch_norm_legit.default: N.batch_norm_relu,
+            aten._native_batch_norm_legit_functional.default: N.batch_norm_relu_functional,
+            aten._native_batch_norm_legit_no_training.default: N.batch_norm_relu_no_training}
+
+
+def _bn_relu(graph, stats):
+    """relu(getitem(bn, 0)), the relu the only user of output 0 -> bn's target writes relu(y) itself.
+    Exact: the backward reads the relu output (threshold_backward) and bn's input, weight and saved
+    mean / invstd, never bn's pre-relu output, which nothing else uses."""
+    table = _bn_relu_table()
+    for act in list(graph.nodes):
+        if act.op != "call_function" or act.target is not aten.relu.default or not isinstance(act.args[0], fx.Node):
+            continue
+        item = act.args[0]
+        bn = item.args[0] if item.op == "call_function" and item.target is operator.getitem else None
+        if (not isinstance(bn, fx.Node) or item.args[1] != 0 or len(item.users) != 1 or not _is_f32(item)
+                or bn.op != "call_function" or bn.target not in table):
+            continue
+        bn.target = table[bn.target]  # same args, same outputs
+        act.replace_all_uses_with(item)
+        graph.erase_node(act)
+        stats["bn_relu"] += 1

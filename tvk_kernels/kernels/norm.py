@@ -62,11 +62,11 @@ def _params(device, total: int, params):
 
 
 def _row_launch(device, phase, prm, rows, n, addrs, inner=1, ostride=0, eps=0.0, momentum=0.0, unbias=1.0, flags=0,
-                label="norm"):
-    """One row (LN row / BN channel) per T adjacent threads."""
+                label="norm", extra=None):
+    """One row (LN row / BN channel) per T adjacent threads; `extra`: more defines (RELU)."""
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     t = min(wg, _pow2ceil(-(-max(n, 1) // items)))
-    defines = {"PHASE": phase, "ITEMS": items, "SUBGROUP": int(use_subgroups(device, prm, t))}
+    defines = {"PHASE": phase, "ITEMS": items, "SUBGROUP": int(use_subgroups(device, prm, t)), **(extra or {})}
     pipe = family(device, Norm).build(defines, wg)
     groups = grid_1d(-(-rows // (wg // t)), device.facts.max_workgroup_count[0])
     push = _pack(addrs, rows, n, inner, ostride, eps, momentum, unbias, flags, t.bit_length() - 1)
@@ -153,9 +153,10 @@ def _bn_chunks(prm, c: int, m: int):
     return -(-m // chunk), chunk
 
 
-def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, **scalars):
+def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, extra=None, **scalars):
     """Split batch norm: chunk partials (PHASE `partials`; none when split is None), the
-    per-channel combine, then the elementwise apply when there is an output (addrs['y'])."""
+    per-channel combine, then the elementwise apply when there is an output (addrs['y']),
+    with the defines `extra` (RELU)."""
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     nsplit, chunk = split or (0, 0)
     scratch = device.allocator.alloc(4 * c * (4 + 2 * nsplit))  # coefs [C, 4], partials [nsplit, C, 2]
@@ -169,7 +170,7 @@ def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, **scalars
     pipe = fam.build({"PHASE": BN_COMBINE, "ITEMS": 1, "SUBGROUP": 0}, wg)
     device.stream.dispatch(pipe, grid_1d(-(-c // wg), max_x), push, label + ".combine")
     if addrs.get("y"):
-        pipe = fam.build({"PHASE": BN_APPLY, "ITEMS": items, "SUBGROUP": 0}, wg)
+        pipe = fam.build({"PHASE": BN_APPLY, "ITEMS": items, "SUBGROUP": 0, **(extra or {})}, wg)
         device.stream.dispatch(pipe, grid_1d(-(-c * m // (wg * items)), max_x), push, label + ".apply")
     device.stream.keep_alive(scratch)
 
@@ -177,8 +178,9 @@ def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, **scalars
 def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bias_addr: int = 0,
                running_mean_addr: int = 0, running_var_addr: int = 0, training: bool = True,
                momentum: float = 0.1, eps: float = 1e-5, save_mean_addr: int = 0, save_invstd_addr: int = 0,
-               params: dict | None = None):
-    """torch.nn.functional.batch_norm on (N, C, *) float32; see the module docstring."""
+               params: dict | None = None, relu: bool = False):
+    """torch.nn.functional.batch_norm on (N, C, *) float32; see the module docstring. relu: write
+    relu(y) instead of y (the statistics are those of y either way)."""
     n_, c, inner = _split_bn(shape)
     m = n_ * inner
     if c == 0 or m == 0:
@@ -197,13 +199,15 @@ def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bi
         addrs.update(mean=running_mean_addr, rstd=running_var_addr)
         flags, unbias = 1, 1.0
     momentum = 0.0 if momentum is None else momentum
+    extra = {"RELU": 1} if relu else None  # no define otherwise: the plain pipelines stay as they were
+    label = "batch_norm_relu" if relu else "batch_norm"
     split = _bn_chunks(prm, c, m)
     if split:  # eval needs no partials: the combine reads the running stats
-        _bn_split(device, prm, c, m, inner, addrs, split if training else None, BN_PART_FWD, "batch_norm", eps=eps,
-                  momentum=momentum, unbias=unbias, flags=flags)
+        _bn_split(device, prm, c, m, inner, addrs, split if training else None, BN_PART_FWD, label, extra=extra,
+                  eps=eps, momentum=momentum, unbias=unbias, flags=flags)
         return
     _row_launch(device, BN_FWD, prm, c, m, addrs, inner=inner, ostride=c * inner, eps=eps,
-                momentum=momentum, unbias=unbias, flags=flags, label="batch_norm")
+                momentum=momentum, unbias=unbias, flags=flags, label=label, extra=extra)
 
 
 def batch_norm_backward(device, grad_addr: int, x_addr: int, shape, save_mean_addr: int = 0,
