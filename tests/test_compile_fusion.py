@@ -92,7 +92,7 @@ def test_four_inputs_split_into_legal_groups():
 
     gm, stats, n_plain, n_fused = check(fn, r(2, 6), r(2, 6), r(2, 6), r(2, 6))
     # the best legal split: add alone, then one group of the other five ops over (add, y, z)
-    assert stats == {"fused_groups": 1, "fused_ops": 5, "epilogues": 0, "bn_relu": 0}
+    assert stats == {"fused_groups": 1, "fused_ops": 5, "epilogues": 0, "bn_relu": 0, "cross_entropy_backward": 0}
     assert (n_plain, n_fused) == (6, 2)
 
 
@@ -193,7 +193,7 @@ def test_int64_chain_is_left_alone():
 
     x, y = torch.randint(-5, 5, (3, 4)), torch.randint(-5, 5, (3, 4))
     gm, stats = fuse(make_fx(fn)(x, y))
-    assert stats == {"fused_groups": 0, "fused_ops": 0, "epilogues": 0, "bn_relu": 0}
+    assert stats == {"fused_groups": 0, "fused_ops": 0, "epilogues": 0, "bn_relu": 0, "cross_entropy_backward": 0}
     assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == \
         [aten.mul.Tensor, aten.add.Tensor, aten.relu.default, aten.sub.Tensor]
     (out,) = [interpret(gm, x.to("tvk"), y.to("tvk"))]
@@ -311,3 +311,52 @@ def test_batch_norm_relu_training_and_eval():
     stats = runs["fused"].compile_stats()[-1]
     assert stats["inference"]["fusion"]["bn_relu"] == 2
     assert stats["inference"]["kernels"] == runs["plain"].compile_stats()[-1]["inference"]["kernels"] - 2
+
+
+@pytest.mark.parametrize("reduction,weighted,ignore", [("mean", False, False), ("mean", True, True),
+                                                       ("sum", True, False), ("none", False, True)])
+def test_cross_entropy_backward_is_one_kernel(reduction, weighted, ignore):
+    """nll_loss_backward then log_softmax's backward, from make_fx of cross-entropy's gradient,
+    become one kernel and match torch CPU (class weights, ignored rows, every reduction)."""
+    g = torch.Generator().manual_seed(2)
+    logits, target = torch.randn(6, 5, generator=g), torch.randint(0, 5, (6,), generator=g)
+    if ignore:
+        target[1] = -100
+    weight = torch.rand(5, generator=g) + 0.5 if weighted else None
+
+    def grad_of_cross_entropy(x, t, w):
+        ls = torch.log_softmax(x, 1)
+        loss, total = aten.nll_loss_forward(ls, t, w, {"none": 0, "mean": 1, "sum": 2}[reduction], -100)
+        grad = torch.ones_like(loss)
+        g_nll = aten.nll_loss_backward(grad, ls, t, w, {"none": 0, "mean": 1, "sum": 2}[reduction], -100, total)
+        return aten._log_softmax_backward_data(g_nll, ls, 1, torch.float32)
+
+    args = (logits, target, weight if weighted else torch.ones(5))
+    gm, stats, n_plain, n_fused = check(grad_of_cross_entropy, *args)
+    assert stats["cross_entropy_backward"] == 1
+    assert n_fused < n_plain, (n_fused, n_plain)
+    x = logits.clone().requires_grad_(True)
+    F.cross_entropy(x, target, weight=args[2], reduction=reduction).backward(
+        torch.ones(6) if reduction == "none" else None)
+    got = gm(*[a.to("tvk") for a in args])
+    torch.testing.assert_close(got.cpu(), x.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_compiled_model_with_loss_fuses_its_cross_entropy_backward():
+    import copy
+
+    import torchvk
+
+    torch.manual_seed(0)
+    eager = _conv_bn_relu_cnn().to("tvk")
+    model = copy.deepcopy(eager)
+    run = torchvk.compile(model, loss_fn=F.cross_entropy)
+    x, y = torch.randn(3, 3, 6, 6).to("tvk"), torch.randint(0, 5, (3,)).to("tvk")
+    for _ in range(2):
+        for m in (eager, model):
+            m.zero_grad(set_to_none=True)
+        F.cross_entropy(eager(x), y).backward()
+        run(x, y).backward()
+        for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), atol=1e-5, rtol=1e-4, msg=name)
+    assert run.compile_stats()[0]["backward"]["fusion"]["cross_entropy_backward"] == 1

@@ -54,6 +54,21 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     return cast(gi.view(self.shape), self.dtype)
 
 
+def cross_entropy_backward_from_log_probs(grad_output, log_probs, target, weight, reduction, ignore_index,
+                                          total_weight):
+    """_log_softmax_backward_data(nll_loss_backward(grad_output, log_probs, ...), log_probs, 1) in one
+    kernel; nll_loss_backward's arguments. Compiled mode's fusion pass calls it (fusion.py)."""
+    x, t, w = _prep(log_probs, target, weight)
+    N, C = x.shape
+    g = contig_dtype(grad_output, torch.float32)
+    tw = contig_dtype(total_weight, torch.float32)
+    gi = new_tensor([N, C], torch.float32, dev(log_probs))
+    _L.cross_entropy_backward_from_log_probs(dev(log_probs), addr(g), addr(x), addr(t), addr(tw), addr(gi), N, C,
+                                             weight=addr(w) if w is not None else None, reduction=_RED[reduction],
+                                             ignore_index=ignore_index)
+    return cast(gi.view(log_probs.shape), log_probs.dtype)
+
+
 # composite losses from torch's decompositions (pointwise + reductions)
 register_decomposition(aten.mse_loss.default, aten.mse_loss_backward.default, aten.l1_loss.default,
                        aten.smooth_l1_loss.default, aten.smooth_l1_loss_backward.default, aten.huber_loss.default,

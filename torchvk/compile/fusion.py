@@ -1,5 +1,6 @@
 """Fusion pass over aten-level fx graphs: elementwise chains -> one kernel, act(addmm) -> one GEMM,
-relu(batch_norm) -> one batch norm kernel writing relu(y).
+relu(batch_norm) -> one batch norm kernel writing relu(y), and cross-entropy's backward
+(nll_loss_backward then log_softmax's backward) -> one kernel.
 
 `fuse(gm)` rewrites `gm.graph` in place and returns (gm, stats). A replaced group becomes one
 `call_function` node whose target is a plain callable (FusedElementwise / MatmulEpilogue)
@@ -230,10 +231,11 @@ class MatmulEpilogue:
 def fuse(gm: fx.GraphModule) -> tuple[fx.GraphModule, dict]:
     """Rewrite gm's graph in place (batch norm + relu and addmm epilogues first, then elementwise
     groups, roots taken from the output backwards); returns (gm, {"fused_groups", "fused_ops",
-    "epilogues", "bn_relu"})."""
+    "epilogues", "bn_relu", "cross_entropy_backward"})."""
     graph = gm.graph
-    stats = {"fused_groups": 0, "fused_ops": 0, "epilogues": 0, "bn_relu": 0}
+    stats = {"fused_groups": 0, "fused_ops": 0, "epilogues": 0, "bn_relu": 0, "cross_entropy_backward": 0}
     _bn_relu(graph, stats)
+    _cross_entropy_backward(graph, stats)
     nodes, _, clean_between = _order(graph)
     _epilogues(graph, nodes, clean_between, stats)
     nodes, index, clean_between = _order(graph)
@@ -366,3 +368,35 @@ def _bn_relu(graph, stats):
         act.replace_all_uses_with(item)
         graph.erase_node(act)
         stats["bn_relu"] += 1
+
+
+def _cross_entropy_backward(graph, stats):
+    """_log_softmax_backward_data(nll_loss_backward(g, ls, ...), ls, dim 1) on [N, C] float32, the
+    nll gradient used only there -> one kernel. Exact: the pair computes g * w[t] * (softmax - onehot)
+    scaled like the loss, which is the cross-entropy backward with softmax = exp(ls)."""
+    from ..aten.losses import cross_entropy_backward_from_log_probs
+
+    for sm in list(graph.nodes):
+        if sm.op != "call_function" or sm.target is not aten._log_softmax_backward_data.default:
+            continue
+        nll, ls, dim = sm.args[0], sm.args[1], sm.args[2]
+        if (not isinstance(nll, fx.Node) or nll.op != "call_function" or nll.target is not aten.nll_loss_backward.default
+                or _undetached(nll.args[1]) is not _undetached(ls) or len(nll.users) != 1 or not _is_f32(sm)):
+            continue
+        v = _val(ls)
+        if v is None or v.dim() != 2 or dim not in (1, -1):
+            continue
+        with graph.inserting_before(sm):
+            new = graph.call_function(cross_entropy_backward_from_log_probs, tuple(nll.args), dict(nll.kwargs))
+        new.meta["val"] = sm.meta["val"]
+        sm.replace_all_uses_with(new)
+        graph.erase_node(sm)
+        graph.erase_node(nll)
+        stats["cross_entropy_backward"] += 1
+
+
+def _undetached(n):
+    """The node under detach()/alias() views (AOTAutograd's backward detaches saved tensors)."""
+    while isinstance(n, fx.Node) and n.op == "call_function" and n.target in (aten.detach.default, aten.alias.default):
+        n = n.args[0]
+    return n

@@ -166,3 +166,19 @@ def cross_entropy_backward(device, grad_out, logits, target, saved, grad_input, 
     lse = _addr(saved)
     _elementwise_bwd(device, fam, params, explicit, MODE_CE_BWD, logits, target, weight, grad_out, grad_input, lse,
                      lse + 4 * N, N, C, ignore_index, label_smoothing, red, "cross_entropy_bwd")
+
+
+def cross_entropy_backward_from_log_probs(device, grad_out, log_probs, target, total_weight, grad_input, N: int,
+                                          C: int, *, weight=None, reduction: str = "mean", ignore_index: int = -100,
+                                          params: dict | None = None):
+    """grad_input [N, C] = d cross_entropy / d logits from the log-probabilities log_softmax gave:
+    what nll_loss_backward followed by log_softmax's backward compute, as one kernel (the
+    cross-entropy backward with every row's logsumexp 0: log-probabilities are normalized).
+    total_weight is nll_loss_forward's."""
+    red = _reduction(reduction)
+    fam, params, explicit = _setup(device, C, params)
+    zeros = device.allocator.alloc(4 * max(N, 1))
+    device.stream.fill(zeros, 0)
+    device.stream.keep_alive(zeros)
+    _elementwise_bwd(device, fam, params, explicit, MODE_CE_BWD, log_probs, target, weight, grad_out, grad_input,
+                     zeros.address, total_weight, N, C, ignore_index, 0.0, red, "cross_entropy_bwd")
