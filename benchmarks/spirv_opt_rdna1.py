@@ -90,9 +90,10 @@ def child() -> int:
 
 def run_setting(icd: str, opt: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="tvk-spirv-opt-") as cache:
-        env = dict(os.environ, RADV_FORCE_FAMILY="navi10", VK_ICD_FILENAMES=icd, VK_DRIVER_FILES=icd, TVK_DEVICE="0",
-                   TVK_SPIRV_OPT=str(opt), TVK_CACHE_DIR=cache, MESA_SHADER_CACHE_DISABLE="1", **{CHILD: "1"})
-        env.pop("TVK_VALIDATION", None)
+        from tvk_kernels.tune.rdna1 import null_navi10_env
+
+        env = null_navi10_env(icd, TVK_SPIRV_OPT=str(opt), TVK_CACHE_DIR=cache, MESA_SHADER_CACHE_DISABLE="1",
+                              **{CHILD: "1"})
         proc = subprocess.run([sys.executable, __file__], env=env, stdout=subprocess.PIPE, cwd=ROOT)
     if proc.returncode != 0:
         raise SystemExit(f"the TVK_SPIRV_OPT={opt} run failed (exit {proc.returncode})")

@@ -1,8 +1,9 @@
 """Compiled mode: `torchvk.compile(model)`.
 
-trace.py (AOTAutograd on meta tensors) -> fusion.py (elementwise chains, matmul epilogues)
--> program.py (straight-line kernel calls, liveness) -> replay.py (recorded command buffer);
-module.py is the user-facing module; backend.py answers torch.compile(backend="tvk").
+trace.py (AOTAutograd on fake CPU tensors) -> fusion.py (elementwise chains, matmul epilogues,
+batch norm + relu, cross-entropy backward) -> program.py (straight-line kernel calls, liveness)
+-> replay.py (recorded command buffer); module.py is the user-facing module; backend.py (with
+fake.py, what Dynamo traces) compiles torch.compile(backend="tvk")'s graphs on the same path.
 Imported lazily: AOTAutograd is not loaded until something is compiled.
 """
 

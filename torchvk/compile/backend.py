@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .._tensor import TVKTensor
-from .trace import CompiledGraphs
+from .trace import CompiledGraphs, signature
 
 
 class DynamoGraph:
@@ -24,13 +24,12 @@ class DynamoGraph:
         self.gm, self.fuse, self.replay = _own_copy(gm), fuse, replay
         _devices_to_cpu(self.gm)
         self.constants = _lift_tensor_attributes(self.gm)
+        self.gm.recompile()
         self.signatures: dict = {}
 
     def __call__(self, *args):
         args = args + self.constants
-        key = (torch.is_grad_enabled(),) + tuple(
-            (tuple(a.shape), a.stride(), a.dtype, a.requires_grad, isinstance(a, TVKTensor))
-            if isinstance(a, torch.Tensor) else a for a in args)
+        key = signature(args)
         graphs = self.signatures.get(key)
         if graphs is None:
             strays = [a for a in args if isinstance(a, torch.Tensor) and not isinstance(a, TVKTensor)]
@@ -67,7 +66,6 @@ def _devices_to_cpu(gm):
     for node in gm.graph.nodes:
         node.args = torch.fx.node.map_aggregate(node.args, cpu)
         node.kwargs = torch.fx.node.map_aggregate(node.kwargs, cpu)
-    gm.recompile()
 
 
 def _lift_tensor_attributes(gm) -> tuple:
@@ -92,7 +90,6 @@ def _lift_tensor_attributes(gm) -> tuple:
         node.replace_all_uses_with(ph)
         gm.graph.erase_node(node)
         lifted.append(value)
-    gm.recompile()
     return tuple(lifted)
 
 
@@ -117,10 +114,10 @@ USER_CODE = {"experiments", "demo"}  # written as a user would write it: Dynamo 
 def register():
     """Register "tvk" with Dynamo and keep Dynamo out of TorchVK's runtime (its optimizers, its
     own compiled mode, the op implementations): it runs as a called function, not traced."""
+    import pkgutil
+
     import torch._dynamo.trace_rules as rules
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
-
-    import pkgutil
 
     import torchvk
 

@@ -40,12 +40,13 @@ class FakeTVKTensor(TVKTensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        for a in _leaves(args, kwargs):  # the error eager mode gives, not a fake-tensor one about `meta`
-            if isinstance(a, torch.Tensor) and a.device.type not in ("tvk", "meta") and \
-                    not (a.device.type == "cpu" and a.dim() == 0) and func not in _dispatch.NO_DEVICE_CHECK \
-                    and func.overloadpacket not in _dispatch.NO_DEVICE_CHECK:
+        leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+        check = func not in _dispatch.NO_DEVICE_CHECK and func.overloadpacket not in _dispatch.NO_DEVICE_CHECK
+        for a in leaves:  # the error eager mode gives, not a fake-tensor one about `meta`
+            if check and isinstance(a, torch.Tensor) and a.device.type not in ("tvk", "meta") and \
+                    not (a.device.type == "cpu" and a.dim() == 0):
                 _dispatch._raise_mixed(func, a)
-        index = next(a.device.index for a in _leaves(args, kwargs) if isinstance(a, FakeTVKTensor))
+        index = next(a.device.index for a in leaves if isinstance(a, FakeTVKTensor))
         out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
         # results stay on tvk, unless the op was asked for another device (x.cpu(), x.to("cpu"))
         target = kwargs.get("device")
@@ -68,7 +69,3 @@ def _unwrap(a):
         m.fake_device = torch.device("meta")
         return m
     return a
-
-
-def _leaves(args, kwargs):
-    return torch.utils._pytree.tree_leaves((args, kwargs))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from .._tensor import TVKTensor
-from .trace import CompiledGraphs
+from .trace import CompiledGraphs, signature
 
 
 class CompiledModule(torch.nn.Module):
@@ -31,8 +31,7 @@ class CompiledModule(torch.nn.Module):
                 dev = t.device if isinstance(t, torch.Tensor) else type(t).__name__
                 raise TypeError(f"torchvk.compile: {what} is {dev}, not a tvk tensor; compiled models take tensors "
                                 "only, on the tvk device: call model.to('tvk') and move inputs with .to('tvk')")
-        key = (model.training, torch.is_grad_enabled(), tuple(names),
-               tuple((tuple(t.shape), t.stride(), t.dtype, t.requires_grad) for t in flat))
+        key = (model.training, tuple(names)) + signature(flat)
         graphs = self._signatures.get(key)
         if graphs is None:
             graphs = self._signatures[key] = CompiledGraphs(model, names, flat, fuse=self._fuse, replay=self._replay)

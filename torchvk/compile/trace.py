@@ -1,7 +1,8 @@
 """Tracing a module into forward and backward aten graphs with AOTAutograd, on fake tensors.
 
-torch.compile's front end (Dynamo) cannot look inside TorchVK's wrapper tensors, so we skip
-it: the module is called functionally (`torch.func.functional_call`) on fake CPU tensors of
+`torchvk.compile` skips Dynamo (no guards or bytecode analysis per call); the
+`torch.compile(backend="tvk")` path (backend.py) hands Dynamo's graphs to this same class.
+The module is called functionally (`torch.func.functional_call`) on fake CPU tensors of
 the same shapes, strides and dtypes, and AOTAutograd differentiates and functionalizes
 that call. At run time AOTAutograd's autograd.Function runs our compiled programs on the
 real tvk tensors (they are ordinary tensors to autograd).
@@ -27,6 +28,13 @@ def fake_like(t: torch.Tensor, mode) -> torch.Tensor:
     with mode:
         m = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device="cpu")
     return m.requires_grad_(t.requires_grad)
+
+
+def signature(values) -> tuple:
+    """What a traced graph is specialised on: grad mode and each input's geometry, dtype and
+    requires_grad (non-tensor inputs by value). A new signature traces again."""
+    return (torch.is_grad_enabled(),) + tuple(
+        (tuple(v.shape), v.stride(), v.dtype, v.requires_grad) if isinstance(v, torch.Tensor) else v for v in values)
 
 
 class _Functional(torch.nn.Module):

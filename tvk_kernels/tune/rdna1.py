@@ -75,15 +75,22 @@ def on_null_navi10(device) -> bool:
     return device.facts.name.startswith("Null hardware") and "NAVI10" in device.facts.name.upper()
 
 
+def null_navi10_env(icd: str, **extra) -> dict:
+    """The environment that shows a process only Mesa's null Navi 10 device (validation off:
+    a null device runs nothing to validate)."""
+    env = dict(os.environ, RADV_FORCE_FAMILY="navi10", VK_ICD_FILENAMES=icd, VK_DRIVER_FILES=icd, TVK_DEVICE="0",
+               **extra)
+    env.pop("TVK_VALIDATION", None)
+    return env
+
+
 def reexec_on_null_navi10(argv) -> int:
     """Run this tvk-tune command again with only the null Navi 10 device visible."""
     icd = radv_icd()
     if icd is None:
         print("tvk-tune --target rdna1 needs Mesa's RADV driver (Debian: apt-get install mesa-vulkan-drivers)", file=sys.stderr)
         return 1
-    env = dict(os.environ, RADV_FORCE_FAMILY="navi10", VK_ICD_FILENAMES=icd, VK_DRIVER_FILES=icd, TVK_DEVICE="0")
-    env.pop("TVK_VALIDATION", None)
-    return subprocess.call([sys.executable, "-m", "tvk_kernels.tune.cli", *argv], env=env)
+    return subprocess.call([sys.executable, "-m", "tvk_kernels.tune.cli", *argv], env=null_navi10_env(icd))
 
 
 def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
