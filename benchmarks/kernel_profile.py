@@ -2,9 +2,10 @@
 
     python benchmarks/kernel_profile.py [--out DIR]
 For the MNIST CNN at batch 256 and the CIFAR CNN at batch 128 (the two compiled-mode steps
-still slower than torch CUDA eager): one eager tvk step under the stream's timestamp queries
-(the same kernels compiled mode replays, before fusion), summed by kernel label, and the same
-step on CUDA under torch.profiler, summed by kernel name. Writes kernel_profile.json to DIR.
+still slower than torch CUDA eager): one compiled tvk step (the kernels compiled mode replays,
+fusions included) and one eager step under the stream's exclusive timestamp queries, summed by
+kernel label, and the same step on CUDA under torch.profiler, summed by kernel name. Writes
+kernel_profile.json to DIR.
 """
 import argparse
 import importlib.util
@@ -45,13 +46,27 @@ def _setup(name, batch, shape, dev):
     return model, opt, x, y
 
 
-def tvk_kernels_ms(device, name, batch, shape) -> dict:
+def tvk_kernels_ms(device, name, batch, shape, compiled: bool) -> dict:
+    """Per-label GPU ms of one step. Compiled: the torchvk.compile program (fusions included) run
+    kernel by kernel (replay off, so the stream can time each launch; a replay runs the same
+    kernels). Times are exclusive: each kernel from the end of the one before, so they add up to
+    the step's GPU span."""
+    import torchvk
+
     model, opt, x, y = _setup(name, batch, shape, f"tvk:{device.index}")
+    step = _step
+    if compiled:
+        model_and_loss = torchvk.compile(model, loss_fn=F.cross_entropy, replay=False)
+
+        def step(model, opt, x, y):
+            opt.zero_grad(set_to_none=True)
+            model_and_loss(x, y).backward()
+            opt.step()
     for _ in range(3):
-        _step(model, opt, x, y)
+        step(model, opt, x, y)
     torch.tvk.synchronize()
-    with device.stream.profiling() as records:
-        _step(model, opt, x, y)
+    with device.stream.profiling(exclusive=True) as records:
+        step(model, opt, x, y)
     per = defaultdict(float)
     for label, seconds in records:
         per[label] += seconds * 1e3
@@ -104,12 +119,14 @@ def main():
     result = {"experiment": "kernel_profile", "environment": environment(device), "workloads": []}
     for name, batch, shape in WORKLOADS:
         cuda = cuda_kernels_ms(name, batch, shape)
-        tvk = tvk_kernels_ms(device, name, batch, shape)
-        result["workloads"].append({"model": name, "batch": batch, "tvk_ms": tvk, "cuda_ms": cuda,
-                                    "tvk_total_ms": sum(tvk.values()),
+        tvk = tvk_kernels_ms(device, name, batch, shape, compiled=True)
+        eager = tvk_kernels_ms(device, name, batch, shape, compiled=False)
+        result["workloads"].append({"model": name, "batch": batch, "tvk_ms": tvk, "tvk_eager_ms": eager,
+                                    "cuda_ms": cuda, "tvk_total_ms": sum(tvk.values()),
+                                    "tvk_eager_total_ms": sum(eager.values()),
                                     "cuda_total_ms": sum(cuda.values()) if cuda else None})
-        print(f"== {name} batch {batch}: tvk kernels {sum(tvk.values()):.3f} ms"
-              + (f", CUDA kernels {sum(cuda.values()):.3f} ms" if cuda else ""))
+        print(f"== {name} batch {batch}: tvk compiled kernels {sum(tvk.values()):.3f} ms, eager "
+              f"{sum(eager.values()):.3f} ms" + (f", CUDA kernels {sum(cuda.values()):.3f} ms" if cuda else ""))
         for label, ms in list(tvk.items())[:14]:
             print(f"  tvk  {ms:8.3f}  {label}")
         for label, ms in list((cuda or {}).items())[:14]:

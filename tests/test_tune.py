@@ -53,6 +53,22 @@ def test_tiny_tuning_run_writes_a_config_the_runtime_uses(device, config_dir, tm
     np.testing.assert_array_equal(device.download(C, np.float32, a.shape), a + a)
 
 
+def test_seeds_are_tried_right_after_the_default(device, config_dir, tmp_path, monkeypatch):
+    base = config.search_space("elementwise")
+    seed = {"WG": 64, "VEC": 1, "ITEMS": 2}
+    assert seed != {k: v for k, v in config.default_params("elementwise", device.facts, "large").items() if k in seed}
+    monkeypatch.setattr(driver, "search_space", lambda family: {**base, "seeds": [seed]} if family == "elementwise"
+                        else config.search_space(family))
+    storage = f"sqlite:///{tmp_path}/s.db"
+    path = driver.tune(device, ["elementwise"], suite="tiny", trials=3, storage=storage, out_dir=config_dir,
+                       progress=False)
+    import optuna
+
+    study_name = json.loads(path.read_text())["families"]["elementwise"]["buckets"]["large"]["provenance"]["study"]
+    trials = optuna.load_study(study_name=study_name, storage=storage).trials
+    assert {k: trials[1].params[k] for k in seed} == seed
+
+
 def test_wrong_candidate_is_rejected_never_timed(device):
     target = ElementwiseTarget()
     real = target.prepare(device, {"n": 1000})

@@ -75,6 +75,7 @@ class Stream:
         self.total_dispatches = 0
         self.submits = 0
         self.profile_records: list | None = None  # (label, gpu seconds) when profiling
+        self._profile_start_stage = lib.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT
         self.graphs_in_flight: set = set()
         self.capturing = False  # replayed graphs (runtime/graph.py) not yet waited for
         self.dry = False  # inside dry_run(): GPU work is discarded
@@ -130,7 +131,7 @@ class Stream:
     def _timed_dispatch(self, cmd, pipeline, groups, label):
         slot = self.slots[self.current]
         q = 2 * len(slot.labels)
-        _vkCmdWriteTimestamp(cmd, lib.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, slot.queries, q)
+        _vkCmdWriteTimestamp(cmd, self._profile_start_stage, slot.queries, q)
         _vkCmdDispatch(cmd, groups[0], groups[1], groups[2])
         _vkCmdWriteTimestamp(cmd, lib.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, slot.queries, q + 1)
         slot.labels.append(label or pipeline.name)
@@ -228,13 +229,21 @@ class Stream:
             self.dry = saved
 
     @contextmanager
-    def profiling(self):
-        """Collect (label, gpu_seconds) for every dispatch recorded inside the block."""
+    def profiling(self, exclusive: bool = False):
+        """Collect (label, gpu_seconds) for every dispatch recorded inside the block.
+
+        By default a kernel's start is latched at the top of the pipe, which on a busy queue can
+        be before the kernel ahead of it has finished: back-to-back times overlap. exclusive=True
+        latches it once every earlier command has finished its compute work, so each kernel is
+        charged from the end of the previous one to its own end (launch gaps included) and the
+        times add up to the GPU span of the block: what a per-kernel breakdown of a step needs."""
         if not self.timestamps:
             raise RuntimeError(f"{self.device.facts.name} has no compute timestamps; GPU times cannot be measured")
         self.synchronize()  # so query pools are reset at the next begin
         records: list = []
         self.profile_records = records
+        self._profile_start_stage = (lib.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT if exclusive
+                                     else lib.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT)
         batch = self.batch
         try:
             yield records

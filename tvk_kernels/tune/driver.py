@@ -3,7 +3,8 @@
 Each trial: sample parameters from the family's space -> reject those that break a
 constraint (pruned, reason recorded) -> compile (failures pruned, reason recorded) ->
 check against the reference on a fresh input set (a wrong result is rejected and never
-timed) -> time with Vulkan timestamps on rotated inputs. The objective is the geometric
+timed) -> time with Vulkan timestamps on rotated inputs. The default goes first, then the
+family's `seeds` (data in its tuning file), then the sampler's picks. The objective is the geometric
 mean over the bucket's shapes of tuned time / default time (lower is better); a trial
 that is already 3x slower than the default on its first shape is pruned as hopeless.
 """
@@ -77,6 +78,8 @@ def tune_bucket(device, target, bucket, shapes, trials, timeout, storage, resume
         values = param_values(search_space(target.family))
         # start from the default (where its values lie in the space; host heuristics may not)
         study.enqueue_trial({k: v for k, v in defaults.items() if k in values and v in values[k]}, skip_if_exists=True)
+        for seed in search_space(target.family).get("seeds", []):  # then the family's known-good shapes
+            study.enqueue_trial({k: v for k, v in seed.items() if k in values and v in values[k]}, skip_if_exists=True)
         bar = None
         if progress:
             from tqdm import tqdm
