@@ -14,8 +14,10 @@ source benchmarks/device_setup.sh
 export TVK_CONFIG_DIR=/tmp/tvk-configs TVK_MNIST_NPZ=$PWD/.data/mnist.npz TVK_VALIDATION=0
 R=/tmp/results/h200; mkdir -p $R
 save() { mkdir -p $R/configs; cp $TVK_CONFIG_DIR/*.json $R/configs/ 2>/dev/null; tar czf $OUT/results.tgz -C /tmp/results h200; }
-step() { echo "=== $* ($(date +%T))"; "$@" || echo "!!! failed: $*"; save; }
+step() { echo "=== $* ($(date +%T))" | tee -a $R/steps.log; "$@" || echo "!!! failed: $*"; save; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+# the SM clock through the run, every 200 ms (the driver idles the H200 at a low clock: design note 11)
+nvidia-smi --query-gpu=timestamp,clocks.sm,utilization.gpu --format=csv,noheader -lms 200 >> $R/clocks.csv 2>/dev/null &
 for phase in "$@"; do
   case $phase in
     T) step python3 -m pytest -q -p no:cacheprovider tests/test_torchvk_device.py tests/test_torchvk_train.py tests/test_runtime.py ;;
@@ -39,3 +41,4 @@ for phase in "$@"; do
        step python3 -m tvk_kernels.bench.cli kernels --out $R --no-progress ;;
   esac
 done
+kill %1 2>/dev/null; save

@@ -1,27 +1,44 @@
-"""Timing a candidate with Vulkan timestamps: warm-up, repeats, median; inputs rotated."""
+"""Timing a candidate with Vulkan timestamps: warm-up, repeats, median; inputs rotated.
+
+The GPU is kept busy while it is timed. A driver that saw the GPU idle (the tuner compiles
+and checks on the host between candidates) may hold it at a low clock until the load is
+sustained: the H200 measured the same conv2d kernel 4x slower right after a compile than in a
+busy benchmark. So the warm-up runs for at least `warm_seconds` of wall time, and the timed
+repeats are submitted back to back with one wait at the end, never a wait per repeat; each
+is timed from the end of the one before (exclusive timestamps), so they never overlap.
+"""
 from __future__ import annotations
 
+import os
 import statistics
+import time
+
+WARM_SECONDS = float(os.environ.get("TVK_TUNE_WARM_SECONDS", "0.05"))
 
 
-def time_candidate(device, run, n_inputs: int, warmup: int = 2, repeats: int = 10) -> float:
+def time_candidate(device, run, n_inputs: int, warmup: int = 2, repeats: int = 10,
+                   warm_seconds: float | None = None) -> float:
     """Median GPU seconds of `run(i)` (one launch, possibly several dispatches) over `repeats`,
     rotating through `n_inputs` input sets so a cache never holds the next run's data."""
     stream = device.stream
-    for i in range(warmup):
+    warm_seconds = WARM_SECONDS if warm_seconds is None else warm_seconds
+    end, i = time.perf_counter() + warm_seconds, 0
+    while i < warmup or time.perf_counter() < end:
         run(i % n_inputs)
+        i += 1
+        if i % 16 == 0:
+            stream.submit()  # feeds the queue; the stream's few command buffers bound the backlog
     stream.synchronize()
-    per_run = []
-    with stream.profiling() as records:
-        marks = []
+    counts = []
+    with stream.profiling(exclusive=True) as records:  # back to back: a start latched early would overlap
         for i in range(repeats):
-            marks.append(len(records))
+            before = stream.total_dispatches
             run(i % n_inputs)
-            stream.submit()
-            stream.synchronize()
-            marks.append(len(records))
-    for start, end in zip(marks[::2], marks[1::2]):
-        per_run.append(sum(t for _, t in records[start:end]))
+            counts.append(stream.total_dispatches - before)
+    per_run, at = [], 0
+    for n in counts:  # records are in launch order: run i owns the next counts[i] of them
+        per_run.append(sum(t for _, t in records[at:at + n]))
+        at += n
     per_run = [t for t in per_run if t > 0]
     if not per_run:
         raise RuntimeError("the device returned no usable timestamps")
