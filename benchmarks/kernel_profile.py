@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 MODELS_PY = Path(__file__).resolve().parents[1] / "torchvk" / "experiments" / "models.py"
 WORKLOADS = [("cnn", 256, (1, 28, 28)), ("cifar_cnn", 128, (3, 32, 32))]
+STEPS = 5  # profiled steps, averaged
 
 
 def _step(model, opt, x, y):
@@ -46,6 +47,12 @@ def _setup(name, batch, shape, dev):
     return model, opt, x, y
 
 
+def _spin_up(device, seconds):
+    from torchvk.experiments.ablations import _spin_up
+
+    _spin_up(device, seconds)
+
+
 def tvk_kernels_ms(device, name, batch, shape, compiled: bool) -> dict:
     """Per-label GPU ms of one step. Compiled: the torchvk.compile program (fusions included) run
     kernel by kernel (replay off, so the stream can time each launch; a replay runs the same
@@ -65,11 +72,13 @@ def tvk_kernels_ms(device, name, batch, shape, compiled: bool) -> dict:
     for _ in range(3):
         step(model, opt, x, y)
     torch.tvk.synchronize()
+    _spin_up(device, 0.5)  # the idle clock again after the host work above (design note 11)
     with device.stream.profiling(exclusive=True) as records:
-        step(model, opt, x, y)
+        for _ in range(STEPS):  # back to back, as training runs: the GPU stays busy
+            step(model, opt, x, y)
     per = defaultdict(float)
     for label, seconds in records:
-        per[label] += seconds * 1e3
+        per[label] += seconds * 1e3 / STEPS
     return dict(sorted(per.items(), key=lambda kv: -kv[1]))
 
 
@@ -91,12 +100,13 @@ def _cuda_in_this_process(name, batch, shape) -> dict | None:
         _step(model, opt, x, y)
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        _step(model, opt, x, y)
+        for _ in range(STEPS):
+            _step(model, opt, x, y)
         torch.cuda.synchronize()
     per = defaultdict(float)
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name[:90]] += e.device_time / 1e3
+            per[e.name[:90]] += e.device_time / 1e3 / STEPS
     return dict(sorted(per.items(), key=lambda kv: -kv[1]))
 
 
@@ -108,14 +118,13 @@ def main():
     if args.cuda:
         print(json.dumps(_cuda_in_this_process(*json.loads(args.cuda))))
         return
-    from torchvk.experiments.ablations import _spin_up
     from tvk_kernels import get_device
     from tvk_kernels.bench.common import environment
 
     device = get_device(0)
     if not device.stream.timestamps:
         raise SystemExit(f"{device.facts.name} has no timestamp queries: cannot time kernels")
-    _spin_up(device)  # the H200 idles at a low clock (docs/design-notes.md 11)
+    _spin_up(device, 1.5)  # the H200 idles at a low clock (docs/design-notes.md 11)
     result = {"experiment": "kernel_profile", "environment": environment(device), "workloads": []}
     for name, batch, shape in WORKLOADS:
         cuda = cuda_kernels_ms(name, batch, shape)
