@@ -146,3 +146,20 @@ def test_tiny_transformer_trains():
     cpu.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
     cpu.eval()
     torch.testing.assert_close(model(x).cpu(), cpu(x.cpu()).detach(), rtol=1e-4, atol=1e-4)
+
+
+def test_backward_runs_on_the_calling_thread_and_matches_cpu():
+    """TVKTensor.backward keeps the engine on the caller's thread (no device-thread round trip)."""
+    import threading
+
+    torch.manual_seed(0)
+    w_cpu = torch.randn(8, 4, requires_grad=True)
+    x_cpu = torch.randn(5, 8)
+    w = w_cpu.detach().to("tvk").requires_grad_()
+    h = torch.tanh(x_cpu.to("tvk") @ w)
+    threads = []
+    h.register_hook(lambda g: threads.append(threading.current_thread()))
+    (h * h).sum().backward()
+    assert threads == [threading.main_thread()]
+    (torch.tanh(x_cpu @ w_cpu) ** 2).sum().backward()
+    torch.testing.assert_close(w.grad.cpu(), w_cpu.grad, rtol=1e-5, atol=1e-5)

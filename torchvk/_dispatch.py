@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections import defaultdict
 
 import torch
@@ -124,14 +123,14 @@ def _dispatch(func, args, kwargs):
 
 
 # ------------------------------------------------------------------ errors inside backward
-# Autograd runs the backward of tvk tensors on its device thread. An exception raised there
-# from a C++ autograd node unwinds through torch's (Python) device guard, whose noexcept
-# stream calls then reach Python with the error still set, and the process aborts. So in that
-# thread an error is deferred: the op returns an uninitialised result of the right shape, the
-# backward runs to its end, and an engine callback raises the error in the caller's backward().
+# An exception raised from a C++ autograd node unwinds through torch's (Python) device guard,
+# whose noexcept stream calls then reach Python with the error still set: the process aborts
+# (on autograd's device thread) or backward() returns NULL without an exception (on the calling
+# thread, where TVKTensor.backward runs it). So inside a backward node an error is deferred:
+# the op returns an uninitialised result of the right shape, the backward runs to its end,
+# and an engine callback raises the error in the caller's backward().
 def _in_autograd_worker() -> bool:
-    return torch._C._current_autograd_node() is not None and \
-        isinstance(threading.current_thread(), threading._DummyThread)
+    return torch._C._current_autograd_node() is not None
 
 
 _deferred: list = []

@@ -55,6 +55,13 @@ class TVKTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
+    def backward(self, *args, **kwargs):
+        """torch's backward, run on the calling thread. The engine otherwise hands a non-CPU
+        device's nodes to a worker thread of its own and waits for it: that round trip cost about
+        1 ms of host time per training step here, most of a compiled step's (design note 16)."""
+        with torch.autograd.set_multithreading_enabled(False):
+            return super().backward(*args, **kwargs)
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         from ._dispatch import dispatch
