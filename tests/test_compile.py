@@ -215,3 +215,24 @@ def test_mnist_cnn_with_dropout_compiled_matches_eager():
     assert lo_c == pytest.approx(lo_e, rel=1e-5, abs=1e-6)
     stats = compiled.compile_stats()[0]
     assert stats["forward"]["replays"] >= 2 and stats["forward"]["why_not"] == ""
+
+
+def test_forward_and_backward_share_their_temporaries(monkeypatch):
+    """The backward's recording puts its temporaries in the forward's scratch: less memory held
+    than with each graph keeping its own, and the same losses as eager mode."""
+    batches = _batches(7, (3, 8, 8), 4)
+    held = {}
+    for share in ("0", "1"):
+        monkeypatch.setenv("TVK_SHARE_GRAPH_SCRATCH", share)
+        torch.tvk.synchronize()
+        before = torchvk.memory_allocated()
+        lo_e, lo_c, compiled, eager, model = _eager_and_compiled(cnn, lambda p: torch.optim.SGD(p, lr=0.05), batches)
+        assert lo_c == pytest.approx(lo_e, rel=1e-5, abs=1e-6)
+        stats = compiled.compile_stats()[0]
+        assert stats["backward"]["shared_scratch"] is (share == "1")
+        assert stats["forward"]["replays"] >= 4 and stats["backward"]["replays"] >= 4
+        torch.tvk.synchronize()
+        del eager
+        held[share] = torchvk.memory_allocated() - before
+        del compiled, model
+    assert held["1"] < held["0"], held

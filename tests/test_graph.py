@@ -82,3 +82,55 @@ def test_temporaries_are_reused_inside_a_capture_and_kept_from_others(device, rn
         np.testing.assert_array_equal(device.download(o, np.float32, (n,)), np.full(n, 7.0, np.float32))
     del graph  # its ranges go back to the allocator
     assert device.allocator.allocated <= before + sum(o.size for o in others)
+
+
+def test_a_later_graph_puts_its_temporaries_in_an_earlier_graphs_scratch(device, rng):
+    """Graphs run one after another, so a capture told which allocations are temporaries places
+    them in other graphs' scratch ranges; both graphs still compute the right thing."""
+    n = 4096
+    alloc = device.allocator
+    x_host = rng.standard_normal(n, dtype=np.float32)
+    X = device.upload(x_host)
+    out1, out2 = alloc.alloc(4 * n), alloc.alloc(4 * n)
+    device.synchronize()
+
+    def chain(out):  # out = x * 16 + x, through 4 temporaries
+        cur = X
+        for _ in range(4):
+            nxt = alloc.alloc(4 * n)
+            add(device, cur, cur, nxt, n)
+            cur = nxt
+        add(device, cur, X, out, n)
+
+    with capture(device) as g1:
+        chain(out1)
+    assert g1.temps == {0, 1, 2, 3} and not g1.broken
+    before = alloc.allocated
+    with capture(device, temps=g1.temps) as g2:
+        chain(out2)
+    assert not g2.broken and alloc.allocated == before, "the second graph took new memory for its temporaries"
+    assert set(g2.reserved) <= set(g1.reserved)
+    g2.replay()
+    g1.replay()
+    want = x_host * 16 + x_host
+    for out in (out1, out2):
+        np.testing.assert_allclose(device.download(out, np.float32, (n,)), want, rtol=1e-6)
+    del g1  # the shared ranges stay with g2 while it lives
+    g2.replay()
+    np.testing.assert_allclose(device.download(out2, np.float32, (n,)), want, rtol=1e-6)
+
+
+def test_a_wrong_plan_of_temporaries_marks_the_graph_broken(device):
+    n = 1024
+    alloc = device.allocator
+    X = device.upload(np.ones(n, np.float32))
+    with capture(device) as g1:
+        t = alloc.alloc(4 * n)
+        add(device, X, X, t, n)
+        del t
+    with capture(device, temps={0}) as g2:  # allocation 0 is kept past the capture: not a temporary
+        kept = alloc.alloc(4 * n)
+        add(device, X, X, kept, n)
+    assert kept.borrowed is not None and g2.broken
+    del g2, kept
+    assert not g1.broken

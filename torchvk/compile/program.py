@@ -76,6 +76,7 @@ class Program:
         exec(compile(self.source, f"<torchvk compiled {name}>", "exec"), self.globals, scope)
         self._run = scope["run"]
         self.peak_bytes: int | None = None
+        self.temps: frozenset = frozenset()  # ordinals of the first run's allocations freed before its end
 
     # ---------------------------------------------------------------- codegen
     def _const(self, value) -> str:
@@ -166,9 +167,14 @@ class Program:
             alloc = self.device.allocator
             saved_peak, start = alloc.peak_allocated, alloc.allocated
             alloc.peak_allocated = start
+            tracked = alloc.tracker = [] if alloc.capture is None else None
             try:
-                return self._run(*args)
+                out = self._run(*args)
+                if tracked is not None:  # what a recording of this program may share (replay.py)
+                    self.temps = frozenset(i for i, ref in enumerate(tracked) if ref() is None or ref().freed)
+                return out
             finally:
+                alloc.tracker = None
                 self.peak_bytes = alloc.peak_allocated - start
                 alloc.peak_allocated = max(saved_peak, alloc.peak_allocated)
         return self._run(*args)

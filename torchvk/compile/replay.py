@@ -13,12 +13,16 @@ Kernels take buffer addresses, so the recording is tied to addresses:
   Before the next replay overwrites those buffers, any handed-out tensor still alive (a
   loss kept for later, a grad not set to None, a forward's saved tensors whose backward
   has not run) is moved to a buffer of its own, so nothing the user holds changes.
+- call 3 records once more with the first recording's temporaries marked: those may sit in other
+  graphs' scratch ranges (graphs run one after another), so a forward and its backward share
+  their temporaries' memory (TVK_SHARE_GRAPH_SCRATCH=0 keeps each graph's own).
 - dropout is recorded with its seed in a small buffer that the host rewrites before every
   replay (fresh masks, the same numbers eager mode would draw); programs with other random
   ops are never recorded (a replay would repeat the same numbers).
 """
 from __future__ import annotations
 
+import os
 import weakref
 
 from tvk_kernels.runtime.graph import capture
@@ -47,6 +51,8 @@ class Replayed:
         self.handed_out: list = []  # weakrefs to the Storages over graph-owned buffers given out last time
         self.randomness = None  # _rng.RecordedRandomness of the recording, if it draws random numbers
         self.first_replay = False
+        self.replanned = False  # recorded again with its temporaries in shared graph scratch (_replan)
+        self.shared_scratch = False
 
     # ---------------------------------------------------------------- call
     def __call__(self, *args):
@@ -54,7 +60,17 @@ class Replayed:
         if not self.enabled or self.device.stream.blocking:
             return self.program(*args)
         if self.graph is not None:
-            if all(_where(args[i]) == w for i, w in self.bound):
+            moved = [i for i, w in self.bound if _where(args[i]) != w]
+            if not moved:
+                if not self.replanned:
+                    self._replan(args)
+                return self._replay(args)
+            owned_elsewhere = _replay_owned_buffers()
+            if all(id(args[i]._tvk.buffer) in owned_elsewhere for i in moved):
+                # the graph these inputs come out of was recorded again: they sit in its new, stable
+                # buffers, so record against them right away (the plan of temporaries still holds)
+                self.last_inputs = [_where(a) if isinstance(a, TVKTensor) else None for a in args]
+                self._replan(args, always=True)
                 return self._replay(args)
             self.fallbacks += 1
             self.force_slot |= {i for i, w in self.bound if _where(args[i]) != w}
@@ -67,11 +83,39 @@ class Replayed:
         if self.recordings >= MAX_RECORDINGS:
             self.enabled, self.reason = False, f"inputs kept moving ({self.recordings} recordings)"
             return self.program(*args)
-        self._record(args)
+        self._record_shared(args, self.program.temps)
         return self._replay(args)
 
     # ---------------------------------------------------------------- record
-    def _record(self, args):
+    def _replan(self, args, always: bool = False):
+        """Record once more, now that the first recording told which allocations are temporaries:
+        they may go into other graphs' scratch (a forward's and a backward's temporaries then share
+        memory). If the plan does not hold (a borrowed range outlives the capture), record plainly.
+        Inputs that were slots stay slots."""
+        self.replanned = True
+        temps = self.graph.temps if os.environ.get("TVK_SHARE_GRAPH_SCRATCH", "1") != "0" else frozenset()
+        if not temps and not always:
+            return
+        self.force_slot |= {i for i, _ in self.slots}
+        # the old recording goes first (what it handed out is moved off its buffers), so the new
+        # one reuses its memory instead of adding to the peak
+        self._protect_handed_out()
+        self.graph, self.outputs, self.slots = None, [], []
+        self._record_shared(args, temps)
+
+    def _record_shared(self, args, temps):
+        """Record with `temps` (allocation ordinals) allowed into other graphs' scratch; if that
+        plan does not hold (a borrowed range outlives the capture), record again without it."""
+        if os.environ.get("TVK_SHARE_GRAPH_SCRATCH", "1") == "0":
+            temps = frozenset()
+        self._record(args, temps)
+        if self.graph.broken:
+            self.graph = None
+            self._record(args)
+        self.shared_scratch = bool(temps) and not self.graph.broken
+        self.replanned = self.replanned or self.shared_scratch
+
+    def _record(self, args, temps=()):
         self.recordings += 1
         self._protect_handed_out()
         self.handed_out = []
@@ -93,7 +137,7 @@ class Replayed:
         if rec is not None:
             _rng._recording.append(rec)
         try:
-            with capture(self.device) as graph:
+            with capture(self.device, temps) as graph:
                 outs = self.program(*static)
         finally:
             if rec is not None:
@@ -167,6 +211,7 @@ class Replayed:
     def stats(self) -> dict:
         return {"calls": self.calls, "replays": self.replays, "recordings": self.recordings,
                 "fallbacks": self.fallbacks, "moved_outputs": self.moved, "replay": self.enabled,
+                "shared_scratch": self.shared_scratch,
                 "why_not": self.reason, "kernels": self.graph.dispatches if self.graph is not None else None}
 
 

@@ -10,6 +10,8 @@ Kernels take their buffers as addresses, so a captured command buffer stays vali
 as those buffers live: the graph holds the buffers allocated during the capture that are
 still alive at its end, and keeps the ranges freed during it (temporaries, which later
 kernels of the same capture reuse) out of the allocator until the graph is dropped.
+Graphs run one after another on the device's queue, so a later recording told which of its
+allocations are temporaries may put them in the scratch ranges of other graphs.
 Host cost of a replay is one submit.
 """
 from __future__ import annotations
@@ -23,11 +25,17 @@ _UINT64_MAX = 0xFFFFFFFFFFFFFFFF
 
 class Capture:
     """What the allocator saw during a capture (weak references: a temporary that dies inside
-    the capture is reused by later kernels of the same capture, which run after it)."""
+    the capture is reused by later kernels of the same capture, which run after it).
 
-    def __init__(self):
+    temps: ordinals of this capture's allocations that a previous recording of the same program
+    freed before its end; those may be placed in other graphs' scratch ranges (`lendable`)."""
+
+    def __init__(self, temps=(), lendable=()):
         self.allocated: list = []
         self.released: list = []
+        self.temps = frozenset(temps)
+        self.lendable: list = list(lendable)  # (size, block, offset) free for this capture to borrow
+        self.borrowed: set = set()
 
 
 class Graph:
@@ -37,6 +45,8 @@ class Graph:
         self.reserved: list = []  # ranges freed in the capture, kept out of the allocator for the graph
         self.dispatches = 0
         self.replays = 0
+        self.temps: frozenset = frozenset()  # ordinals of the capture's allocations freed within it
+        self.broken = False  # a borrowed scratch range outlived the capture: never replay this one
 
     def __del__(self):
         try:
@@ -70,8 +80,12 @@ class Graph:
 
 
 @contextmanager
-def capture(device):
-    """Record the kernels launched inside the block into a Graph instead of running them."""
+def capture(device, temps=()):
+    """Record the kernels launched inside the block into a Graph instead of running them.
+
+    temps: the `graph.temps` of an earlier recording of the same work; those allocations may
+    share memory with other graphs' temporaries (graphs never run at the same time). If one of
+    them turns out to outlive the capture, `graph.broken` is set: record again without temps."""
     from .stream import _Slot
 
     stream, allocator = device.stream, device.allocator
@@ -88,13 +102,16 @@ def capture(device):
     check(lib.vkBeginCommandBuffer(slot.cmd, begin), "vkBeginCommandBuffer")
     stream.slots, stream.current, stream.batch = [slot], 0, 1 << 62
     stream.cmd, stream.recording, stream._last_pipeline, stream.count = slot.cmd, True, None, 0
-    allocator.capture = Capture()
+    lendable = [(e[2], e[0], e[1]) for e in allocator.graph_scratch.values()] if temps else ()
+    allocator.capture = Capture(temps, lendable)
     stream.capturing = True
     try:
         yield graph
     finally:
         stream.capturing = False
-        graph.buffers, graph.reserved = allocator.keep_for_graph(allocator.capture)
+        cap = allocator.capture
+        graph.buffers, graph.reserved, graph.broken = allocator.keep_for_graph(cap)
+        graph.temps = frozenset(i for i, ref in enumerate(cap.allocated) if ref() is None or ref().freed)
         allocator.capture = None
         graph.dispatches = stream.count
         check(lib.vkEndCommandBuffer(slot.cmd), "vkEndCommandBuffer")

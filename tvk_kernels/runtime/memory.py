@@ -80,12 +80,13 @@ class Block:
 class DeviceBuffer:
     """A range of device memory. `address` goes into kernels; `freed` guards use-after-free."""
 
-    __slots__ = ("allocator", "block", "offset", "size", "nbytes", "address", "freed", "__weakref__")
+    __slots__ = ("allocator", "block", "offset", "size", "nbytes", "address", "freed", "borrowed", "__weakref__")
 
-    def __init__(self, allocator, block, offset, size, nbytes):
+    def __init__(self, allocator, block, offset, size, nbytes, borrowed=None):
         self.allocator, self.block, self.offset, self.size, self.nbytes = allocator, block, offset, size, nbytes
         self.address = block.address + offset
         self.freed = False
+        self.borrowed = borrowed  # the Capture that lent it another graph's scratch range, or None
 
     def check_alive(self):
         if self.freed:
@@ -136,17 +137,27 @@ class Allocator:
             self.limit = parse_bytes(os.environ["TVK_MEMORY_LIMIT"])
         self._memory_type = None
         self.capture = None  # a graph.Capture while a graph is recorded: what it allocates and frees
+        # scratch ranges of recorded graphs: (id(block), offset) -> [block, offset, size, graphs holding it]
+        self.graph_scratch: dict = {}
+        self.tracker: list | None = None  # weakrefs to every buffer allocated while a list is set here
 
     # ------------------------------------------------------------------ public
     def alloc(self, nbytes: int) -> DeviceBuffer:
         size = _round(nbytes)
+        cap = self.capture
+        if cap is not None and len(cap.allocated) in cap.temps:
+            buf = self._borrow(cap, size, nbytes)
+            if buf is not None:
+                return buf
         if size > self.max_allocation:
             raise self.oom_error(nbytes, self.allocated, self.reserved, self.limit,
                                    f"One buffer may not exceed {self.max_allocation} bytes on this driver "
                                    "(maxMemoryAllocationSize); split the tensor. ")
+        cached = self.cache.get(size)
+        if not cached and cap is not None:
+            size, cached = self._best_cached(size)
         if self.limit is not None and self.allocated + size > self.limit:
             raise self.oom_error(nbytes, self.allocated, self.reserved, self.limit)
-        cached = self.cache.get(size)
         if cached:
             block, off = cached.pop()
         else:
@@ -158,19 +169,28 @@ class Allocator:
         buf = DeviceBuffer(self, block, off, size, nbytes)
         if self.capture is not None:
             self.capture.allocated.append(weakref.ref(buf))
+        elif self.tracker is not None:
+            self.tracker.append(weakref.ref(buf))
         return buf
 
     def release(self, buf: DeviceBuffer):
+        if buf.borrowed is not None:  # another graph's scratch: back to the lending capture, if still open
+            if buf.borrowed is self.capture:
+                self.capture.lendable.append((buf.size, buf.block, buf.offset))
+            return
         self.allocated -= buf.size
         buf.block.live -= 1
         self.cache.setdefault(buf.size, []).append((buf.block, buf.offset))
         if self.capture is not None:  # reusable inside the capture (kernels run in order), not after it
             self.capture.released.append((buf.block, buf.offset, buf.size))
 
-    def keep_for_graph(self, capture) -> tuple[list, list]:
-        """End of a capture: the buffers allocated in it that are still alive (the graph holds them),
-        and the ranges freed in it, taken out of the cache so nothing else gets them while the graph lives."""
-        live = [b for b in (ref() for ref in capture.allocated) if b is not None]
+    def keep_for_graph(self, capture) -> tuple[list, list, bool]:
+        """End of a capture: the buffers allocated in it that are still alive (the graph holds them);
+        the scratch ranges it used: those freed in it, taken out of the cache so nothing else gets
+        them while the graph lives, and those it borrowed from other graphs; and whether a borrowed
+        range is still in use (the plan was wrong: the recording must not be replayed)."""
+        live = [b for b in (ref() for ref in capture.allocated) if b is not None and not b.freed]
+        broken = any(b.borrowed is capture for b in live)
         reserved = []
         for block, off, size in capture.released:
             cached = self.cache.get(size)
@@ -178,14 +198,53 @@ class Allocator:
                 cached.remove((block, off))
                 block.live += 1  # a reserved range keeps its block, like a live buffer
                 self.allocated += size
-                reserved.append((block, off, size))
-        return live, reserved
+                key = (id(block), off)
+                self.graph_scratch[key] = [block, off, size, 1]
+                reserved.append(key)
+        for key in capture.borrowed:
+            entry = self.graph_scratch.get(key)
+            if entry is not None:
+                entry[3] += 1
+                reserved.append(key)
+        return live, reserved, broken
 
     def release_graph_ranges(self, reserved: list):
-        for block, off, size in reserved:
-            block.live -= 1
-            self.allocated -= size
-            self.cache.setdefault(size, []).append((block, off))
+        """A graph is gone: its scratch ranges go back to the cache once no other graph holds them."""
+        for key in reserved:
+            entry = self.graph_scratch.get(key)
+            if entry is None:
+                continue
+            entry[3] -= 1
+            if entry[3] == 0:
+                block, off, size, _ = self.graph_scratch.pop(key)
+                block.live -= 1
+                self.allocated -= size
+                self.cache.setdefault(size, []).append((block, off))
+
+    def _best_cached(self, size: int):
+        """During a capture, a freed range up to twice the size serves a smaller request: a capture
+        keeps every range it frees for its graph, so exact-size reuse alone left the backward of a
+        small CNN holding 1.5x its peak."""
+        best = None
+        for rsize, entries in self.cache.items():
+            if entries and size < rsize <= 2 * size and (best is None or rsize < best):
+                best = rsize
+        return (best, self.cache[best]) if best is not None else (size, None)
+
+    def _borrow(self, cap, size: int, nbytes: int):
+        """A temporary of the capture placed in another graph's scratch range (the smallest that
+        fits). Graphs run one after another on the queue, so their temporaries can share memory."""
+        best = None
+        for i, (rsize, _block, _off) in enumerate(cap.lendable):
+            if rsize >= size and (best is None or rsize < cap.lendable[best][0]):
+                best = i
+        if best is None:
+            return None
+        rsize, block, off = cap.lendable.pop(best)
+        cap.borrowed.add((id(block), off))
+        buf = DeviceBuffer(self, block, off, rsize, nbytes, borrowed=cap)
+        cap.allocated.append(weakref.ref(buf))
+        return buf
 
     def set_limit(self, nbytes: int | None):
         self.limit = None if nbytes is None else int(nbytes)
