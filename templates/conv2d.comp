@@ -16,6 +16,7 @@
 //
 // Tunables (defines): BM, BN, BK tile; TM, TN outputs per thread; PAD shared-row padding
 // (floats); WG must equal the local size (specialization constant 0) = (BM/TM)*(BN/TN).
+// ACT (DIR 0 only, not tuned): 1 applies ReLU after the bias (compiled mode's relu(conv2d)).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -301,6 +302,9 @@ void main() {
                     if ((p.flags & 1u) != 0u) {
                         v += Bias.v[g * ocg + col];
                     }
+#if defined(ACT) && ACT == 1
+                    v = max(v, 0.0);
+#endif
                     C.v[base + col * ohw] = v;
                 }
             }

@@ -360,3 +360,21 @@ def test_compiled_model_with_loss_fuses_its_cross_entropy_backward():
         for (name, p), q in zip(model.named_parameters(), eager.parameters()):
             torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), atol=1e-5, rtol=1e-4, msg=name)
     assert run.compile_stats()[0]["backward"]["fusion"]["cross_entropy_backward"] == 1
+
+
+def test_conv_relu_epilogue():
+    def fn(x, w, b):
+        return torch.relu(F.conv2d(x, w, b, padding=1)) * 2
+
+    gm, stats, n_plain, n_fused = check(fn, r(2, 3, 8, 8), r(4, 3, 3, 3), r(4), epilogues=1)
+    assert not any(n.target in (aten.convolution.default, aten.relu.default) for n in gm.graph.nodes)
+    assert n_fused == n_plain - 1
+
+
+def test_conv_with_two_users_keeps_its_relu():
+    def fn(x, w):
+        h = F.conv2d(x, w)
+        return torch.relu(h), h
+
+    gm, stats, _, _ = check(fn, r(2, 3, 6, 6), r(4, 3, 3, 3))
+    assert stats["epilogues"] == 0 and any(n.target is aten.convolution.default for n in gm.graph.nodes)

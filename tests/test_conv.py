@@ -217,3 +217,22 @@ def test_output_shape_errors():
         conv.conv2d_output_shape((1, 4, 7, 7), (6, 2, 3, 3), groups=3)  # groups must divide channels
     with pytest.raises(ValueError):
         conv.conv2d_output_shape((1, 1, 2, 2), (1, 1, 3, 3))  # kernel larger than the image
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_relu_epilogue_matches_relu_of_conv(device, rng, bias):
+    """act="relu" (compiled mode's conv+relu fusion) equals torch's relu(conv2d), in one kernel."""
+    x = rng.standard_normal((2, 4, 9, 11)).astype(np.float32)
+    w = rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    ref = F.relu(F.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b) if bias else None, 2, 1, 1, 2))
+    X, W, B = device.upload(x), device.upload(w), device.upload(b)
+    O = device.allocator.alloc(4 * ref.numel())
+    before = device.stream.total_dispatches
+    conv.conv2d_forward(device, X, W, B if bias else None, O, x.shape, w.shape, 2, 1, 1, 2, act="relu")
+    assert device.stream.total_dispatches - before == 1
+    got = device.download(O, np.float32, tuple(ref.shape))
+    assert (got >= 0).all()
+    _close(got, ref.numpy(), "relu(conv2d)")
+    with pytest.raises(ValueError, match="activation 'gelu'"):
+        conv.conv2d_forward(device, X, W, None, O, x.shape, w.shape, 2, 1, 1, 2, act="gelu")

@@ -32,7 +32,8 @@ def _pad(padding):
 
 
 @register(aten.convolution.default)
-def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, act=None):
+    """aten.convolution; act="relu" (compiled mode's fusion only) applies ReLU in the same kernel."""
     _check("aten.convolution", input, weight, bias)
     if transposed:
         raise NotImplementedError("TorchVK: transposed convolution (aten.convolution with transposed=True) has no "
@@ -46,7 +47,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     shape = _C.conv2d_output_shape(tuple(x.shape), tuple(w.shape), stride, _pad(padding), dilation, groups)
     out = new_tensor(shape, torch.float32, dev(input))
     _C.conv2d_forward(dev(input), addr(x), addr(w), addr(b) if b is not None else 0, addr(out), tuple(x.shape),
-                      tuple(w.shape), stride, _pad(padding), dilation, groups)
+                      tuple(w.shape), stride, _pad(padding), dilation, groups, act=act)
     return out.squeeze(2) if one_d else out
 
 

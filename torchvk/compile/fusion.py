@@ -1,4 +1,5 @@
 """Fusion pass over aten-level fx graphs: elementwise chains -> one kernel, act(addmm) -> one GEMM,
+relu(convolution) -> one conv2d kernel,
 relu(batch_norm) -> one batch norm kernel writing relu(y), and cross-entropy's backward
 (nll_loss_backward then log_softmax's backward) -> one kernel.
 
@@ -227,6 +228,13 @@ class MatmulEpilogue:
         return gemm(x, w, out, bias=row, alpha=self.alpha, activation=self.activation)
 
 
+def conv_relu(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """Graph target: relu(convolution(...)) as one conv2d kernel with a ReLU epilogue."""
+    from ..aten.conv import convolution
+
+    return convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, act="relu")
+
+
 # ------------------------------------------------------------------ the pass
 def fuse(gm: fx.GraphModule) -> tuple[fx.GraphModule, dict]:
     """Rewrite gm's graph in place (batch norm + relu and addmm epilogues first, then elementwise
@@ -317,12 +325,24 @@ def _grow(root, elems, taken, clean_between) -> set:
 
 
 def _epilogues(graph, nodes, clean_between, stats):
-    """act(addmm(bias, x, w)) -> one MatmulEpilogue node."""
+    """act(addmm(bias, x, w)) -> one MatmulEpilogue node; relu(convolution(...)) -> one ConvRelu."""
     for act in nodes:
         mk = EPILOGUES.get(act.target) if act.op == "call_function" else None
         if mk is None or not act.args or not isinstance(act.args[0], fx.Node):
             continue
         mm = act.args[0]
+        if (act.target is aten.relu.default and mm.op == "call_function" and mm.target is aten.convolution.default
+                and len(mm.users) == 1 and not _bind(mm.target, mm.args, mm.kwargs)["transposed"]
+                and all(_is_f32(a) for a in mm.args[:3] if isinstance(a, fx.Node)) and _is_f32(mm)
+                and clean_between(mm, act)):
+            with graph.inserting_before(act):
+                new = graph.call_function(conv_relu, tuple(mm.args), dict(mm.kwargs))
+            new.meta["val"] = act.meta["val"]
+            act.replace_all_uses_with(new)
+            graph.erase_node(act)
+            graph.erase_node(mm)
+            stats["epilogues"] += 1
+            continue
         if mm.op != "call_function" or mm.target is not aten.addmm.default or len(mm.users) != 1:
             continue
         kw = _bind(mm.target, mm.args, mm.kwargs)

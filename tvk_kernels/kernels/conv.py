@@ -30,6 +30,7 @@ _PUSH = struct.Struct("<4Q18I")  # a, b, c, bias; n ic h w; oc oh ow groups; kh 
 _PUSH_BI = struct.Struct("<3Q22I2i2I")  # DIR 1: a, b, c; n ic h w; oc oh ow groups; kh kw sh sw; phase (see template)
 _RPUSH = struct.Struct("<2Q5I")  # src, dst; count A B sa si
 _GEMM_KEYS = ("BM", "BN", "BK", "TM", "TN", "PAD")
+ACTIVATIONS = {"relu": 1}  # forward epilogues: name -> the template's ACT
 
 
 # ------------------------------------------------------------------ search-space helpers
@@ -167,14 +168,16 @@ class Conv2d(Family):
             d = self._checked[key] = check_params(self.device, FAMILY, params)
         return params, d
 
-    def gemm_pipeline(self, dir_id: int, params: dict, d: dict):
-        key = ("gemm", dir_id) + tuple(params[k] for k in _GEMM_KEYS)
+    def gemm_pipeline(self, dir_id: int, params: dict, d: dict, act: str | None = None):
+        key = ("gemm", dir_id, act) + tuple(params[k] for k in _GEMM_KEYS)
         push_size = _PUSH_BI.size if dir_id == 1 else _PUSH.size
 
         def build():
             wg = d["WG"]
             self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=d["shared_bytes"], push_size=push_size)
             defines = {"DIR": dir_id, "WG": wg, **{k: params[k] for k in _GEMM_KEYS}}
+            if act is not None:  # absent otherwise: the tuned kernels' SPIR-V stays what was tuned
+                defines["ACT"] = ACTIVATIONS[act]
             return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=push_size)
 
         return self.pipeline(key, build)
@@ -245,12 +248,13 @@ def _grid(device, M, N, params, gz):
     return gx, gy, gz
 
 
-def _dispatch_gemm(device, fam, direction, g, a, b, c, bias, params, kchunk=None, splits=1, flags=0, label=""):
+def _dispatch_gemm(device, fam, direction, g, a, b, c, bias, params, kchunk=None, splits=1, flags=0, label="",
+                   act=None):
     M, N, K = gemm_dims(direction, g)
     bucket = bucket_for(direction, M, N, K)
     params, d = fam.resolve(bucket, params)
-    pipe = fam.gemm_pipeline(DIRS[direction], params, d)
-    label = label or f"conv2d_{direction}"
+    pipe = fam.gemm_pipeline(DIRS[direction], params, d, act)
+    label = label or f"conv2d_{direction}" + (f"_{act}" if act else "")
     if direction == "bwd_input":  # one launch per stride phase (sh*sw of them; one for stride 1)
         head = (a, b, c, g["n"], g["ic"], g["h"], g["w"], g["oc"], g["oh"], g["ow"], g["groups"],
                 g["kh"], g["kw"], g["sh"], g["sw"])
@@ -279,15 +283,18 @@ def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label):
 
 # ------------------------------------------------------------------ public API
 def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape, stride=1, padding=0, dilation=1,
-                   groups=1, params=None) -> tuple:
-    """out = conv2d(x, w, bias); bias_addr may be None/0. Returns the output shape (N, OC, OH, OW)."""
+                   groups=1, params=None, act: str | None = None) -> tuple:
+    """out = act(conv2d(x, w, bias)); bias_addr may be None/0; act None or "relu" (an epilogue:
+    no extra pass). Returns the output shape (N, OC, OH, OW)."""
+    if act is not None and act not in ACTIVATIONS:
+        raise ValueError(f"conv2d_forward: activation {act!r} is not one of {sorted(ACTIVATIONS)}")
     g, out_shape = _geometry(x_shape, w_shape, stride, padding, dilation, groups)
     if out_shape[0] * out_shape[1] == 0:
         return out_shape
     fam = family(device, Conv2d)
     bias = _addr(bias_addr)
     _dispatch_gemm(device, fam, "fwd", g, _addr(x_addr), _addr(w_addr), _addr(out_addr), bias, params,
-                   flags=1 if bias else 0)
+                   flags=1 if bias else 0, act=act)
     return out_shape
 
 
