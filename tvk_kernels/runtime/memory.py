@@ -233,10 +233,11 @@ class Allocator:
 
     def _borrow(self, cap, size: int, nbytes: int):
         """A temporary of the capture placed in another graph's scratch range (the smallest that
-        fits). Graphs run one after another on the queue, so their temporaries can share memory."""
+        fits, at most twice its size: a small temporary does not pin a large range). Graphs run one
+        after another on the queue, so their temporaries can share memory."""
         best = None
         for i, (rsize, _block, _off) in enumerate(cap.lendable):
-            if rsize >= size and (best is None or rsize < cap.lendable[best][0]):
+            if size <= rsize <= 2 * size and (best is None or rsize < cap.lendable[best][0]):
                 best = i
         if best is None:
             return None
