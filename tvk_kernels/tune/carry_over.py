@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     load_optional_targets()
     now = template_path(args.template)
-    rel = now.relative_to(Path(subprocess.check_output(["git", "rev-parse", "--show-toplevel"], text=True).strip()))
+    rel = Path("templates") / args.template  # where templates live in the repository
     old_text = subprocess.check_output(["git", "show", f"{args.since}:{rel}"])
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / now.name
