@@ -13,9 +13,13 @@ Kernels take buffer addresses, so the recording is tied to addresses:
   Before the next replay overwrites those buffers, any handed-out tensor still alive (a
   loss kept for later, a grad not set to None, a forward's saved tensors whose backward
   has not run) is moved to a buffer of its own, so nothing the user holds changes.
-- call 3 records once more with the first recording's temporaries marked: those may sit in other
-  graphs' scratch ranges (graphs run one after another), so a forward and its backward share
-  their temporaries' memory (TVK_SHARE_GRAPH_SCRATCH=0 keeps each graph's own).
+- the recording is told which allocations are temporaries (those the program's first run freed
+  before its end): they may sit in other graphs' scratch ranges (graphs run one after another),
+  so a forward and its backward share their temporaries' memory. If that plan fails (a
+  borrowed range outlives the capture), the program is recorded plainly, and once more at
+  call 3 with the plan its own capture gave (TVK_SHARE_GRAPH_SCRATCH=0 keeps each graph's own).
+  Inputs that come out of a graph recorded again move with it: the graphs reading them are
+  recorded again at once, not run op by op.
 - dropout is recorded with its seed in a small buffer that the host rewrites before every
   replay (fresh masks, the same numbers eager mode would draw); programs with other random
   ops are never recorded (a replay would repeat the same numbers).
@@ -88,10 +92,9 @@ class Replayed:
 
     # ---------------------------------------------------------------- record
     def _replan(self, args, always: bool = False):
-        """Record once more, now that the first recording told which allocations are temporaries:
-        they may go into other graphs' scratch (a forward's and a backward's temporaries then share
-        memory). If the plan does not hold (a borrowed range outlives the capture), record plainly.
-        Inputs that were slots stay slots."""
+        """Record again with the temporaries the current recording's capture found (when the first
+        plan was missing or failed), or, with always=True, because bound inputs moved with the
+        graph they come out of. Inputs that were slots stay slots."""
         self.replanned = True
         temps = self.graph.temps if os.environ.get("TVK_SHARE_GRAPH_SCRATCH", "1") != "0" else frozenset()
         if not temps and not always:
