@@ -48,7 +48,7 @@ def _setup(name, batch, shape, dev):
 
 
 def _spin_up(device, seconds):
-    from torchvk.experiments.ablations import _spin_up
+    from torchvk.experiments.ablations import _spin_up  # not at the top: the CUDA side runs without torchvk
 
     _spin_up(device, seconds)
 

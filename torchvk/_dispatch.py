@@ -94,7 +94,7 @@ def dispatch(func, args, kwargs):
     try:
         return _dispatch(func, args, kwargs)
     except Exception as e:
-        if _in_autograd_worker():
+        if _in_backward_node():
             return _defer_error(func, args, kwargs, e)
         raise
 
@@ -129,7 +129,7 @@ def _dispatch(func, args, kwargs):
 # thread, where TVKTensor.backward runs it). So inside a backward node an error is deferred:
 # the op returns an uninitialised result of the right shape, the backward runs to its end,
 # and an engine callback raises the error in the caller's backward().
-def _in_autograd_worker() -> bool:
+def _in_backward_node() -> bool:
     return torch._C._current_autograd_node() is not None
 
 

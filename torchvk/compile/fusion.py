@@ -325,7 +325,7 @@ def _grow(root, elems, taken, clean_between) -> set:
 
 
 def _epilogues(graph, nodes, clean_between, stats):
-    """act(addmm(bias, x, w)) -> one MatmulEpilogue node; relu(convolution(...)) -> one ConvRelu."""
+    """act(addmm(bias, x, w)) -> one MatmulEpilogue node; relu(convolution(...)) -> one conv_relu."""
     for act in nodes:
         mk = EPILOGUES.get(act.target) if act.op == "call_function" else None
         if mk is None or not act.args or not isinstance(act.args[0], fx.Node):
@@ -335,12 +335,7 @@ def _epilogues(graph, nodes, clean_between, stats):
                 and len(mm.users) == 1 and not _bind(mm.target, mm.args, mm.kwargs)["transposed"]
                 and all(_is_f32(a) for a in mm.args[:3] if isinstance(a, fx.Node)) and _is_f32(mm)
                 and clean_between(mm, act)):
-            with graph.inserting_before(act):
-                new = graph.call_function(conv_relu, tuple(mm.args), dict(mm.kwargs))
-            new.meta["val"] = act.meta["val"]
-            act.replace_all_uses_with(new)
-            graph.erase_node(act)
-            graph.erase_node(mm)
+            _replace_pair(graph, mm, act, conv_relu, tuple(mm.args), dict(mm.kwargs))
             stats["epilogues"] += 1
             continue
         if mm.op != "call_function" or mm.target is not aten.addmm.default or len(mm.users) != 1:
@@ -353,13 +348,18 @@ def _epilogues(graph, nodes, clean_between, stats):
             continue
         extra = {k: v for k, v in akw.items() if k != "self"}
         fn = MatmulEpilogue(mk(akw), float(kw["alpha"]), act.target, extra)
-        with graph.inserting_before(act):
-            new = graph.call_function(fn, (bias, x, w))
-        new.meta["val"] = act.meta["val"]
-        act.replace_all_uses_with(new)
-        graph.erase_node(act)
-        graph.erase_node(mm)
+        _replace_pair(graph, mm, act, fn, (bias, x, w))
         stats["epilogues"] += 1
+
+
+def _replace_pair(graph, first, last, target, args, kwargs=None):
+    """first -> last (first used only by last) becomes one call of target(*args, **kwargs)."""
+    with graph.inserting_before(last):
+        new = graph.call_function(target, args, kwargs or {})
+    new.meta["val"] = last.meta["val"]
+    last.replace_all_uses_with(new)
+    graph.erase_node(last)
+    graph.erase_node(first)
 
 
 def _bn_relu_table():
@@ -406,12 +406,7 @@ def _cross_entropy_backward(graph, stats):
         v = _val(ls)
         if v is None or v.dim() != 2 or dim not in (1, -1):
             continue
-        with graph.inserting_before(sm):
-            new = graph.call_function(cross_entropy_backward_from_log_probs, tuple(nll.args), dict(nll.kwargs))
-        new.meta["val"] = sm.meta["val"]
-        sm.replace_all_uses_with(new)
-        graph.erase_node(sm)
-        graph.erase_node(nll)
+        _replace_pair(graph, nll, sm, cross_entropy_backward_from_log_probs, tuple(nll.args), dict(nll.kwargs))
         stats["cross_entropy_backward"] += 1
 
 

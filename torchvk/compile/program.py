@@ -24,6 +24,8 @@ from collections import Counter
 import torch
 import torch.fx
 
+from tvk_kernels.runtime.memory import freed_ordinals
+
 from .. import _dispatch, _rng
 from .._storage import get_device
 
@@ -171,7 +173,7 @@ class Program:
             try:
                 out = self._run(*args)
                 if tracked is not None:  # what a recording of this program may share (replay.py)
-                    self.temps = frozenset(i for i, ref in enumerate(tracked) if ref() is None or ref().freed)
+                    self.temps = freed_ordinals(tracked)
                 return out
             finally:
                 alloc.tracker = None

@@ -149,6 +149,15 @@ def gemm_dims(direction: str, g: dict) -> tuple[int, int, int]:
     return ocg, icg * khw, g["n"] * ohw
 
 
+def gemm_defines(dir_id: int, params: dict, wg: int, act: str | None = None) -> dict:
+    """The template's defines for one direction and parameter set. ACT is absent unless asked for,
+    so the tuned kernels' SPIR-V stays what was tuned (tune/carry_over.py relies on it)."""
+    defines = {"DIR": dir_id, "WG": wg, **{k: params[k] for k in _GEMM_KEYS}}
+    if act is not None:
+        defines["ACT"] = ACTIVATIONS[act]
+    return defines
+
+
 # ------------------------------------------------------------------ the family
 class Conv2d(Family):
     def __init__(self, device):
@@ -175,9 +184,7 @@ class Conv2d(Family):
         def build():
             wg = d["WG"]
             self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=d["shared_bytes"], push_size=push_size)
-            defines = {"DIR": dir_id, "WG": wg, **{k: params[k] for k in _GEMM_KEYS}}
-            if act is not None:  # absent otherwise: the tuned kernels' SPIR-V stays what was tuned
-                defines["ACT"] = ACTIVATIONS[act]
+            defines = gemm_defines(dir_id, params, wg, act)
             return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=push_size)
 
         return self.pipeline(key, build)
@@ -505,7 +512,13 @@ class Conv2dTarget:
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
         wg = with_derived(search_space(FAMILY), params)["WG"]
-        return {"DIR": 0, "WG": wg, **{k: params[k] for k in _GEMM_KEYS}}, (wg, 1, 1), None
+        return gemm_defines(0, params, wg), (wg, 1, 1), None
+
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """Every define set the family builds from one tuned parameter set (tune/carry_over.py)."""
+        wg = with_derived(search_space(FAMILY), params)["WG"]
+        return [gemm_defines(d, params, wg) for d in DIRS.values()]
 
 
 TUNE_TARGET = Conv2dTarget()

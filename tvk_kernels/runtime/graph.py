@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from .memory import freed_ordinals
 from .vk import NULL, check, ffi, lib, new
 
 _UINT64_MAX = 0xFFFFFFFFFFFFFFFF
@@ -111,7 +112,7 @@ def capture(device, temps=()):
         stream.capturing = False
         cap = allocator.capture
         graph.buffers, graph.reserved, graph.broken = allocator.keep_for_graph(cap)
-        graph.temps = frozenset(i for i, ref in enumerate(cap.allocated) if ref() is None or ref().freed)
+        graph.temps = freed_ordinals(cap.allocated)
         allocator.capture = None
         graph.dispatches = stream.count
         check(lib.vkEndCommandBuffer(slot.cmd), "vkEndCommandBuffer")

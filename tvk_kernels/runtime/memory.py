@@ -114,6 +114,12 @@ class DeviceBuffer:
         return f"<DeviceBuffer {self.nbytes} B at 0x{self.address:x}{' freed' if self.freed else ''}>"
 
 
+def freed_ordinals(refs) -> frozenset:
+    """Positions in `refs` (weak references to buffers, in allocation order) of the buffers freed
+    since: a program's temporaries, which graphs may share (runtime/graph.py)."""
+    return frozenset(i for i, ref in enumerate(refs) if (b := ref()) is None or b.freed)
+
+
 class Allocator:
     # what running out of memory raises: a framework layer may put a subclass here (torchvk makes it
     # also a torch.OutOfMemoryError, whatever the import order of torch and tvk_kernels)
@@ -167,8 +173,8 @@ class Allocator:
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
         buf = DeviceBuffer(self, block, off, size, nbytes)
-        if self.capture is not None:
-            self.capture.allocated.append(weakref.ref(buf))
+        if cap is not None:
+            cap.allocated.append(weakref.ref(buf))
         elif self.tracker is not None:
             self.tracker.append(weakref.ref(buf))
         return buf

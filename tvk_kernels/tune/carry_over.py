@@ -21,18 +21,15 @@ from pathlib import Path
 
 from ..config import search_space
 from ..runtime.compiler import _template_hash, compile_file, template_checksum, template_path
-from .space import with_derived
 from .targets import load_optional_targets
 
 
-def kernel_defines(family: str, template: str, params: dict) -> list[dict]:
-    """The define sets a family builds from one tuned parameter set (conv2d: one per direction)."""
-    derived = with_derived(search_space(family), params)
-    if family == "conv2d":
-        from ..kernels.conv import _GEMM_KEYS
-
-        return [{"DIR": d, "WG": derived["WG"], **{k: params[k] for k in _GEMM_KEYS}} for d in (0, 1, 2)]
-    raise SystemExit(f"carry_over: no rule for the kernels of {family!r} yet (add one to kernel_defines)")
+def kernel_defines(family: str, params: dict) -> list[dict]:
+    """The define sets a family builds from one tuned parameter set, from its tuner target."""
+    target = load_optional_targets().get(family)
+    if target is None or not hasattr(target, "kernel_defines"):
+        raise SystemExit(f"carry_over: {family!r} does not list its kernels (give its tuner target kernel_defines)")
+    return target.kernel_defines(params)
 
 
 def main(argv=None) -> int:
@@ -41,7 +38,6 @@ def main(argv=None) -> int:
     ap.add_argument("--since", required=True, help="git revision whose template the configs were tuned with")
     ap.add_argument("--configs", default="tuned_configs")
     args = ap.parse_args(argv)
-    load_optional_targets()
     now = template_path(args.template)
     rel = Path("templates") / args.template  # where templates live in the repository
     old_text = subprocess.check_output(["git", "show", f"{args.since}:{rel}"])
@@ -62,7 +58,7 @@ def main(argv=None) -> int:
         checked = 0
         for path, data, family in files:
             for bucket, res in data["families"][family]["buckets"].items():
-                for defines in kernel_defines(family, args.template, res["params"]):
+                for defines in kernel_defines(family, res["params"]):
                     if compile_file(old, defines) != compile_file(now, defines):
                         print(f"carry_over: {path.name} {family}/{bucket} {defines}: the SPIR-V differs; nothing changed")
                         return 1

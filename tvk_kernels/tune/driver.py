@@ -76,10 +76,10 @@ def tune_bucket(device, target, bucket, shapes, trials, timeout, storage, resume
     try:
         _, default_times = evaluate_params(device, target, cases, defaults)
         values = param_values(search_space(target.family))
-        # start from the default (where its values lie in the space; host heuristics may not)
-        study.enqueue_trial({k: v for k, v in defaults.items() if k in values and v in values[k]}, skip_if_exists=True)
-        for seed in search_space(target.family).get("seeds", []):  # then the family's known-good shapes
-            study.enqueue_trial({k: v for k, v in seed.items() if k in values and v in values[k]}, skip_if_exists=True)
+        # start from the default, then the family's known-good seeds (where their values lie in the
+        # space; host heuristics may not)
+        for start in [defaults, *search_space(target.family).get("seeds", [])]:
+            study.enqueue_trial({k: v for k, v in start.items() if k in values and v in values[k]}, skip_if_exists=True)
         bar = None
         if progress:
             from tqdm import tqdm
