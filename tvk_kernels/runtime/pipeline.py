@@ -2,7 +2,9 @@
 
 Kernels take their buffers as device addresses in push constants, so every pipeline
 layout is just one push-constant range: no descriptor sets to allocate or bind.
-The driver's VkPipelineCache is saved to disk at exit and loaded at start.
+The driver's VkPipelineCache is saved to disk at exit and loaded at start, checked (cache_file.py,
+and its Vulkan header against this device): a bad file is dropped with a warning. When the driver
+rejects a module from the SPIR-V cache, that entry is dropped and the template compiled afresh, once.
 
 Inside `prefetching()`, a missing pipeline is built in a thread pool: get() returns its
 Pipeline at once and the build fills it in later. glslc runs in a subprocess and cffi drops
@@ -19,10 +21,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-from .compiler import compile_template
+from . import cache_file
+from .compiler import compile_template, forget_template
 from .vk import NULL, check, ffi, lib, new
-from ..errors import InvalidConfigError
+from ..errors import InvalidConfigError, ShaderCompileError, VulkanError
 from ..paths import cache_dir
+
+_OUT_OF_MEMORY = (-1, -2)  # VK_ERROR_OUT_OF_HOST_MEMORY, _DEVICE_MEMORY: no fault of the SPIR-V
+_VK_CACHE_HEADER = struct.Struct("<IIII16s")  # VkPipelineCacheHeaderVersionOne: size, version, vendor, device, UUID
 
 
 class Pipeline:
@@ -53,13 +59,17 @@ class PipelineCache:
         self._lock = threading.Lock()  # for the counters, which build threads add to
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list | None = None  # (key, Pipeline) submitted in the current prefetching() block
-        self._path = cache_dir() / "pipelines" / f"{device.facts.uuid}-{device.facts.driver_version}.bin"
+        f = device.facts
+        # .v2: the checked format; a version-1 `.bin` beside it is never read (it would only warn)
+        self._path = cache_dir() / "pipelines" / f"{f.uuid}-{f.driver_version}.v2.bin"
+        self._key = f"VkPipelineCache {f.vendor_id:x}:{f.device_id:x} {f.uuid} {f.driver_version}"
         keep: list = []
-        initial = self._path.read_bytes() if self._path.is_file() else b""
+        initial = cache_file.read(self._path, self._key, self._header_problem) or b""
         data = ffi.from_buffer(initial) if initial else NULL
         info = new("VkPipelineCacheCreateInfo", keep, initialDataSize=len(initial), pInitialData=data)
         out = ffi.new("VkPipelineCache*")
-        if lib.vkCreatePipelineCache(device.handle, info, NULL, out) < 0:  # a corrupt file: start empty
+        if lib.vkCreatePipelineCache(device.handle, info, NULL, out) < 0:  # the driver rejects it: start empty
+            cache_file.discard(self._path, "rejected by the driver (vkCreatePipelineCache failed)")
             info.initialDataSize, info.pInitialData = 0, NULL
             check(lib.vkCreatePipelineCache(device.handle, info, NULL, out), "vkCreatePipelineCache")
         self.handle = out[0]
@@ -133,12 +143,59 @@ class PipelineCache:
         if problems:
             raise InvalidConfigError(f"kernel parameters do not fit {f.name}: " + "; ".join(problems))
 
+    def _header_problem(self, blob: bytes) -> str | None:
+        """What is wrong with a saved VkPipelineCache blob for this device, if anything."""
+        f = self.device.facts
+        if len(blob) < _VK_CACHE_HEADER.size:
+            return f"not a Vulkan pipeline cache ({len(blob)} bytes)"
+        size, version, vendor, device, uuid = _VK_CACHE_HEADER.unpack_from(blob)
+        if not _VK_CACHE_HEADER.size <= size <= len(blob) or version != 1:
+            return "not a Vulkan pipeline cache (bad header)"
+        if (vendor, device, uuid.hex()) != (f.vendor_id, f.device_id, f.uuid):
+            return "a pipeline cache of another device or driver"
+        return None
+
     def _build(self, p: Pipeline, template, defines, spec, subgroup_size, capture_stats):
         """Create p's VkPipeline; runs on the caller's thread or a pool thread (prefetch)."""
-        local_size, push_size = p.local_size, p.push_size
         t0 = time.perf_counter()
         spirv = compile_template(template, defines)
         t1 = time.perf_counter()
+        try:
+            layout, handle = self._create_pipeline(spirv, p, spec, subgroup_size, capture_stats)
+        except VulkanError as first:
+            if first.code in _OUT_OF_MEMORY:
+                raise
+            layout, handle = self._rebuild_from_template(p, template, defines, spec, subgroup_size, capture_stats, first)
+        t2 = time.perf_counter()
+        if capture_stats:
+            from .executable_stats import read_stats
+
+            p.stats = read_stats(self.device, handle)
+        p.layout, p.compile_s = layout, time.perf_counter() - t0
+        p.handle = handle  # last: a non-None handle means the pipeline is complete
+        with self._lock:
+            self.compile_seconds += p.compile_s
+            self.spirv_seconds += t1 - t0
+            self.driver_seconds += t2 - t1
+
+    def _rebuild_from_template(self, p, template, defines, spec, subgroup_size, capture_stats, first: VulkanError):
+        """The driver rejected the module: its SPIR-V cache entry may be bad in a way the checks
+        cannot see, so drop it and compile the template once more; a second failure is an error."""
+        cached = forget_template(template, defines, f"a module the driver rejected ({first})")
+        spirv = compile_template(template, defines)
+        try:
+            return self._create_pipeline(spirv, p, spec, subgroup_size, capture_stats)
+        except VulkanError as second:
+            shown = " ".join(f"{k}={v}" for k, v in sorted(defines.items())) or "none"
+            raise ShaderCompileError(
+                f"the driver cannot build a pipeline from {template} (defines: {shown}; SPIR-V cache file {cached}): "
+                f"{second}, also after compiling the template afresh (first try: {first}). This is a driver or "
+                "template bug: update the driver, or report it with this message."
+            ) from second
+
+    def _create_pipeline(self, spirv: bytes, p: Pipeline, spec, subgroup_size, capture_stats):
+        """(VkPipelineLayout, VkPipeline) from SPIR-V."""
+        local_size, push_size = p.local_size, p.push_size
         dev = self.device.handle
         keep: list = []
         code = ffi.from_buffer("uint32_t[]", spirv)
@@ -173,19 +230,12 @@ class PipelineCache:
         if capture_stats:
             cinfo.flags = lib.VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR
         out = ffi.new("VkPipeline*")
-        check(lib.vkCreateComputePipelines(dev, self.handle, 1, cinfo, NULL, out), "vkCreateComputePipelines")
+        result = lib.vkCreateComputePipelines(dev, self.handle, 1, cinfo, NULL, out)
         lib.vkDestroyShaderModule(dev, module[0], NULL)
-        t2 = time.perf_counter()
-        if capture_stats:
-            from .executable_stats import read_stats
-
-            p.stats = read_stats(self.device, out[0])
-        p.layout, p.compile_s = layout[0], time.perf_counter() - t0
-        p.handle = out[0]  # last: a non-None handle means the pipeline is complete
-        with self._lock:
-            self.compile_seconds += p.compile_s
-            self.spirv_seconds += t1 - t0
-            self.driver_seconds += t2 - t1
+        if result < 0:  # the caller may try again: leave nothing behind
+            lib.vkDestroyPipelineLayout(dev, layout[0], NULL)
+        check(result, "vkCreateComputePipelines")
+        return layout[0], out[0]
 
     def save(self):
         try:
@@ -193,10 +243,7 @@ class PipelineCache:
             check(lib.vkGetPipelineCacheData(self.device.handle, self.handle, size, NULL), "vkGetPipelineCacheData")
             buf = ffi.new("char[]", size[0])
             check(lib.vkGetPipelineCacheData(self.device.handle, self.handle, size, buf), "vkGetPipelineCacheData")
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._path.with_suffix(".tmp")
-            tmp.write_bytes(ffi.buffer(buf, size[0])[:])
-            tmp.replace(self._path)
+            cache_file.write(self._path, self._key, ffi.buffer(buf, size[0])[:])
         except Exception:  # a cache that cannot be saved costs only compile time next run
             pass
 
