@@ -41,7 +41,9 @@ def test_forward_strided_unaligned_explicit_params(device, rng):
     np.testing.assert_array_equal(got, full[idx, 1:1 + D])
 
 
-def test_forward_out_of_range_gives_zero_rows(device):
+def test_forward_out_of_range_reads_nothing_outside_the_weight(device):
+    """The kernel alone: a bad index gives a zero row, not a read out of bounds. The torch layer
+    checks indices first and raises (tests/test_index_errors.py)."""
     w = np.arange(12, dtype=np.float32).reshape(3, 4)
     idx = np.array([2, -1, 3, 0], dtype=np.int64)
     wb, ib = device.upload(w), device.upload(idx)

@@ -118,7 +118,7 @@ pipeline.PipelineCache._build = traced
 torch.manual_seed(0)
 base = cnn().to("tvk")
 g = torch.Generator().manual_seed(1)
-batches = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 10, (4,), generator=g)) for _ in range(3)]
+batches = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 4, (4,), generator=g)) for _ in range(3)]  # cnn() has 4 classes
 
 def train(parallel=None, compiled=True):
     if parallel is not None:

@@ -16,7 +16,7 @@ def _make(spec, noncontig):
     if noncontig and len(spec) >= 1:
         base = torch.randn(*spec[:-1], spec[-1] * 2)
         return base[..., ::2], True
-    return torch.randn(*spec), True
+    return torch.randn(spec), True
 
 
 def check(fn, *specs, atol=1e-4, rtol=1e-4, noncontig=True, grad=True):
@@ -134,6 +134,12 @@ MATMUL = {
     "linear_3d": (F.linear, (2, 7, 5), (3, 5), (3,)),
     "addmm_beta": (lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0), (7, 3), (7, 5), (5, 3)),
     "baddbmm": (lambda c, a, b: torch.baddbmm(c, a, b, alpha=0.5), (2, 7, 3), (2, 7, 5), (2, 5, 3)),
+    # a 1-D operand: torch drops its dim from the result again (an in-place squeeze_)
+    "matmul_vec_mat": (torch.matmul, (5,), (5, 3)),
+    "matmul_mat_vec": (torch.matmul, (7, 5), (5,)),
+    "matmul_vec_vec": (torch.matmul, (5,), (5,)),
+    "matmul_vec_batched": (torch.matmul, (5,), (2, 5, 3)),
+    "rmatmul_vec": (lambda m, v: m.__rmatmul__(v), (5, 3), (5,)),
 }
 
 
@@ -152,6 +158,9 @@ REDUCTIONS = {
     "max_dim": (lambda a: a.max(1), (5, 7)),
     "min_dim": (lambda a: a.min(0).values, (5, 7)),
     "max_all": (lambda a: a.max(), (5, 7)),
+    "max_dim_0d": (lambda a: a.max(0), ()),  # OpInfo's max/min reduction_with_dim samples
+    "min_dim_0d_keepdim": (lambda a: a.min(0, keepdim=True), ()),
+    "empty_any_all_prod": (lambda a: ((a > 0).any(), (a > 0).all(0), a.detach().prod(0), a.detach().prod()), (0, 3)),
     "argmax": (lambda a: a.argmax(1), (5, 7)),
     "var": (lambda a: a.var(1), (5, 7)),
     "std": (lambda a: a.std(), (5, 7)),
@@ -266,11 +275,23 @@ def test_inplace_ops_and_views_autograd():
     torch.testing.assert_close(at.grad.cpu(), a.grad, atol=1e-5, rtol=1e-5)
 
 
+def test_inplace_view_ops_change_geometry():
+    """squeeze_, unsqueeze_, t_, transpose_ give self the view's shape and strides (no data moves)."""
+    for op in (lambda t: t.squeeze_(0), lambda t: t.unsqueeze_(1), lambda t: t.t_(), lambda t: t.transpose_(0, 1)):
+        x = torch.randn(1, 4)
+        xt = x.to("tvk")
+        assert op(xt) is xt
+        op(x)
+        assert xt.shape == x.shape and xt.stride() == x.stride()
+        assert torch.equal(xt.cpu(), x)
+
+
 def test_dropins_accept_cpu_and_tvk():
     a, b = torch.randn(5, 3), torch.randn(3, 4)
     r = torchvk.ops.matmul(a, b)
     assert r.device.type == "cpu"
     torch.testing.assert_close(r, a @ b, atol=1e-5, rtol=1e-5)
+    assert torchvk.ops.matmul(a[0], b).shape == (4,)
     rt = torchvk.ops.matmul(a.to("tvk"), b.to("tvk"))
     assert rt.device.type == "tvk"
     x, w = torch.randn(1, 2, 6, 6), torch.randn(3, 2, 3, 3)

@@ -12,6 +12,7 @@ import tvk_kernels  # noqa: E402
 from tvk_kernels.errors import FreedBufferError, TVKError  # noqa: E402
 from tvk_kernels.runtime.memory import Allocator as _Allocator  # noqa: E402
 
+from . import _autograd  # noqa: E402
 from . import _storage  # noqa: E402,F401  (makes the allocator's OOM a torch.OutOfMemoryError)
 
 # the OOM class users catch: what every allocation raises, always a torch.OutOfMemoryError
@@ -30,6 +31,7 @@ def _register_backend():
 
 
 _register_backend()
+_autograd.install()  # every backward on the calling thread, errors in it raised there
 
 from . import aten as _aten  # noqa: E402,F401  (fills the op table)
 from ._dispatch import cpu_fallback_enabled, op_counts, reset_op_counts, set_cpu_fallback  # noqa: E402

@@ -3,6 +3,7 @@
 Every op on a tvk tensor reaches `TVKTensor.__torch_dispatch__` (the Python dispatch
 key sits below autograd, so autograd runs first as for any backend) and comes here:
 
+  0. torch's own argument checks (`_checks.py`: meta kernels, remembered per signature);
   1. the op table: `TABLE[OpOverload]` or `TABLE[OpOverloadPacket]`, filled by the
      modules in `torchvk/aten/` with the `@register(...)` decorator; each entry calls
      tvk_kernels kernels with byte addresses, sizes and strides;
@@ -22,6 +23,8 @@ from collections import defaultdict
 
 import torch
 
+from ._autograd import in_backward_node, stop_node
+from ._checks import check_call
 from ._tensor import TVKTensor
 
 log = logging.getLogger("torchvk")
@@ -94,8 +97,8 @@ def dispatch(func, args, kwargs):
     try:
         return _dispatch(func, args, kwargs)
     except Exception as e:
-        if _in_backward_node():
-            return _defer_error(func, args, kwargs, e)
+        if in_backward_node():  # raising here would abort the process: _autograd.py
+            return stop_node(func, e)
         raise
 
 
@@ -106,6 +109,7 @@ def _dispatch(func, args, kwargs):
     if impl is not None:
         if func not in NO_DEVICE_CHECK and func.overloadpacket not in NO_DEVICE_CHECK:
             check_devices(func, args, kwargs)
+        check_call(func, args, kwargs)
         name = _names.get(func)
         if name is None:
             name = _names[func] = str(func)
@@ -118,77 +122,9 @@ def _dispatch(func, args, kwargs):
         decomp = _composite(func)
     if decomp is not None:
         check_devices(func, args, kwargs)
+        check_call(func, args, kwargs)
         return decomp(*args, **kwargs)
     return missing(func, args, kwargs)
-
-
-# ------------------------------------------------------------------ errors inside backward
-# An exception raised from a C++ autograd node unwinds through torch's (Python) device guard,
-# whose noexcept stream calls then reach Python with the error still set: the process aborts
-# (on autograd's device thread) or backward() returns NULL without an exception (on the calling
-# thread, where TVKTensor.backward runs it). So inside a backward node an error is deferred:
-# the op returns an uninitialised result of the right shape, the backward runs to its end,
-# and an engine callback raises the error in the caller's backward().
-def _in_backward_node() -> bool:
-    return torch._C._current_autograd_node() is not None
-
-
-_deferred: list = []
-
-
-def _raise_deferred():
-    if _deferred:
-        err = _deferred[0]
-        _deferred.clear()
-        raise err
-
-
-def _defer_error(func, args, kwargs, err):
-    from ._tensor import TVKTensor, new_tensor
-    from .aten.views import meta_of
-
-    def to_meta(x):
-        if type(x) is TVKTensor:
-            return meta_of(x)
-        if isinstance(x, (list, tuple)):
-            return type(x)(to_meta(y) for y in x)
-        return x
-
-    try:
-        out = func(*[to_meta(a) for a in args], **{k: to_meta(v) for k, v in kwargs.items()})
-    except Exception:
-        raise err from None  # cannot even shape the result; nothing better to do
-    mutated = {}
-    for i, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            orig = kwargs.get(arg.name) if (arg.kwarg_only or i >= len(args)) else args[i]
-            if type(orig) is TVKTensor:
-                mutated[arg.name] = orig
-    dev = next((a._tvk.device for a in list(args) + list(kwargs.values()) if type(a) is TVKTensor), None)
-
-    def up(x):
-        if isinstance(x, torch.Tensor):
-            return new_tensor(x.shape, x.dtype, dev, x.stride())
-        if isinstance(x, (list, tuple)):
-            return type(x)(up(y) for y in x)
-        return x
-
-    if not _deferred:
-        _deferred.append(err)
-        torch.autograd.Variable._execution_engine.queue_callback(_raise_deferred)
-    if mutated and isinstance(out, torch.Tensor):
-        return next(iter(mutated.values()))
-    # the placeholder must not hit the memory cap that may have caused the error: lift it
-    # for this allocation only (the placeholder is dropped when backward() raises)
-    allocator = getattr(dev, "allocator", None)
-    saved = getattr(allocator, "limit", None)
-    if allocator is not None:
-        allocator.limit = None
-    try:
-        return up(out)
-    finally:
-        if allocator is not None:
-            allocator.limit = saved
 
 
 _variants: dict = {}
@@ -233,7 +169,12 @@ def _variant(func):
             base = getattr(torch.ops.aten, name[:-1], None)
             functional = getattr(base, ov, None) if base is not None else None
             call = _lookup(functional) if functional is not None else None
-            if call is not None:
+            if call is not None and functional.is_view:
+                # squeeze_, unsqueeze_, transpose_, t_: self takes the view's geometry, no data moves
+                def fn(self, *args, _call=call, **kwargs):
+                    _set_geometry(self, _call(self, *args, **kwargs))
+                    return self
+            elif call is not None:
                 def fn(self, *args, _call=call, **kwargs):
                     from .aten.copies import copy_into
 
@@ -243,6 +184,10 @@ def _variant(func):
         fn = None
     _variants[func] = fn
     return fn
+
+
+# Tensor.data's setter: self takes another tensor's sizes, strides and offset; autograd state stays
+_set_geometry = torch._C.TensorBase.data.__set__
 
 
 _composites: dict = {}

@@ -113,6 +113,9 @@ def alloc_storage(nbytes: int, device: Device | None = None) -> Storage:
 
 def span_elements(size, stride, offset: int = 0) -> int:
     """How many elements from the storage start a tensor with this geometry needs."""
+    if size and min(size) < 0:  # torch's check and message (else: "numel: integer multiplication overflow")
+        bad = next(s for s in size if s < 0)
+        raise RuntimeError(f"Trying to create tensor with negative dimension {bad}: {list(size)}")
     n = offset + 1
     for s, st in zip(size, stride):
         if s == 0:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tvk_kernels.runtime.lock import runtime_lock
+
 from ._storage import (Storage, alloc_storage, check_dtype, download_bytes, get_device, np_dtype, span_elements,
                        torch_device, upload_bytes)
 
@@ -56,23 +58,21 @@ class TVKTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        """torch's backward, run on the calling thread. The engine otherwise hands a non-CPU
-        device's nodes to a worker thread of its own and waits for it: that round trip cost about
-        1 ms of host time per training step here, most of a compiled step's (design note 16).
-        A loss's implicit gradient of one is made here with one fill: torch's ones_like took
-        two dispatched ops (empty_like, fill_), 77 us against 16 us on this machine."""
+        """torch's backward (which runs on the calling thread: torchvk/_autograd.py). A loss's
+        implicit gradient of one is made here with one fill: torch's ones_like took two
+        dispatched ops (empty_like, fill_), 77 us against 16 us on this machine."""
         if gradient is None and self.requires_grad and self.numel() == 1:
             from .aten.copies import fill_scalar
 
             gradient = fill_scalar(new_tensor(self.shape, self.dtype, self._tvk.device), 1.0)
-        with torch.autograd.set_multithreading_enabled(False):
-            return super().backward(gradient, retain_graph, create_graph, inputs=inputs)
+        return super().backward(gradient, retain_graph, create_graph, inputs=inputs)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         from ._dispatch import dispatch
 
-        return dispatch(func, args, kwargs or {})
+        with runtime_lock:  # an op's steps are not interleaved with another thread's (runtime/lock.py)
+            return dispatch(func, args, kwargs or {})
 
     # torch.compile: Dynamo traces tensor subclasses that flatten into inner tensors. A tvk tensor
     # flattens into its geometry (a `meta` tensor: shape, strides, dtype, no data); Dynamo fakes it

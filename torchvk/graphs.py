@@ -12,12 +12,15 @@
 Rules (as for CUDA graphs): inputs and outputs are the tensors used during capture (copy
 new data into them); no sync point inside the capture (.item(), .cpu(), printing); random
 ops replay the same random numbers; shapes are fixed: capture again for a new batch size.
+Other threads' tvk work waits until the capture ends (it holds the runtime lock): it would
+otherwise be recorded into the graph and not run.
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 
 from tvk_kernels.runtime.graph import Graph, capture
+from tvk_kernels.runtime.lock import runtime_lock
 
 from ._storage import get_device
 
@@ -26,7 +29,7 @@ from ._storage import get_device
 def graph(device=None):
     """Capture the tvk kernels launched inside the block; returns a Graph with .replay()."""
     dev = get_device(None if device is None else getattr(device, "index", device))
-    with capture(dev) as g:
+    with runtime_lock, capture(dev) as g:
         yield g
 
 

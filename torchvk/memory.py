@@ -1,6 +1,8 @@
 """Memory API: the device allocator's counters, its cap and its cache."""
 from __future__ import annotations
 
+import numbers
+
 from ._storage import get_device
 
 
@@ -18,6 +20,13 @@ def set_memory_limit(nbytes=None, device=None):
         from tvk_kernels.runtime.memory import parse_bytes
 
         nbytes = parse_bytes(nbytes)
+    if nbytes is not None:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real):
+            raise TypeError(f"set_memory_limit takes a byte count, a size like '512M', or None for no cap; "
+                            f"got {nbytes!r}")
+        if nbytes < 0:
+            raise ValueError(f"set_memory_limit: a memory limit cannot be negative (got {nbytes} bytes); "
+                             f"pass a byte count >= 0, or None for no cap")
     _alloc(device).set_limit(nbytes)
 
 

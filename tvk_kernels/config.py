@@ -5,7 +5,9 @@ Lookup order for (device, family, shape bucket):
   2. within those: exact device + driver, then architecture family, then vendor
   3. the family's default for the device class in tuning/<family>.json
 A config tuned for another version of a template (checksum differs) is stale and is
-ignored; a file that cannot be read is ignored. Each gets one warning saying what to do.
+ignored; a file that cannot be read is ignored; an entry whose parameters are of the wrong
+type, outside the search space, or break a constraint or a device limit is skipped and the
+next level is used. Each gets one warning naming the file (and family, bucket) and what to do.
 """
 from __future__ import annotations
 
@@ -16,10 +18,12 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 
+from .errors import InvalidConfigError
 from .paths import data_dir
 
 SCHEMA_VERSION = 1
 _warned: set = set()
+_generation = 0  # bumped by reload(): families drop the parameters they looked up
 
 
 def _warn_once(key: str, message: str):
@@ -103,17 +107,54 @@ def config_dirs() -> list[Path]:
     return dirs
 
 
+def _json_type(value) -> str:
+    """The JSON name of a value's type: config files are edited by hand."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "array"}.get(type(value), "object")
+
+
+def _not_an_object(what: str, container: dict, key: str) -> str | None:
+    """None if container[key] is an object, else what is wrong with it."""
+    if key not in container:
+        return f"{what} is missing"
+    if not isinstance(container[key], dict):
+        return f"{what} is a JSON {_json_type(container[key])}, not an object"
+    return None
+
+
+def _file_problem(data) -> str | None:
+    """What makes a whole config file unusable (see tuned_configs/README.md), or None."""
+    if not isinstance(data, dict):
+        return f"it holds a JSON {_json_type(data)}, not an object"
+    if data.get("schema") != SCHEMA_VERSION:
+        return f"it has schema {data.get('schema')!r}; this TorchVK reads schema {SCHEMA_VERSION}"
+    problem = _not_an_object("its 'device'", data, "device") or _not_an_object("its 'families'", data, "families")
+    if problem:
+        return problem
+    match = data["device"].get("match", "device")
+    if match not in ("device", "arch", "vendor"):
+        return f"its device 'match' is {match!r}, not 'device', 'arch' or 'vendor'"
+    return None
+
+
 def _read_config(path: Path):
     try:
         with open(path) as f:
             data = json.load(f)
-        if data.get("schema") != SCHEMA_VERSION or not isinstance(data.get("families"), dict):
-            raise ValueError(f"schema {data.get('schema')!r}, expected {SCHEMA_VERSION}")
-        return data
-    except Exception as e:  # corrupt, truncated, wrong schema: skip it, say so once
-        _warn_once(f"corrupt:{path}", f"TorchVK ignores the config file {path}: {e}. Delete it or re-run "
-                                       f"`tvk-tune --device N` to write a fresh one; defaults are used meanwhile.")
+        problem = _file_problem(data)
+    except (OSError, ValueError, RecursionError) as e:  # unreadable, corrupt, truncated
+        problem = f"it cannot be read as JSON ({e})"
+    if problem:  # skip it, say so once
+        _warn_once(f"corrupt:{path}", f"TorchVK ignores the config file {path}: {problem}. Delete it or re-run "
+                                       f"`tvk-tune --device N` to write a fresh one; the other configs and the "
+                                       f"defaults are used meanwhile.")
         return None
+    return data
 
 
 def _match_level(cfg_device: dict, facts) -> int | None:
@@ -152,22 +193,84 @@ class ConfigStore:
         # user dir before shipped, then best match level
         self.candidates.sort(key=lambda c: (c[0], c[1]), reverse=True)
 
-    def lookup(self, family: str, bucket: str, checksum: str | None) -> tuple[dict | None, str]:
-        for _, level, data, path in self.candidates:
+    def entries(self, family: str, bucket: str, checksum: str | None):
+        """(path, bucket key, params, source, problem) of each entry for this family and bucket, best
+        match first; params is None where `problem` says why the entry cannot be used."""
+        for _, _, data, path in self.candidates:
             fam = data["families"].get(family)
-            if not fam:
+            if fam is None:
                 continue
-            if checksum is not None and fam.get("template_checksum") != checksum:
+            source = data.get("source", "measured")
+            problem = _not_an_object(f"the {family!r} entry", data["families"], family)
+            if problem is None and "template_checksum" not in fam:
+                problem = "it has no 'template_checksum' (which template version it was tuned for)"
+            if problem is None and checksum is not None and fam["template_checksum"] != checksum:
                 _warn_once(f"stale:{path}:{family}",
                            f"TorchVK ignores the {family} entries of {path}: they were tuned for another version of "
                            f"the kernel template. Re-run `tvk-tune --device N --ops {family}`; defaults are used meanwhile.")
                 continue
-            buckets = fam.get("buckets", {})
-            entry = buckets.get(bucket) or buckets.get("*")
-            if entry and isinstance(entry.get("params"), dict):
-                source = data.get("source", "measured")
-                return dict(entry["params"]), f"{source}:{path.name}"
-        return None, "default"
+            problem = problem or _not_an_object("its 'buckets'", fam, "buckets")
+            if problem:
+                yield path, bucket, None, source, problem
+                continue
+            for key in dict.fromkeys((bucket, "*")):  # the bucket's own entry, then the file's catch-all
+                if key in fam["buckets"]:
+                    entry = fam["buckets"][key]
+                    problem = (_not_an_object("the entry", fam["buckets"], key)
+                               or _not_an_object("its 'params'", entry, "params"))
+                    yield path, key, None if problem else entry["params"], source, problem
+
+
+@lru_cache(maxsize=None)
+def allowed_values(family: str) -> dict:
+    """Parameter name -> the values a tuned config may give it: those of the search space (its
+    variants' too) and the defaults of every device class (host heuristics may lie outside the space)."""
+    space = search_space(family)
+    allowed: dict = {}
+    for part in (space, *space.get("variants", {}).values()):
+        for name, spec in part.get("params", {}).items():
+            allowed.setdefault(name, set()).update(spec["values"] if isinstance(spec, dict) else spec)
+    tables = [*space.get("defaults", {}).values()]
+    tables += [t for by_bucket in space.get("bucket_defaults", {}).values() for t in by_bucket.values()]
+    for table in tables:
+        for name, value in table.items():
+            allowed.setdefault(name, set()).add(value)
+    return allowed
+
+
+def _param_problems(family: str, params: dict) -> list[str]:
+    """Names unknown to the family's space, values that are not integers or not in the space."""
+    allowed = allowed_values(family)
+    out = []
+    for name, value in params.items():
+        if name not in allowed:
+            out.append(f"{name} is not a parameter of {family} (tuning/{family}.json has {', '.join(allowed)})")
+        elif type(value) is not int:  # bool and float too: a define or a local size is an integer
+            out.append(f"{name}={value!r} is not an integer")
+        elif value not in allowed[name]:
+            out.append(f"{name}={value} is not one of the values tuning/{family}.json allows "
+                       f"({', '.join(map(str, sorted(allowed[name])))})")
+    return out
+
+
+def _constraint_problems(family: str, params: dict, facts) -> list[str]:
+    """Constraints of tuning/<family>.json (variants' too) that `params` break on this device,
+    and local sizes over the device's workgroup limits."""
+    from .tune.space import violations  # tune.space reads search spaces from here
+
+    space = search_space(family)
+    out = []
+    try:
+        for part in (space, *space.get("variants", {}).values()):
+            out += [f"it breaks `{c}`" for c in violations(part, params, facts)]
+    except ArithmeticError as e:  # a derived value dividing by a zero parameter
+        out.append(f"its derived values cannot be computed ({e})")
+    most = min(facts.max_workgroup_invocations, facts.max_workgroup_size[0])
+    for part in (space, *space.get("variants", {}).values()):
+        for name, spec in part.get("params", {}).items():
+            if isinstance(spec, dict) and spec.get("kind") == "local_size_x" and params.get(name, 0) > most:
+                out.append(f"{name}={params[name]} is over the device's workgroup limit of {most} invocations")
+    return out
 
 
 @lru_cache(maxsize=None)
@@ -177,16 +280,44 @@ def _store(device_index: int, facts_id: int):
     return ConfigStore(Device.get(device_index).facts)
 
 
-def params_for(device, family: str, bucket: str = "*", checksum: str | None = None) -> tuple[dict, str]:
-    """The parameters to run `family` with on `device` for this shape bucket, and where they came from."""
-    tuned, source = _store(device.index, id(device.facts)).lookup(family, bucket, checksum)
-    params = default_params(family, device.facts, bucket)
-    if tuned:
-        params.update(tuned)
-    return params, source
+def params_for(device, family: str, bucket: str = "*", checksum: str | None = None, check=None) -> tuple[dict, str]:
+    """The parameters to run `family` with on `device` for this shape bucket, and where they came from.
+
+    A tuned entry is used only if its parameters are integers from the search space that keep its
+    constraints and the device's limits, and `check(params)` (a family's own rules: raises
+    InvalidConfigError, returns the parameters completed) accepts them; otherwise it is skipped with
+    one warning and the next entry (arch, vendor, shipped config), at last the default, is used.
+    """
+    facts = device.facts
+    defaults = default_params(family, facts, bucket)
+    for path, key, tuned, source, problem in _store(device.index, id(facts)).entries(family, bucket, checksum):
+        problems = [problem] if problem else _param_problems(family, tuned)
+        params = {**defaults, **(tuned or {})}
+        problems = problems or _constraint_problems(family, params, facts)
+        if not problems and check is not None:
+            try:
+                params = check(params)
+            except InvalidConfigError as e:
+                problems = [str(e)]
+        if not problems:
+            return params, f"{source}:{path.name}"
+        _warn_once(f"bad:{path}:{family}:{key}",
+                   f"TorchVK ignores the {family} config for bucket {key!r} in {path}: {'; '.join(problems)}. Fix or "
+                   f"delete that entry, or re-run `tvk-tune --device N --ops {family}`; the next matching config "
+                   f"(else the default) is used meanwhile.")
+    return (check(defaults) if check is not None else defaults), "default"
+
+
+def generation() -> int:
+    """Changes on every reload(): a family holding looked-up parameters looks them up again."""
+    return _generation
 
 
 def reload():
-    """Forget loaded configs (after tvk-tune wrote new ones)."""
+    """Forget loaded configs and their warnings (after tvk-tune wrote new ones, or TVK_CONFIG_DIR changed)."""
+    global _generation
+    _generation += 1
     _store.cache_clear()
     search_space.cache_clear()
+    allowed_values.cache_clear()
+    _warned.clear()

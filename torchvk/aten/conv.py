@@ -18,6 +18,15 @@ def _check(op, *ts):
             raise TypeError(f"TorchVK: {op} supports float32 only, not {t.dtype}")
 
 
+def _check_bias_padding(weight, bias, padding):
+    """torch's CPU checks that its meta kernel leaves out (a short bias would be read past its end)."""
+    if any(p < 0 for p in padding):
+        raise RuntimeError("negative padding is not supported")
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise RuntimeError(f"Given weight of size {list(weight.shape)}, expected bias to be 1-dimensional with "
+                           f"{weight.shape[0]} elements, but got bias of size {list(bias.shape)} instead")
+
+
 def _as2d(input, weight, stride, padding, dilation):
     """conv1d -> conv2d with a height of 1."""
     if input.dim() == 3:
@@ -41,6 +50,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     if input.dim() not in (3, 4):
         raise NotImplementedError(f"TorchVK: aten.convolution supports 1-D and 2-D convolutions, got a "
                                   f"{input.dim()}-D input")
+    _check_bias_padding(weight, bias, padding)
     x, w, stride, padding, dilation, one_d = _as2d(input, weight, stride, padding, dilation)
     x, w = contig(x), contig(w)
     b = contig(bias) if bias is not None else None

@@ -7,8 +7,9 @@ import types
 import torch
 
 from .._dispatch import register
-from .._storage import check_dtype, get_device
-from .._tensor import is_dense, TVKTensor, from_cpu, itemsize, new_tensor, to_cpu, upload_into
+from .._storage import alloc_storage, check_dtype, get_device, span_elements
+from .._tensor import (is_dense, TVKTensor, contiguous_strides, from_cpu, itemsize, new_tensor, to_cpu,
+                       upload_into)
 from .. import _kernels as K
 
 aten = torch.ops.aten
@@ -87,8 +88,7 @@ def _copy_from(self, dst, non_blocking=False):
 @register(aten._copy_from_and_resize.default, cross_device=True)
 def _copy_from_and_resize(self, dst):
     if isinstance(dst, TVKTensor):
-        if dst.shape != self.shape:
-            raise RuntimeError("resizing a tvk tensor in place is not supported")
+        resize_(dst, self.shape)
         copy_into(dst, self)
     else:
         dst.resize_(self.shape)
@@ -123,6 +123,19 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
         out = new_tensor(self.shape, dtype, dev, stride, op="aten._to_copy")
     device_copy(out, self)
     return out
+
+
+# a sparse tensor's .to("tvk") builds it from tvk index and value tensors with these ops
+_SPARSE_BUILDERS = [getattr(aten, name).default for name in (
+    "_sparse_compressed_tensor_unsafe", "_sparse_csr_tensor_unsafe", "_sparse_csc_tensor_unsafe",
+    "_sparse_bsr_tensor_unsafe", "_sparse_bsc_tensor_unsafe", "_sparse_coo_tensor_with_dims_and_tensors")
+    if hasattr(aten, name)]
+
+
+@register(*_SPARSE_BUILDERS)
+def sparse_tensor(*args, layout=None, **kwargs):
+    raise TypeError(f"TorchVK supports only strided (dense) tensors, not {layout or 'sparse'} ones; "
+                    f"convert with .to_dense() before moving the tensor to tvk")
 
 
 @register(aten.clone.default)
@@ -219,10 +232,34 @@ def is_pinned(self, device=None):
 
 @register(aten.resize_.default)
 def resize_(self, size, memory_format=None):
-    if tuple(self.shape) == tuple(size):
+    """torch's resize_: the new size with contiguous strides (or memory_format's) at the same
+    storage offset. A storage too small grows in place, keeping its bytes, so every view of
+    it sees the same memory afterwards, as on CPU; new elements are uninitialised."""
+    size = [int(s) for s in size]
+    if tuple(self.shape) == tuple(size) and memory_format is None:
         return self
-    raise NotImplementedError(f"TorchVK cannot resize a tvk tensor in place (aten.resize_ from {list(self.shape)} "
-                              f"to {list(size)}); allocate a new tensor instead")
+    if memory_format in (None, torch.preserve_format, torch.contiguous_format):
+        stride = contiguous_strides(size)
+    else:
+        stride = torch.empty(size, device="meta", memory_format=memory_format).stride()
+    needed = span_elements(size, stride, self.storage_offset()) * itemsize(self.dtype)
+    if needed > self._tvk.nbytes:
+        _grow_storage(self._tvk, needed)
+    self.data = TVKTensor(self._tvk, size, stride, self.storage_offset(), self.dtype)
+    return self
+
+
+def _grow_storage(storage, nbytes: int):
+    """Give storage a larger buffer holding its old bytes (recorded copy; the old buffer
+    lives until the copy has run)."""
+    old = storage.buffer
+    old.check_alive()
+    new = alloc_storage(nbytes, storage.device).buffer
+    if storage.nbytes:
+        stream = storage.device.stream
+        stream.copy(old, new, storage.nbytes)
+        stream.keep_alive(old)
+    storage.buffer, storage.nbytes = new, nbytes
 
 
 _lib = torch.library.Library("aten", "IMPL")

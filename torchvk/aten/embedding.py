@@ -7,6 +7,7 @@ from tvk_kernels.kernels import embedding as _Em
 
 from .._dispatch import register, register_decomposition
 from .._tensor import new_tensor
+from ._index_check import check_index_range
 from ._util import addr, cast, contig, contig_dtype, dev
 
 aten = torch.ops.aten
@@ -22,6 +23,12 @@ def _weight(w):
 
 @register(aten.embedding.default)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    check_index_range(indices, weight.shape[0], "embedding", "rows")
+    return _lookup(weight, indices)
+
+
+def _lookup(weight, indices):
+    """weight[indices] for a 2-D float32 weight; an index outside the rows gives a zero row (callers check)."""
     w = _weight(weight)
     idx = contig_dtype(indices, torch.int64)
     V, D = w.shape
@@ -47,14 +54,35 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
 
 @register(aten.index_select.default)
 def index_select(self, dim, index):
-    """index_select along dim 0 of a 2-D float32 tensor is an embedding lookup; other cases decompose."""
-    if self.dim() == 2 and dim % 2 == 0 and self.dtype == torch.float32:
-        return embedding(self, index.reshape(-1))
-    if self.dim() == 1 and self.dtype == torch.float32:
-        return embedding(self.unsqueeze(1), index.reshape(-1)).view(-1)
-    d = dim % self.dim()
+    """An embedding lookup over `self` viewed as [size(dim), everything else]."""
+    if index.dim() > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    if index.dtype not in (torch.int64, torch.int32):
+        raise RuntimeError(f"index_select(): Expected dtype int32 or int64 for index, got {index.dtype}")
+    if self.dim() == 0:
+        if index.numel() != 1:
+            raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {index.numel()} value(s)")
+        _wrap_dim(dim, 0)
+        return index_select(self.reshape(1), 0, index.reshape(1)).view([])
+    d = _wrap_dim(dim, self.dim())
+    size = self.shape[d]
+    if size == 0 and index.numel():
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
+    check_index_range(index, size, "index_select", "rows")
     moved = self.movedim(d, 0)
-    flat = moved.reshape(moved.shape[0], -1)
-    out = embedding(cast(flat, torch.float32), index.reshape(-1))
-    out = out.view([index.numel()] + list(moved.shape[1:])).movedim(0, d)
-    return cast(contig(out), self.dtype)
+    rest = list(moved.shape[1:])
+    if index.numel() == 0 or moved.numel() == 0:
+        return new_tensor(list(self.shape[:d]) + [index.numel()] + list(self.shape[d + 1:]), self.dtype, dev(self))
+    rows = contig(moved.reshape(size, -1))
+    if rows.element_size() in (4, 8):  # the bits move as they are: exact for int32/int64/float64 too
+        picked = _lookup(rows.view(torch.float32), index.reshape(-1)).view(self.dtype)
+    else:  # 1- and 2-byte dtypes are exact in float32
+        picked = cast(_lookup(cast(rows, torch.float32), index.reshape(-1)), self.dtype)
+    return contig(picked.view([index.numel()] + rest).movedim(0, d))
+
+
+def _wrap_dim(dim: int, ndim: int) -> int:
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return dim % n

@@ -7,6 +7,7 @@ from tvk_kernels.kernels import loss as _L
 
 from .._dispatch import register, register_decomposition
 from .._tensor import new_tensor
+from ._index_check import check_index_range
 from ._util import addr, cast, contig, contig_dtype, dev
 
 aten = torch.ops.aten
@@ -29,6 +30,7 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
                                   "by flattening (N*H*W, C) first")
     x, t, w = _prep(self, target, weight)
     N, C = x.shape
+    check_index_range(t, C, "nll_loss", "target", ignore=ignore_index)  # the kernel would skip such a row
     red = _RED[reduction]
     out = new_tensor([N] if red == "none" and self.dim() == 2 else [], torch.float32, dev(self))
     total = new_tensor([], torch.float32, dev(self))
@@ -69,9 +71,18 @@ def cross_entropy_backward_from_log_probs(grad_output, log_probs, target, weight
     return cast(gi.view(log_probs.shape), log_probs.dtype)
 
 
+@register(aten.nll_loss2d_forward.default)
+def nll_loss2d_forward(self, target, weight, reduction, ignore_index):
+    """torch's decomposition (a gather and a where), after the target check of nll_loss."""
+    from torch._decomp import decomposition_table
+
+    check_index_range(target, self.shape[1], "nll_loss2d", "target", ignore=ignore_index)
+    return decomposition_table[aten.nll_loss2d_forward.default](self, target, weight, reduction, ignore_index)
+
+
 # composite losses from torch's decompositions (pointwise + reductions)
 register_decomposition(aten.mse_loss.default, aten.mse_loss_backward.default, aten.l1_loss.default,
                        aten.smooth_l1_loss.default, aten.smooth_l1_loss_backward.default, aten.huber_loss.default,
                        aten.huber_loss_backward.default, aten.binary_cross_entropy.default,
                        aten.binary_cross_entropy_backward.default, aten.binary_cross_entropy_with_logits.default,
-                       aten.nll_loss2d_forward.default, aten.nll_loss2d_backward.default)
+                       aten.nll_loss2d_backward.default)

@@ -13,8 +13,11 @@ aten = torch.ops.aten
 
 def _check(op, *ts):
     d = ts[0].dtype
+    if any(t.dtype != d for t in ts):  # torch's meta kernels let this through, its CPU ones do not
+        raise RuntimeError(f"{op}: expected operands to have the same dtype, but got "
+                           f"{', '.join(str(x.dtype) for x in ts)}; convert one with .to(dtype)")
     for t in ts:
-        if t.dtype not in DTYPE_NAME or t.dtype != d:
+        if t.dtype not in DTYPE_NAME:
             raise TypeError(f"TorchVK: {op} supports float32/float16/bfloat16 operands of one dtype, "
                             f"got {', '.join(str(x.dtype) for x in ts)}")
 
@@ -25,6 +28,17 @@ def _fix_neg(t):
 
         return contig(t)
     return t
+
+
+def _check_fits(a, b, out, bias, batch, M, N, K):
+    """The kernel reads a [batch, M, K], b [batch, K, N] and bias [N], and writes out [batch, M, N]:
+    operands of other shapes would be read or written past their ends (torch's argument checks in
+    _checks.py refuse such calls first; this guards the kernel against a caller that skips them)."""
+    lead = () if a.dim() == 2 else (batch,)
+    if tuple(b.shape) != lead + (K, N) or tuple(out.shape) != lead + (M, N) or b.dim() != a.dim() or \
+            (bias is not None and tuple(bias.shape) != (N,)):
+        raise RuntimeError(f"TorchVK: matmul operands do not fit: {list(a.shape)} @ {list(b.shape)} -> "
+                           f"{list(out.shape)}" + (f" + bias {list(bias.shape)}" if bias is not None else ""))
 
 
 def gemm(a, b, out, *, bias=None, alpha=1.0, activation=None):
@@ -41,6 +55,7 @@ def gemm(a, b, out, *, bias=None, alpha=1.0, activation=None):
         batch, M, K = a.shape
         N = b.shape[2]
         sa, sb, so = tuple(a.stride()), tuple(b.stride()), tuple(out.stride())
+    _check_fits(a, b, out, bias, batch, M, N, K)
     if M * N * batch == 0:
         return out
     if K == 0:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from .._dispatch import register, register_decomposition
-from .._tensor import from_cpu
+from .._tensor import from_cpu, new_tensor
+from ._index_check import check_index_range
 
 aten = torch.ops.aten
 _index_cache: dict = {}
@@ -115,12 +116,23 @@ def _scatter_one(self, dim, index, src):
     (what max/min/argmax-style backward and gather-of-one use): an index compare and a where."""
     from .elementwise import run
 
-    dim = dim % self.dim()
+    if self.dim() == 0:  # torch treats a 0-dim self (and its 0-dim index and src) as 1-D
+        one = src.reshape(1) if isinstance(src, torch.Tensor) else src
+        return _scatter_one(self.reshape(1), _wrap_dim(dim, 0), index.reshape(1), one).view([])
+    dim = _wrap_dim(dim, self.dim())
     if index.shape[dim] != 1 or any(i != s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim):
         raise NotImplementedError(f"TorchVK: aten.scatter supports an index of size 1 along dim {dim} covering the "
                                   f"other dims (got index {list(index.shape)} for self {list(self.shape)})")
+    check_index_range(index, self.shape[dim], "scatter", "dim", dim)
     hit = _index_hits(self, dim, index)
     return run("where", (hit, src, self), dtype=self.dtype)
+
+
+def _wrap_dim(dim: int, ndim: int) -> int:
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return dim % n
 
 
 @register(aten.scatter.src)
@@ -139,10 +151,25 @@ def gather(self, dim, index, *, sparse_grad=False):
     from .elementwise import run
     from .reductions import sum_dim
 
-    dim = dim % self.dim()
+    if index.numel() == 0:
+        return new_tensor(list(index.shape), self.dtype, self._tvk.device)
+    if self.dim() == 0 or index.dim() == 0:  # torch treats a 0-dim self or index as 1-D
+        flat = gather(self.reshape(-1) if self.dim() == 0 else self, dim,
+                      index.reshape(-1) if index.dim() == 0 else index)
+        return flat.view(list(index.shape))
+    dim = _wrap_dim(dim, self.dim())
+    if index.dim() != self.dim():
+        raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
     if index.shape[dim] != 1:
         raise NotImplementedError(f"TorchVK: aten.gather supports an index of size 1 along dim {dim}, "
                                   f"got {list(index.shape)}")
+    for d in range(self.dim()):  # the result has the index's shape: other dims may be shorter than self's
+        if d != dim and index.shape[d] != self.shape[d]:
+            if index.shape[d] > self.shape[d]:
+                raise RuntimeError(f"Size does not match at dimension {d} expected index {list(index.shape)} to be no "
+                                   f"larger than self {list(self.shape)} apart from dimension {dim}")
+            self = self.narrow(d, 0, index.shape[d])
+    check_index_range(index, self.shape[dim], "gather", "dim", dim)
     hit = _index_hits(self, dim, index)
     picked = run("where", (hit, self, 0), dtype=self.dtype)
     return sum_dim(picked, [dim], True, dtype=self.dtype)

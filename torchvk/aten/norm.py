@@ -112,13 +112,13 @@ def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, runn
 @register(aten._batch_norm_with_update.default)
 def _batch_norm_with_update(input, weight, bias, running_mean, running_var, momentum, eps):
     out, m, s = _bn_forward(input, weight, bias, running_mean, running_var, True, momentum, eps)
-    return out, m, s, new_tensor([0], torch.bool, dev(input))
+    return out, m, s, new_tensor([0], torch.uint8, dev(input))  # the reserve: empty uint8, as on CPU
 
 
 @register(aten._batch_norm_no_update.default)
 def _batch_norm_no_update(input, weight, bias, running_mean, running_var, momentum, eps):
     out, m, s = _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps)
-    return out, m, s, new_tensor([0], torch.bool, dev(input))
+    return out, m, s, new_tensor([0], torch.uint8, dev(input))  # the reserve: empty uint8, as on CPU
 
 
 @register(aten.native_batch_norm_backward.default)

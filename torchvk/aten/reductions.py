@@ -20,7 +20,25 @@ def _input(t):
     return t
 
 
-def _reduce(op, self, dims, keepdim, out_dtype=None):
+# what a reduction over nothing gives; max/min/argmax/argmin have none, and torch refuses them
+_EMPTY_RESULT = {"sum": 0.0, "mean": float("nan"), "prod": 1.0}
+
+
+def _refuse_empty(name, self, dim):
+    """torch's error for max/min/amax/amin/argmax/argmin over an empty range (`dim` None or (): all)."""
+    if self.numel():
+        return
+    if dim is None or (not isinstance(dim, int) and not list(dim)):
+        if name in ("argmax", "argmin"):
+            raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+        raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                           f"Specify the reduction dim with the 'dim' argument.")
+    for d in norm_dims(self.dim(), dim):
+        if self.dim() and self.shape[d] == 0:
+            raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+
+
+def _reduce(op, self, dims, keepdim, out_dtype=None, empty_result=None):
     dims = norm_dims(self.dim(), dims)
     x = _input(self)
     shape = list(self.shape)
@@ -31,10 +49,12 @@ def _reduce(op, self, dims, keepdim, out_dtype=None):
     idx = op in ("argmax", "argmin")
     res = new_tensor(out_shape, torch.int64 if idx else torch.float32, dev(self))
     if res.numel():
-        if x.numel() == 0 and op in ("sum", "mean"):
+        if empty_result is None:
+            empty_result = _EMPTY_RESULT.get(op)
+        if x.numel() == 0 and empty_result is not None:
             from .copies import fill
 
-            fill(res, 0.0 if op == "sum" else float("nan"))
+            fill(res, empty_result)
         else:
             _R.reduce(dev(self), op, addr(x), addr(res), tuple(x.shape) or (1,), tuple(x.stride()) or (1,),
                       dims if self.dim() else [0], keepdim, dtype="float16" if x.dtype == torch.float16 else "float32")
@@ -83,25 +103,30 @@ def prod_dim(self, dim, keepdim=False, *, dtype=None):
 
 @register(aten.amax.default)
 def amax(self, dim=(), keepdim=False):
+    _refuse_empty("amax", self, dim)
     return _reduce("max", self, dim, keepdim, self.dtype)
 
 
 @register(aten.amin.default)
 def amin(self, dim=(), keepdim=False):
+    _refuse_empty("amin", self, dim)
     return _reduce("min", self, dim, keepdim, self.dtype)
 
 
 @register(aten.max.default)
 def max_all(self):
+    _refuse_empty("max", self, None)
     return _reduce("max", self, None, False, self.dtype)
 
 
 @register(aten.min.default)
 def min_all(self):
+    _refuse_empty("min", self, None)
     return _reduce("min", self, None, False, self.dtype)
 
 
 def _minmax_dim(op, self, dim, keepdim):
+    _refuse_empty(op, self, dim)
     dims = norm_dims(self.dim(), [dim])
     x = _input(self)
     shape = list(self.shape)
@@ -130,6 +155,7 @@ def min_dim(self, dim, keepdim=False):
 
 @register(aten.argmax.default)
 def argmax(self, dim=None, keepdim=False):
+    _refuse_empty("argmax", self, dim)
     if dim is None:
         r = _reduce("argmax", self.reshape(-1) if self.is_contiguous() else self, None, False)
         return r.reshape([1] * self.dim()) if keepdim else r
@@ -138,6 +164,7 @@ def argmax(self, dim=None, keepdim=False):
 
 @register(aten.argmin.default)
 def argmin(self, dim=None, keepdim=False):
+    _refuse_empty("argmin", self, dim)
     if dim is None:
         r = _reduce("argmin", self, None, False)
         return r.reshape([1] * self.dim()) if keepdim else r
@@ -155,18 +182,22 @@ def count_nonzero(self, dim):
 def any_(self, dim=None, keepdim=False):
     from .elementwise import ne
 
-    return _reduce("max", ne(self, 0), None if dim is None else dim, keepdim, torch.bool)
+    return _reduce("max", ne(self, 0), None if dim is None else dim, keepdim, torch.bool, empty_result=0.0)
 
 
 @register(aten.all.default, aten.all.dim, aten.all.dims)
 def all_(self, dim=None, keepdim=False):
     from .elementwise import ne
 
-    return _reduce("min", ne(self, 0), None if dim is None else dim, keepdim, torch.bool)
+    return _reduce("min", ne(self, 0), None if dim is None else dim, keepdim, torch.bool, empty_result=1.0)
 
 
 def _var(self, dim, correction, keepdim):
     from .elementwise import ew
+
+    if not self.dtype.is_floating_point:  # torch's meta kernel lets integers through, its CPU one does not
+        raise RuntimeError(f"std and var only support floating point and complex dtypes, got {self.dtype}; "
+                           f"convert the input with .float() first")
 
     dims = norm_dims(self.dim(), dim)
     n = 1

@@ -12,7 +12,24 @@ from ._util import addr, cast, contig_dtype, dev
 aten = torch.ops.aten
 
 
+# torch's names for the dtypes its softmax has no kernel for
+_TORCH_NAME = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+               torch.uint8: "Byte", torch.bool: "Bool"}
+
+
+def _check(self, dim, log):
+    """torch's errors: a dim out of range, an input that is not floating point."""
+    n = max(self.dim(), 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    if not self.dtype.is_floating_point:
+        name = _TORCH_NAME.get(self.dtype, str(self.dtype))
+        raise NotImplementedError(f"\"{'log_' if log else ''}softmax\" not implemented for '{name}': softmax needs a "
+                                  f"floating point input; convert it with .float() or pass dtype=torch.float32")
+
+
 def _fwd(self, dim, half_to_float, log):
+    _check(self, dim, log)
     x = contig_dtype(self, torch.float32)
     out = new_tensor(x.shape, torch.float32, dev(self))
     if out.numel():

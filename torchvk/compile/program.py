@@ -24,6 +24,7 @@ from collections import Counter
 import torch
 import torch.fx
 
+from tvk_kernels.runtime.lock import locked
 from tvk_kernels.runtime.memory import freed_ordinals
 
 from .. import _dispatch, _rng
@@ -160,6 +161,7 @@ class Program:
         raise GraphBreakError(f"compiled graph {self.name}: cannot run node {n.format_node()}")
 
     # ---------------------------------------------------------------- run
+    @locked  # its calls skip __torch_dispatch__; its dry run must not swallow another thread's kernels
     def __call__(self, *args):
         counts = _dispatch._vk_counts
         for name, c in self.op_histogram.items():

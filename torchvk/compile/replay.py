@@ -30,6 +30,7 @@ import os
 import weakref
 
 from tvk_kernels.runtime.graph import capture
+from tvk_kernels.runtime.lock import locked
 
 from .. import _rng
 from .._storage import Storage, alloc_storage
@@ -59,6 +60,7 @@ class Replayed:
         self.shared_scratch = False
 
     # ---------------------------------------------------------------- call
+    @locked  # a recording must not take in another thread's kernels
     def __call__(self, *args):
         self.calls += 1
         if not self.enabled or self.device.stream.blocking:

@@ -1,7 +1,7 @@
 """Helpers shared by kernel families: grid shapes and the per-device pipeline memo."""
 from __future__ import annotations
 
-from ..config import params_for
+from ..config import generation, params_for
 from ..runtime.compiler import template_checksum
 
 
@@ -21,13 +21,22 @@ class Family:
         self.device, self.family, self.template = device, family, template
         self.checksum = template_checksum(template)
         self._params: dict = {}
+        self._generation = generation()
         self._pipelines: dict = {}
 
     def params(self, bucket: str = "*") -> tuple[dict, str]:
+        """(params, source) of a shape bucket: the first tuned config that passes the checks, else the default."""
+        if self._generation != generation():  # config.reload() ran: configs may have changed
+            self._params.clear()
+            self._generation = generation()
         p = self._params.get(bucket)
         if p is None:
-            p = self._params[bucket] = params_for(self.device, self.family, bucket, self.checksum)
+            p = self._params[bucket] = params_for(self.device, self.family, bucket, self.checksum, self.check_config)
         return p
+
+    def check_config(self, params: dict) -> dict:
+        """A family's own rules beyond its search space (raise InvalidConfigError); returns `params` completed."""
+        return params
 
     def workgroup_variant(self, defines: dict, wg: int, push_size: int, shared_bytes: int = 0):
         """The family's template with these defines and a 1-D workgroup of `wg`, limits checked, built once."""

@@ -157,18 +157,16 @@ def _device_classes(facts) -> list[str]:
 class Matmul(Family):
     def __init__(self, device):
         super().__init__(device, FAMILY, TEMPLATE)
-        self._configs: dict = {}
         self._checked: set = set()
         self.coop = None  # CoopMatmul, built on first fp16 use where the device has the feature
 
     def config(self, bucket: str) -> tuple[dict, str]:
         """(params, source) for a shape bucket: tuned config, else the default with its per-bucket overrides."""
-        hit = self._configs.get(bucket)
-        if hit is None:
-            params, source = self.params(bucket)  # config.params_for applies bucket_defaults itself
-            params = {n: params.get(n, 0) for n in PARAM_NAMES}
-            hit = self._configs[bucket] = (params, source)
-        return hit
+        return self.params(bucket)  # config.params_for applies bucket_defaults, check_config completes them
+
+    def check_config(self, params: dict) -> dict:
+        """A tuned entry must be a tiled candidate this device runs (a failing one falls back)."""
+        return validate_params(self.device, params)
 
     def check(self, params: dict) -> dict:
         key = tuple(params.get(n, 0) for n in PARAM_NAMES)

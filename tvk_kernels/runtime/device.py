@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from .instance import Instance, DeviceFacts
+from .lock import runtime_lock
 from .vk import NULL, check, cstr_array, ffi, lib, new
 from ..errors import DeviceNotFoundError, TVKError
 
@@ -27,7 +28,10 @@ class Device:
             index = default_index()
         dev = cls._open.get(index)
         if dev is None:
-            dev = cls._open[index] = Device(index)
+            with runtime_lock:  # threads using the device for the first time at once open it once
+                dev = cls._open.get(index)
+                if dev is None:
+                    dev = cls._open[index] = Device(index)
         return dev
 
     def __init__(self, index: int):
@@ -52,6 +56,7 @@ class Device:
         lib.vkGetDeviceQueue(self.handle, self.queue_family, 0, q)
         self.queue = q[0]
 
+        from .error_word import ErrorWord
         from .memory import Allocator
         from .pipeline import PipelineCache
         from .stream import Stream
@@ -61,6 +66,7 @@ class Device:
         self.compile_only = self.facts.name.startswith("Null hardware")
         self.allocator = None if self.compile_only else Allocator(self)
         self.staging = None if self.compile_only else Allocator(self, host_visible=True)
+        self.errors = None if self.compile_only else ErrorWord(self)  # what kernels report, read at sync points
         self.stream = None if self.compile_only else Stream(self)
 
     def _pick_queue_family(self) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from .lock import locked
 from .memory import freed_ordinals
 from .vk import NULL, check, ffi, lib, new
 
@@ -60,6 +61,7 @@ class Graph:
         except Exception:  # interpreter shutdown
             pass
 
+    @locked
     def replay(self):
         """Submit the recorded work after everything recorded before it; does not wait."""
         stream = self.stream

@@ -10,6 +10,10 @@ step). When no cached range and no block has room, the cache is returned to the 
 (coalescing neighbours) before a new block is requested. The cap (TVK_MEMORY_LIMIT,
 set_memory_limit) bounds both the bytes in live buffers and the bytes reserved from the
 driver, like the VRAM of a smaller card would.
+
+Threads: every entry holds the runtime lock (lock.py). A buffer may be freed by the garbage
+collector on any thread, one the lock holder may be waiting for (a pipeline build thread):
+a free that cannot take the lock at once is queued and done by the next allocation.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import os
 import re
 import weakref
 
+from .lock import runtime_lock
 from .vk import NULL, check, ffi, lib, new
 from ..errors import FreedBufferError, OutOfMemoryError, TVKError
 
@@ -146,40 +151,54 @@ class Allocator:
         # scratch ranges of recorded graphs: (id(block), offset) -> [block, offset, size, graphs holding it]
         self.graph_scratch: dict = {}
         self.tracker: list | None = None  # weakrefs to every buffer allocated while a list is set here
+        self.later: list = []  # (method, argument): frees from threads that could not take the lock
 
     # ------------------------------------------------------------------ public
     def alloc(self, nbytes: int) -> DeviceBuffer:
-        size = _round(nbytes)
-        cap = self.capture
-        if cap is not None and len(cap.allocated) in cap.temps:
-            buf = self._borrow(cap, size, nbytes)
-            if buf is not None:
-                return buf
-        if size > self.max_allocation:
-            raise self.oom_error(nbytes, self.allocated, self.reserved, self.limit,
-                                   f"One buffer may not exceed {self.max_allocation} bytes on this driver "
-                                   "(maxMemoryAllocationSize); split the tensor. ")
-        cached = self.cache.get(size)
-        if not cached and cap is not None:
-            size, cached = self._best_cached(size)
-        if self.limit is not None and self.allocated + size > self.limit:
-            raise self.oom_error(nbytes, self.allocated, self.reserved, self.limit)
-        if cached:
-            block, off = cached.pop()
-        else:
-            block, off = self._find(size)
-        block.live += 1
-        self.allocated += size
-        if self.allocated > self.peak_allocated:
-            self.peak_allocated = self.allocated
-        buf = DeviceBuffer(self, block, off, size, nbytes)
-        if cap is not None:
-            cap.allocated.append(weakref.ref(buf))
-        elif self.tracker is not None:
-            self.tracker.append(weakref.ref(buf))
-        return buf
+        with runtime_lock:
+            if self.later:
+                self._run_later()
+            size = _round(nbytes)
+            cap = self.capture
+            if cap is not None and len(cap.allocated) in cap.temps:
+                buf = self._borrow(cap, size, nbytes)
+                if buf is not None:
+                    return buf
+            if size > self.max_allocation:
+                raise self.oom_error(nbytes, self.allocated, self.reserved, self.limit,
+                                       f"One buffer may not exceed {self.max_allocation} bytes on this driver "
+                                       "(maxMemoryAllocationSize); split the tensor. ")
+            cached = self.cache.get(size)
+            if not cached and cap is not None:
+                size, cached = self._best_cached(size)
+            if self.limit is not None and self.allocated + size > self.limit:
+                raise self.oom_error(nbytes, self.allocated, self.reserved, self.limit)
+            if cached:
+                block, off = cached.pop()
+            else:
+                block, off = self._find(size)
+            block.live += 1
+            self.allocated += size
+            if self.allocated > self.peak_allocated:
+                self.peak_allocated = self.allocated
+            buf = DeviceBuffer(self, block, off, size, nbytes)
+            if cap is not None:
+                cap.allocated.append(weakref.ref(buf))
+            elif self.tracker is not None:
+                self.tracker.append(weakref.ref(buf))
+            return buf
 
     def release(self, buf: DeviceBuffer):
+        """Back to the cache (DeviceBuffer.free). _now_or_later, inlined: every op frees buffers."""
+        if runtime_lock.acquire(blocking=False):
+            try:
+                self._release(buf)
+            finally:
+                runtime_lock.release()
+        else:
+            self.later.append((self._release, buf))
+
+    def _release(self, buf: DeviceBuffer):
         if buf.borrowed is not None:  # another graph's scratch: back to the lending capture, if still open
             if buf.borrowed is self.capture:
                 self.capture.lendable.append((buf.size, buf.block, buf.offset))
@@ -216,6 +235,9 @@ class Allocator:
 
     def release_graph_ranges(self, reserved: list):
         """A graph is gone: its scratch ranges go back to the cache once no other graph holds them."""
+        self._now_or_later(self._release_graph_ranges, reserved)
+
+    def _release_graph_ranges(self, reserved: list):
         for key in reserved:
             entry = self.graph_scratch.get(key)
             if entry is None:
@@ -258,12 +280,16 @@ class Allocator:
 
     def empty_cache(self):
         """Return cached ranges to their blocks and give empty blocks back to the driver."""
-        self.device.stream.synchronize()  # nothing in flight may still use a block we free
-        self._flush_cache()
-        for block in [b for b in self.blocks if b.live == 0]:
-            self._destroy(block)
+        with runtime_lock:
+            self._run_later()
+            self.device.stream.synchronize()  # nothing in flight may still use a block we free
+            self._flush_cache()
+            for block in [b for b in self.blocks if b.live == 0]:
+                self._destroy(block)
 
     def stats(self) -> dict:
+        with runtime_lock:
+            self._run_later()
         return {"allocated": self.allocated, "peak_allocated": self.peak_allocated, "reserved": self.reserved,
                 "peak_reserved": self.peak_reserved, "limit": self.limit, "blocks": len(self.blocks)}
 
@@ -271,6 +297,22 @@ class Allocator:
         self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
 
     # ----------------------------------------------------------------- private
+    def _now_or_later(self, method, arg):
+        """method(arg) holding the lock; if another thread holds it, queued for the next alloc:
+        the garbage collector may free a buffer on a thread the lock holder waits for."""
+        if runtime_lock.acquire(blocking=False):
+            try:
+                method(arg)
+            finally:
+                runtime_lock.release()
+        else:
+            self.later.append((method, arg))  # list.append is atomic: no lock needed
+
+    def _run_later(self):
+        while self.later:
+            method, arg = self.later.pop(0)
+            method(arg)
+
     def _find(self, size: int):
         for block in self.blocks:
             off = block.take(size)

@@ -4,6 +4,8 @@ Sync points: a readback, `synchronize()`, or the batch threshold (TVK_BATCH disp
 default 256). TVK_LAUNCH_BLOCKING=1 submits and waits after every dispatch, so an error
 surfaces at the op that caused it.
 
+Every recording and submitting entry holds the runtime lock (lock.py): one thread at a time.
+
 The per-dispatch path (bind, push constants, dispatch, barrier) calls the raw cffi
 functions with structs allocated once: the `vulkan` package's wrappers cost ~6x more.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
+from .lock import locked, runtime_lock
 from .vk import NULL, check, ffi, lib, new
 
 _COMPUTE = lib.VK_PIPELINE_BIND_POINT_COMPUTE
@@ -104,6 +107,7 @@ class Stream:
         self.count = 0
         return slot.cmd
 
+    @locked
     def dispatch(self, pipeline, groups, push: bytes = b"", label: str | None = None):
         """Record one kernel launch. `push` is the packed push-constant block (bytes)."""
         if self.dry:
@@ -136,6 +140,7 @@ class Stream:
         _vkCmdWriteTimestamp(cmd, lib.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, slot.queries, q + 1)
         slot.labels.append(label or pipeline.name)
 
+    @locked
     def copy(self, src, dst, nbytes: int, src_offset: int = 0, dst_offset: int = 0):
         """Record a buffer-to-buffer copy (DeviceBuffer ranges)."""
         if self.dry and src.block.mapped is None:
@@ -149,6 +154,7 @@ class Stream:
         if self.blocking:
             self.synchronize()
 
+    @locked
     def fill(self, dst, value_u32: int, nbytes: int | None = None):
         """Fill a buffer with a repeated 32-bit pattern (zeros for zeros_like)."""
         if self.dry:
@@ -161,6 +167,7 @@ class Stream:
         if self.blocking:
             self.synchronize()
 
+    @locked
     def keep_alive(self, obj):
         """Hold `obj` until the command buffer being recorded has finished on the GPU."""
         if not self.recording:
@@ -168,6 +175,7 @@ class Stream:
         self.slots[self.current].keep_alive.append(obj)
 
     # ------------------------------------------------------------------ submit
+    @locked
     def submit(self):
         if not self.recording:
             return
@@ -183,6 +191,7 @@ class Stream:
         self.submits += 1
         self.current = (self.current + 1) % len(self.slots)
 
+    @locked
     def synchronize(self):
         """Submit what is recorded and wait for everything; then results can be read."""
         self.submit()
@@ -193,6 +202,7 @@ class Stream:
                 self._retire(slot)
         for graph in list(self.graphs_in_flight):
             graph.wait()
+        self.device.errors.check()  # bad input a kernel reported (runtime/error_word.py): raised here
 
     def _retire(self, slot):
         dev = self.device.handle
@@ -222,11 +232,12 @@ class Stream:
         computes is garbage, to be thrown away, and it changes no existing buffer (an input that a
         program updates in place stays as it was). Uploads from the host still run: their data is
         real, and a kernel family may keep an uploaded table for later calls."""
-        saved, self.dry = self.dry, True
-        try:
-            yield
-        finally:
-            self.dry = saved
+        with runtime_lock:  # another thread's kernels must not be discarded with these
+            saved, self.dry = self.dry, True
+            try:
+                yield
+            finally:
+                self.dry = saved
 
     @contextmanager
     def profiling(self, exclusive: bool = False):

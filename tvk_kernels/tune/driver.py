@@ -7,6 +7,16 @@ timed) -> time with Vulkan timestamps on rotated inputs. The default goes first,
 family's `seeds` (data in its tuning file), then the sampler's picks. The objective is the geometric
 mean over the bucket's shapes of tuned time / default time (lower is better); a trial
 that is already 3x slower than the default on its first shape is pruned as hopeless.
+
+Time budget: the shapes are probed cheapest first (the default's check and one run, timed) and
+what one measurement costs on this device is estimated from the probes, scaled by work; shapes
+whose minimal measurements do not fit their study's share are skipped (and said so). The shares
+follow the clock: a study that ends early leaves its time to the next. Each measurement is
+bounded by its study's deadline.
+
+Ctrl-C stops the run: finished trials stay in the study storage (--resume continues them),
+configs of finished studies stay written, the interrupted study writes nothing unless
+`write_partial`, and TuneInterrupted says what was kept.
 """
 from __future__ import annotations
 
@@ -20,12 +30,35 @@ from .. import __version__
 from ..config import SCHEMA_VERSION, default_params, device_key, device_key_name, reload, search_space, user_config_dir
 from ..errors import InvalidConfigError, ShaderCompileError, VulkanError
 from ..runtime.compiler import template_checksum
-from .measure import time_candidate
+from .measure import MIN_REPEATS, OutOfTime, time_candidate
 from .space import bucket_of, param_values, violations
+
+# A shape is tuned only if this many of its minimal measurements fit its study's share of the
+# budget: the default, one trial, the default again.
+MIN_MEASUREMENTS = 3
+# A minimal measurement: the correctness check and this many runs: two warm-up runs and room for
+# the fewest timed ones (measure.py keeps a 2x margin).
+MIN_RUNS = 2 + 2 * MIN_REPEATS
 
 
 class _Rejected(Exception):
     pass
+
+
+class TuneInterrupted(Exception):
+    """Ctrl-C stopped the run; the message says what was kept."""
+
+    def __init__(self, where: str, study: str | None, finished: int, storage: str, written: list, partial: bool):
+        self.where, self.study, self.finished, self.storage = where, study, finished, storage
+        self.written, self.partial = written, partial
+        lines = [f"interrupted during {where}."]
+        if study:
+            lines.append(f"kept: {finished} finished trials of study {study!r} in {storage}")
+        lines += [f"wrote: {job} -> {path}" for job, path in written] or ["wrote no config"]
+        if study and not partial:
+            lines.append(f"nothing was written for {where}: its study did not finish "
+                         "(--write-partial writes the best trial so far)")
+        super().__init__("\n".join(lines))
 
 
 def default_storage() -> str:
@@ -34,21 +67,25 @@ def default_storage() -> str:
     return f"sqlite:///{cache_dir() / 'tuning.sqlite3'}"
 
 
-def evaluate_params(device, target, cases, params, default_times=None, hopeless=3.0):
-    """Check then time `params` on every case; returns (geomean ratio or seconds, per-case times)."""
+def evaluate_params(device, target, cases, params, default_times=None, hopeless=3.0, deadline=None, needs=None):
+    """Check then time `params` on every case; returns (geomean ratio or seconds, per-case times).
+    deadline: a time.perf_counter() value to end by; a case is not begun unless its `needs` (estimated
+    seconds per case) fit before it (OutOfTime), and its timing is cut to fit."""
     space = search_space(target.family)
     bad = violations(space, params, device.facts)
     if bad:
         raise _Rejected("constraint: " + "; ".join(bad))
     times = []
     for k, case in enumerate(cases):
+        if deadline is not None and time.perf_counter() + (needs[k] if needs else 0.0) > deadline:
+            raise OutOfTime(f"no time left to measure shape {case.shape}")
         try:
             ok, err = case.check(params)
         except (InvalidConfigError, ShaderCompileError, VulkanError) as e:
             raise _Rejected(f"{type(e).__name__}: {str(e).splitlines()[0]}") from None
         if not ok:
             raise _Rejected(f"wrong result (max abs error {err:.3g}) on shape {case.shape}")
-        t = time_candidate(device, lambda i, c=case: c.run(params, i), n_inputs=3)
+        t = time_candidate(device, lambda i, c=case: c.run(params, i), n_inputs=3, deadline=deadline)
         times.append(t)
         if default_times and t > hopeless * default_times[k]:
             raise _Rejected(f"hopeless: {t / default_times[k]:.1f}x the default on {case.shape}")
@@ -58,10 +95,24 @@ def evaluate_params(device, target, cases, params, default_times=None, hopeless=
     return None, times
 
 
-def tune_bucket(device, target, bucket, shapes, trials, timeout, storage, resume, progress=True):
+def finished_trials(study) -> int:
+    """Trials that ran to the end (timed or rejected); one stopped by Ctrl-C or the budget is not."""
+    from optuna.trial import TrialState
+
+    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.trials)
+
+
+def tune_bucket(device, target, bucket, shapes, trials, deadline, storage, resume, progress=True,
+                write_partial=False, needs=None):
+    """One study; returns its result, or None where the budget ran out before the default was measured.
+
+    trials: the study's total of finished trials (a resumed study runs what it lacks). deadline: a
+    time.perf_counter() value the study ends by (None: no limit); needs: see evaluate_params.
+    Ctrl-C propagates unless `write_partial`: then the best so far is returned, marked
+    "interrupted" in its provenance."""
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # a trial stopped by Ctrl-C is reported by tune()
     key = device_key_name(device.facts)
     study_name = f"{key}:{target.family}:{bucket}"
     if not resume:
@@ -71,10 +122,17 @@ def tune_bucket(device, target, bucket, shapes, trials, timeout, storage, resume
             pass
     study = optuna.create_study(study_name=study_name, storage=storage, direction="minimize", load_if_exists=True,
                                 sampler=optuna.samplers.TPESampler(seed=0, multivariate=True))
-    cases = [target.prepare(device, s) for s in shapes]
-    defaults = default_params(target.family, device.facts, bucket)
+    cases = []
     try:
-        _, default_times = evaluate_params(device, target, cases, defaults)
+        cases += [target.prepare(device, s) for s in shapes]
+        defaults = default_params(target.family, device.facts, bucket)
+        started = time.perf_counter()
+        try:
+            _, default_times = evaluate_params(device, target, cases, defaults, deadline=deadline, needs=needs)
+        except OutOfTime:
+            return None
+        reserve = time.perf_counter() - started  # kept for measuring the default again at the end
+        study_deadline = None if deadline is None else deadline - reserve
         values = param_values(search_space(target.family))
         # start from the default, then the family's known-good seeds (where their values lie in the
         # space; host heuristics may not)
@@ -84,14 +142,15 @@ def tune_bucket(device, target, bucket, shapes, trials, timeout, storage, resume
         if progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=trials, desc=f"{target.family}/{bucket}", unit="trial")
+            bar = tqdm(total=trials, initial=finished_trials(study), desc=f"{target.family}/{bucket}", unit="trial")
 
         def objective(trial):
             params = {**defaults, **{name: trial.suggest_categorical(name, vals) for name, vals in values.items()}}
             try:
-                ratio, times = evaluate_params(device, target, cases, params, default_times)
-            except _Rejected as e:
-                trial.set_user_attr("rejected", str(e))
+                ratio, times = evaluate_params(device, target, cases, params, default_times, deadline=study_deadline,
+                                               needs=needs)
+            except (_Rejected, RuntimeError) as e:  # RuntimeError: e.g. the device gave no usable timestamps
+                trial.set_user_attr("rejected", str(e) if isinstance(e, _Rejected) else f"{type(e).__name__}: {e}")
                 raise optuna.TrialPruned(str(e))
             trial.set_user_attr("times", times)
             return ratio
@@ -104,16 +163,28 @@ def tune_bucket(device, target, bucket, shapes, trials, timeout, storage, resume
                 except ValueError:
                     pass
 
+        interrupted = False
+        timeout = None if study_deadline is None else max(study_deadline - time.perf_counter(), 0.0)
         try:
-            study.optimize(objective, n_trials=trials, timeout=timeout, callbacks=[on_trial], catch=(RuntimeError,))
-        except KeyboardInterrupt:  # keep what was found
+            study.optimize(objective, n_trials=max(trials - finished_trials(study), 0), timeout=timeout,
+                           callbacks=[on_trial])
+        except OutOfTime:  # the study's share of the budget is spent; its finished trials count
             pass
-        if bar is not None:
-            bar.close()
+        except KeyboardInterrupt:
+            if not write_partial:
+                raise
+            interrupted = True
+        finally:
+            if bar is not None:
+                bar.close()
         # the default again, now that clocks and caches are warm: a winner must beat the better
         # of its two measurements by 3%, so noise never ships as a "tuned" config
-        _, again = evaluate_params(device, target, cases, defaults)
-        default_times = [min(a, b) for a, b in zip(default_times, again)]
+        if not interrupted and (deadline is None or time.perf_counter() + reserve <= deadline):
+            try:
+                _, again = evaluate_params(device, target, cases, defaults, deadline=deadline, needs=needs)
+                default_times = [min(a, b) for a, b in zip(default_times, again)]
+            except OutOfTime:
+                pass
         complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("times")]
         geo = lambda ts: math.exp(sum(math.log(t / d) for t, d in zip(ts, default_times)) / len(ts))  # noqa: E731
         best = min(complete, key=lambda t: geo(t.user_attrs["times"])) if complete else None
@@ -122,18 +193,112 @@ def tune_bucket(device, target, bucket, shapes, trials, timeout, storage, resume
         else:
             params, tuned_times = defaults, default_times
         rejected = [t.user_attrs.get("rejected") for t in study.trials if t.user_attrs.get("rejected")]
-        return {
-            "params": params,
-            "provenance": {
-                "default_seconds": default_times, "tuned_seconds": tuned_times,
-                "speedup": math.exp(sum(math.log(d / t) for d, t in zip(default_times, tuned_times)) / len(default_times)),
-                "trials": len(study.trials), "rejected": len(rejected), "rejected_examples": rejected[:5],
-                "shapes": shapes, "study": study_name,
-            },
+        provenance = {
+            "default_seconds": default_times, "tuned_seconds": tuned_times,
+            "speedup": math.exp(sum(math.log(d / t) for d, t in zip(default_times, tuned_times)) / len(default_times)),
+            "trials": finished_trials(study), "rejected": len(rejected), "rejected_examples": rejected[:5],
+            "shapes": shapes, "study": study_name,
         }
+        if interrupted:
+            provenance["interrupted"] = True
+        return {"params": params, "provenance": provenance}
     finally:
         for c in cases:
             c.free()
+
+
+# ------------------------------------------------------------------ fitting the suite to the budget
+def _work(device, target, shape) -> tuple:
+    """(flops, bytes moved) of one run of the default on `shape`."""
+    w = target.work(shape, default_params(target.family, device.facts, bucket_of(target.family, shape)))
+    return w.get("flops", 0), w.get("dram_bytes", 0)
+
+
+def _probe(device, target, shape) -> tuple[float, float]:
+    """(wall seconds of one minimal measurement of the default on `shape`: its check and MIN_RUNS
+    runs, seconds its first run spent compiling)."""
+    params = default_params(target.family, device.facts, bucket_of(target.family, shape))
+    case = target.prepare(device, shape, n_inputs=1)
+    try:
+        t = time.perf_counter()
+        case.run(params, 0)
+        device.stream.synchronize()
+        first = time.perf_counter() - t
+        t = time.perf_counter()
+        case.check(params)
+        t_check = time.perf_counter() - t
+        t = time.perf_counter()
+        case.run(params, 0)
+        device.stream.synchronize()
+        t_run = time.perf_counter() - t
+        return t_check + MIN_RUNS * t_run, max(first - t_run, 0.0)
+    finally:
+        case.free()
+
+
+def estimate_measurements(device, target, shapes, limit: float) -> tuple[list[float], float]:
+    """(estimated wall seconds of one minimal measurement (see _probe) of each shape, the longest
+    compile seen).
+
+    Shapes are probed cheapest first. One whose estimate from the last probed shape, scaled by
+    work (flops or bytes, whichever grows more), is over `limit` is not probed and keeps that
+    estimate: an overestimate where bigger shapes use the device better, so it errs on the side
+    of the budget (scaling from the cheapest shape alone overestimated a 1024^3 matmul 9x on lavapipe)."""
+    work = [_work(device, target, s) for s in shapes]
+    out, ref, compile_seconds = [0.0] * len(shapes), None, 0.0
+    for i in sorted(range(len(shapes)), key=lambda i: work[i]):
+        if ref is not None:
+            out[i] = ref[1] * max([a / b for a, b in zip(work[i], ref[0]) if b] or [1.0])
+            if out[i] > limit:
+                continue
+        out[i], compiling = _probe(device, target, shapes[i])
+        compile_seconds = max(compile_seconds, compiling)
+        ref = work[i], out[i]
+    return out, compile_seconds
+
+
+def plan_shapes(shapes, seconds: list, share: float, compile_seconds: float = 0.0) -> tuple[list, list]:
+    """(kept, skipped) shapes of one study as (shape, seconds), cheapest first: a shape is kept while
+    MIN_MEASUREMENTS measurements of it and those kept before (estimated `seconds` each), plus one
+    compile (a trial's variant), fit `share`."""
+    kept, skipped, total = [], [], compile_seconds
+    for shape, t in sorted(zip(shapes, seconds), key=lambda x: x[1]):
+        if total + MIN_MEASUREMENTS * t <= share:
+            kept.append((shape, t))
+            total += MIN_MEASUREMENTS * t
+        else:
+            skipped.append((shape, t))
+    return kept, skipped
+
+
+def fit_to_budget(device, jobs: list, deadline: float, say=print) -> list:
+    """The jobs (target, bucket, shapes) whose shapes fit an equal share of the time left, as
+    (target, bucket, kept shapes, seconds each needs: see evaluate_params). A study that ends
+    early leaves its time to the next ones (see tune)."""
+    share = (deadline - time.perf_counter()) / max(len(jobs), 1)
+    estimates, compiles = {}, {}  # (family, bucket) -> seconds per shape; family -> compile seconds
+    for target in {t.family: t for t, _, _ in jobs}.values():
+        mine = [(b, ss) for t, b, ss in jobs if t is target]
+        est, compiles[target.family] = estimate_measurements(device, target, [s for _, ss in mine for s in ss],
+                                                             share / MIN_MEASUREMENTS)
+        for b, ss in mine:
+            estimates[target.family, b], est = est[:len(ss)], est[len(ss):]
+    share = (deadline - time.perf_counter()) / max(len(jobs), 1)  # what is left after the probes
+    out = []
+    for target, bucket, shapes in jobs:
+        compiling = compiles[target.family]
+        kept, skipped = plan_shapes(shapes, estimates[target.family, bucket], share, compiling)
+        for shape, t in skipped:
+            say(f"tvk-tune: {target.family}/{bucket}: skipping shape {shape}: a measurement takes about {t:.2g} s "
+                f"on this device and {MIN_MEASUREMENTS} do not fit the {share:.0f} s this study gets; "
+                f"raise --time-budget to tune it")
+        if kept:
+            needs = [t for _, t in kept]
+            needs[0] += compiling  # a trial compiles its variant on its first shape
+            out.append((target, bucket, [s for s, _ in kept], needs))
+        else:
+            say(f"tvk-tune: {target.family}/{bucket}: nothing fits the time budget; not tuned")
+    return out
 
 
 def write_config(out_dir: Path, facts, source: str, results: dict, match: str = "device", name: str | None = None,
@@ -170,11 +335,19 @@ def write_config(out_dir: Path, facts, source: str, results: dict, match: str = 
 
 
 def tune(device, families, suite="suite", trials=30, time_budget=None, storage=None, resume=False, out_dir=None,
-         progress=True) -> Path:
+         progress=True, deadline=None, write_partial=False, say=print) -> Path | None:
+    """Tune every (family, shape bucket); returns the config written (None: nothing fitted the budget).
+
+    time_budget: seconds for the whole run, from now; deadline: the same as a time.perf_counter()
+    value (the CLI starts the clock at launch). Ctrl-C raises TuneInterrupted."""
+    import optuna
+
     from .targets import TARGETS
 
     storage = storage or default_storage()
     out_dir = Path(out_dir) if out_dir else user_config_dir()
+    if deadline is None and time_budget:
+        deadline = time.perf_counter() + time_budget
     jobs = []
     for family in families:
         if family not in TARGETS:
@@ -184,17 +357,41 @@ def tune(device, families, suite="suite", trials=30, time_budget=None, storage=N
         by_bucket: dict = {}
         for s in shapes:
             by_bucket.setdefault(bucket_of(family, s), []).append(s)
-        jobs += [(target, b, ss) for b, ss in by_bucket.items()]
-    per_job = (time_budget / len(jobs)) if time_budget and jobs else None
+        jobs += [(target, b, ss, None) for b, ss in by_bucket.items()]
     results: dict = {}
+    written: list = []
+    path, where, study_name = None, "the probes of the shapes' run times", None
     t0 = time.perf_counter()
-    for target, bucket, shapes in jobs:
-        t_job = time.perf_counter()
-        res = tune_bucket(device, target, bucket, shapes, trials, per_job, storage, resume, progress)
-        res["provenance"]["tune_seconds"] = round(time.perf_counter() - t_job, 2)  # whole study, compile included
-        results.setdefault(target.family, (target.template, {}))[1][bucket] = res
-        # write after every bucket: an interrupted run keeps what it found
-        path = write_config(out_dir, device.facts, "measured", {target.family: results[target.family]})
+    try:
+        if deadline is not None:
+            jobs = fit_to_budget(device, [j[:3] for j in jobs], deadline, say)
+        for k, (target, bucket, shapes, needs) in enumerate(jobs):
+            where, study_name = f"{target.family}/{bucket}", f"{device_key_name(device.facts)}:{target.family}:{bucket}"
+            t_job = time.perf_counter()
+            job_deadline = None if deadline is None else t_job + (deadline - t_job) / (len(jobs) - k)
+            res = tune_bucket(device, target, bucket, shapes, trials, job_deadline, storage, resume, progress,
+                              write_partial, needs)
+            if res is None:
+                say(f"tvk-tune: {where}: the time budget ran out before the default was measured; not tuned")
+                where, study_name = "the start of the next study", None
+                continue
+            res["provenance"]["tune_seconds"] = round(time.perf_counter() - t_job, 2)  # whole study, compile included
+            results.setdefault(target.family, (target.template, {}))[1][bucket] = res
+            # write after every bucket: an interrupted run keeps what it found
+            path = write_config(out_dir, device.facts, "measured", {target.family: results[target.family]})
+            if res["provenance"].get("interrupted"):  # --write-partial: the best so far is written, then stop
+                written.append((f"{where} (best of its finished trials)", path))
+                raise TuneInterrupted(where, study_name, res["provenance"]["trials"], storage, written, True)
+            written.append((where, path))
+            where, study_name = "the start of the next study", None
+    except KeyboardInterrupt:
+        finished = 0
+        if study_name is not None:
+            try:
+                finished = finished_trials(optuna.load_study(study_name=study_name, storage=storage))
+            except KeyError:  # Ctrl-C before the study was created
+                pass
+        raise TuneInterrupted(where, study_name, finished, storage, written, False) from None
     if progress:
-        print(f"tvk-tune: {len(jobs)} studies in {time.perf_counter() - t0:.1f} s -> {path}")
+        say(f"tvk-tune: {len(jobs)} studies in {time.perf_counter() - t0:.1f} s -> {path}")
     return path

@@ -1,0 +1,175 @@
+"""Inclusive scans along one dim: cumsum, cumprod, logcumsumexp (templates/scan.comp).
+
+    scan(device, op, in_addr, out_addr, outer, n, inner, in_strides=None, dtype="float32",
+         params=None)
+
+op: "sum", "prod", "logsumexp" (float32 only). The input is the view [outer, n, inner] with
+in_strides (elements, default contiguous) and is scanned along n; the output is contiguous
+[outer, n, inner] and may be the input itself. dtype: float32 or int64 (integers wrap on
+overflow, like torch's int64).
+
+How: each row (one (outer, inner) pair) is scanned by T threads of one workgroup in chunks of
+T * ITEMS elements with a running carry (a shared-memory scan of the thread totals per chunk).
+T follows from the shape: up to WG threads on a row along the last dim, one thread per row when
+the rows are adjacent in memory (a scan along an outer dim), so loads are coalesced. When too
+few workgroups would run (fewer than TARGET_GROUPS) and rows are at least SPLIT_MIN long, each
+row is split into spans scanned in parallel; their totals are scanned (the same function,
+recursively) and a second pass adds each span's prefix: two more reads and writes of the data.
+"""
+from __future__ import annotations
+
+import struct
+
+from ..errors import InvalidConfigError
+from .launch import Family, family, grid_1d
+
+OPS = {"sum": 0, "prod": 1, "logsumexp": 2}
+_DTYPES = {"float32": 4, "int64": 8}
+_PUSH = struct.Struct("<QQQ9I")
+SMALL = 1 << 16
+COLS_MIN = 32  # rows adjacent in memory, at least this many: one thread per row
+
+
+class Scan(Family):
+    def __init__(self, device):
+        super().__init__(device, "scan", "scan.comp")
+
+    def build(self, op: int, int64: bool, mode: int, prm: dict):
+        wg = int(prm["WG"])
+        defines = {"OP": op, "INT64": int(int64), "MODE": mode, "ITEMS": int(prm["ITEMS"])}
+        acc_bytes = 8 if int64 or op == OPS["logsumexp"] else 4  # logsumexp: (max, sum) pairs
+        return self.workgroup_variant(defines, wg, _PUSH.size, shared_bytes=wg * acc_bytes)
+
+    def check_config(self, params: dict) -> dict:
+        wg = int(params["WG"])
+        if wg < 1 or wg & (wg - 1):
+            raise InvalidConfigError(f"scan: WG={wg} must be a power of two")
+        return params
+
+
+def resolve_params(fam: Family, bucket: str, params: dict | None) -> dict:
+    base, _ = fam.params(bucket)
+    return fam.check_config(dict(base, **(params or {})))
+
+
+def _pow2ceil(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def threads_per_row(n: int, inner: int, inner_stride: int, wg: int, items: int) -> int:
+    if inner >= COLS_MIN and inner_stride == 1:
+        return 1
+    return min(wg, _pow2ceil(-(-max(n, 1) // items)))
+
+
+def scan(device, op: str, in_addr: int, out_addr: int, outer: int, n: int, inner: int, in_strides=None,
+         dtype: str = "float32", params: dict | None = None):
+    """out = inclusive scan of the [outer, n, inner] view at in_addr along n (out: contiguous)."""
+    if op not in OPS:
+        raise ValueError(f"unknown scan {op!r}; one of {sorted(OPS)}")
+    if dtype not in _DTYPES or (op == "logsumexp" and dtype != "float32"):
+        allowed = "float32" if op == "logsumexp" else "float32, int64"
+        raise ValueError(f"scan {op}: dtype {dtype!r} is not supported ({allowed})")
+    if dtype == "int64" and not device.facts.features.get("shader_int64"):
+        raise ValueError(f"{device.facts.name} has no 64-bit integers in shaders; int64 scans cannot run there")
+    outer, n, inner = int(outer), int(n), int(inner)
+    strides = (n * inner, inner, 1) if in_strides is None else tuple(int(s) for s in in_strides)
+    if any(s < 0 for s in strides):
+        raise ValueError("scan: negative strides are not supported")
+    rows = outer * inner
+    if rows == 0 or n == 0:
+        return
+    span_in = 1 + (outer - 1) * strides[0] + (n - 1) * strides[1] + (inner - 1) * strides[2]
+    if max(span_in, rows * n) >= 1 << 32:
+        raise ValueError(f"scan: the view [{outer}, {n}, {inner}] spans 2**32 elements or more; split it")
+    fam = family(device, Scan)
+    prm = resolve_params(fam, "small" if rows * n < SMALL else "large", params)
+    wg, items = int(prm["WG"]), int(prm["ITEMS"])
+    t = threads_per_row(n, inner, strides[2], wg, items)
+    groups = -(-rows // (wg // t))
+    nsplit, span = 1, n
+    target, split_min = int(prm["TARGET_GROUPS"]), int(prm["SPLIT_MIN"])
+    if groups < target and n >= split_min:
+        nsplit = min(-(-target // groups), max(1, n // max(split_min // 4, 1)), 65535)
+        per_span, chunk = -(-n // nsplit), t * items
+        span = -(-per_span // chunk) * chunk  # whole chunks
+        nsplit = -(-n // span)
+    opc, int64 = OPS[op], dtype == "int64"
+    grid = grid_1d(groups, device.facts.max_workgroup_count[0])
+    part = device.allocator.alloc(rows * nsplit * _DTYPES[dtype]) if nsplit > 1 else None
+    part_addr = part.address if part is not None else 0
+    push = _PUSH.pack(in_addr, out_addr, part_addr, rows, n, inner, t.bit_length() - 1, span, nsplit, *strides)
+    device.stream.dispatch(fam.build(opc, int64, 0, prm), (grid[0], grid[1], nsplit), push, "scan")
+    if part is None:
+        return
+    scan(device, op, part_addr, part_addr, rows, nsplit, 1, dtype=dtype, params=params)
+    device.stream.dispatch(fam.build(opc, int64, 1, prm), (grid[0], grid[1], nsplit - 1), push, "scan.carry")
+    device.stream.keep_alive(part)
+
+
+class ScanTarget:
+    """What tvk-tune needs to tune scans (see tvk_kernels/tune/targets.py): float32 cumsum of a
+    [rows, cols] matrix along dim 1 (contiguous rows) or dim 0 (one thread per column)."""
+
+    family = "scan"
+    template = "scan.comp"
+    suites = {
+        "suite": [
+            {"rows": 4096, "cols": 1024, "dim": 1, "n": 4194304},
+            {"rows": 4, "cols": 1 << 20, "dim": 1, "n": 4194304},
+            {"rows": 4096, "cols": 1024, "dim": 0, "n": 4194304},
+            {"rows": 64, "cols": 512, "dim": 1, "n": 32768},
+        ],
+        "tiny": [
+            {"rows": 7, "cols": 1000, "dim": 1, "n": 7000},
+            {"rows": 1, "cols": 100000, "dim": 1, "n": 100000},
+            {"rows": 300, "cols": 70, "dim": 0, "n": 21000},
+        ],
+    }
+
+    def prepare(self, device, shape, n_inputs=3, seed=0):
+        import numpy as np
+
+        from ..tune.targets import Case
+
+        rows, cols, dim = shape["rows"], shape["cols"], shape.get("dim", 1)
+        rng = np.random.default_rng(seed)
+        host = [rng.standard_normal((rows, cols), dtype=np.float32) for _ in range(n_inputs + 1)]
+        bufs = [device.upload(a) for a in host]
+        out = device.allocator.alloc(4 * rows * cols)
+        geometry = (rows, cols, 1) if dim == 1 else (1, rows, cols)
+
+        def run(params, i):
+            scan(device, "sum", bufs[i].address, out.address, *geometry, params=params)
+
+        def check(params):
+            run(params, -1)
+            got = device.download(out, np.float32, (rows, cols)).astype(np.float64)
+            x = host[-1].astype(np.float64)
+            err = np.abs(got - np.cumsum(x, dim))
+            return bool(np.all(err <= 1e-5 * np.cumsum(np.abs(x), dim) + 1e-6)), float(err.max())
+
+        return Case(device, shape, run, check, [bufs, out])
+
+    @staticmethod
+    def work(shape, params) -> dict:
+        rows, cols, dim = shape["rows"], shape["cols"], shape.get("dim", 1)
+        wg, items = params["WG"], params["ITEMS"]
+        n = rows * cols
+        if dim == 1:
+            t = threads_per_row(cols, 1, 1, wg, items)
+            groups = -(-rows // (wg // t))
+            if groups < params["TARGET_GROUPS"] and cols >= params["SPLIT_MIN"]:
+                groups *= min(-(-params["TARGET_GROUPS"] // groups), max(1, cols // max(params["SPLIT_MIN"] // 4, 1)))
+        else:
+            t, groups = 1, -(-cols // wg)
+        steps = max(t.bit_length() - 1, 0)
+        return {"flops": n * (1 + 2 * steps // items), "dram_bytes": 8 * n, "lds_bytes": 8 * n * steps // items,
+                "groups": groups, "invocations": wg, "lds_per_group": 4 * wg}
+
+    @staticmethod
+    def static_defines(params) -> tuple[dict, tuple, int | None]:
+        return {"OP": 0, "INT64": 1, "MODE": 0, "ITEMS": params["ITEMS"]}, (params["WG"], 1, 1), None
+
+
+TUNE_TARGET = ScanTarget()

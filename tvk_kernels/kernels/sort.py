@@ -1,0 +1,184 @@
+"""Stable sort along the last dim of a [rows, n] view (templates/sort.comp).
+
+    sort(device, in_addr, values_addr, indices_addr, rows, n, dtype="float32", descending=False,
+         k=None, row_stride=None, params=None)
+
+Writes the first k (default n) sorted columns of each row: values (the input's dtype) and int64
+indices, both contiguous [rows, k]. Keys are float32 or int64. The order is torch's stable one:
+equal keys keep their input order, -0.0 equals 0.0, NaN is the largest value (last ascending,
+first descending). topk is this with k < n.
+
+How: each row is padded to N = 2^ceil(log2 n) and sorted by a bitonic network. Rows of up to
+ELEMS padded elements sort in one dispatch, several rows per workgroup, in shared memory. A
+longer row is first sorted in ELEMS-blocks, then each merge stage k = 2*ELEMS, ..., N runs its
+steps of stride >= ELEMS as global passes (one dispatch each, one pair per invocation) and the
+rest in shared memory: log2(N/ELEMS) * (log2(N/ELEMS) + 3) / 2 + 1 dispatches in all, each
+reading and writing the whole (padded) row. Slow parts: a row just over a power of two does up
+to twice the work; long rows (beyond ELEMS) pay those global passes; topk sorts the whole row.
+"""
+from __future__ import annotations
+
+import struct
+
+from ..errors import InvalidConfigError
+from .launch import Family, family, grid_1d
+
+_PUSH = struct.Struct("<QQQQQ10I")
+FROM_INPUT, TO_OUTPUT, DESCENDING = 1, 2, 4
+_KEY_BYTES = {"float32": 4, "int64": 8}
+SMALL = 1 << 16
+
+
+class Sort(Family):
+    def __init__(self, device):
+        super().__init__(device, "sort", "sort.comp")
+
+    def build(self, mode: int, key64: bool, prm: dict):
+        elems, wg = int(prm["ELEMS"]), int(prm["WG"])
+        shared = elems * ((8 if key64 else 4) + 4) if mode == 0 else 0
+        return self.workgroup_variant({"MODE": mode, "KEY64": int(key64), "ELEMS": elems}, wg, _PUSH.size, shared)
+
+    def check_config(self, params: dict) -> dict:
+        for name in ("ELEMS", "WG"):
+            v = int(params[name])
+            if v < 1 or v & (v - 1):
+                raise InvalidConfigError(f"sort: {name}={v} must be a power of two")
+        if params["ELEMS"] < 2 * params["WG"]:
+            raise InvalidConfigError(f"sort: ELEMS={params['ELEMS']} must be at least 2 * WG={params['WG']} "
+                                     "(a pair per thread and step)")
+        return params
+
+
+def resolve_params(fam: Family, bucket: str, params: dict | None) -> dict:
+    base, _ = fam.params(bucket)
+    return fam.check_config(dict(base, **(params or {})))
+
+
+def _log2ceil(n: int) -> int:
+    return max(int(n) - 1, 0).bit_length()
+
+
+def sort(device, in_addr: int, values_addr: int, indices_addr: int, rows: int, n: int, dtype: str = "float32",
+         descending: bool = False, k: int | None = None, row_stride: int | None = None,
+         params: dict | None = None):
+    """Sort each row of the [rows, n] view at in_addr (contiguous along n, rows row_stride elements
+    apart, default n); write its first k columns to values_addr / indices_addr ([rows, k])."""
+    if dtype not in _KEY_BYTES:
+        raise ValueError(f"sort: dtype {dtype!r} is not supported (float32, int64); cast the keys first")
+    if dtype == "int64" and not device.facts.features.get("shader_int64"):
+        raise ValueError(f"{device.facts.name} has no 64-bit integers in shaders; int64 keys cannot be sorted there")
+    rows, n = int(rows), int(n)
+    k = n if k is None else int(k)
+    row_stride = n if row_stride is None else int(row_stride)
+    if not 0 <= k <= n:
+        raise ValueError(f"sort: k={k} must be in [0, n={n}]")
+    if rows <= 0 or k == 0:
+        return
+    nlog = _log2ceil(n)
+    total = rows << nlog
+    if total >= 1 << 32 or (rows - 1) * row_stride + n >= 1 << 32:
+        raise ValueError(f"sort: {rows} rows of {n} (padded to {1 << nlog}) need 2**32 elements or more; "
+                         "sort fewer rows at a time")
+    fam = family(device, Sort)
+    prm = resolve_params(fam, "small" if rows * n < SMALL else "large", params)
+    elems, wg = int(prm["ELEMS"]), int(prm["WG"])
+    key64 = dtype == "int64"
+    desc = DESCENDING if descending else 0
+    elog = min(_log2ceil(elems), _log2ceil(total))
+    max_x = device.facts.max_workgroup_count[0]
+
+    def local(flags, klo, khi, skey=0, sidx=0):
+        push = _PUSH.pack(in_addr, values_addr, indices_addr, skey, sidx, rows, n, k, row_stride, nlog, elog,
+                          klo, khi, 0, flags | desc)
+        groups = -(-total // (1 << elog))
+        device.stream.dispatch(fam.build(0, key64, prm), grid_1d(groups, max_x), push, "sort.local")
+
+    if nlog <= elog:  # whole rows fit a workgroup: one dispatch
+        local(FROM_INPUT | TO_OUTPUT, 1, nlog)
+        return
+    skey = device.allocator.alloc(total * _KEY_BYTES[dtype])
+    sidx = device.allocator.alloc(total * 4)
+    pairs = total // 2
+
+    def global_step(stage, stride):
+        push = _PUSH.pack(in_addr, values_addr, indices_addr, skey.address, sidx.address, rows, n, k, row_stride,
+                          nlog, elog, stage, stage, stride, desc)
+        device.stream.dispatch(fam.build(1, key64, prm), grid_1d(-(-pairs // wg), max_x), push, "sort.global")
+
+    local(FROM_INPUT, 1, elog, skey.address, sidx.address)
+    for stage in range(elog + 1, nlog + 1):
+        global_step(stage, 0)
+        stride = 1 << (stage - 2)
+        while stride >= 1 << elog:
+            global_step(stage, stride)
+            stride >>= 1
+        local(TO_OUTPUT if stage == nlog else 0, stage, stage, skey.address, sidx.address)
+    device.stream.keep_alive(skey)
+    device.stream.keep_alive(sidx)
+
+
+class SortTarget:
+    """What tvk-tune needs to tune the sort (see tvk_kernels/tune/targets.py): float32 rows of
+    `cols` sorted ascending (rows that fit a workgroup, and long rows with global passes)."""
+
+    family = "sort"
+    template = "sort.comp"
+    suites = {
+        "suite": [
+            {"rows": 4096, "cols": 1000, "n": 4096000},
+            {"rows": 64, "cols": 65536, "n": 4194304},
+            {"rows": 65536, "cols": 32, "n": 2097152},
+            {"rows": 16, "cols": 1000, "n": 16000},
+        ],
+        "tiny": [
+            {"rows": 7, "cols": 1000, "n": 7000},
+            {"rows": 3, "cols": 5000, "n": 15000},
+        ],
+    }
+
+    def prepare(self, device, shape, n_inputs=3, seed=0):
+        import numpy as np
+
+        from ..tune.targets import Case
+
+        rows, cols = shape["rows"], shape["cols"]
+        rng = np.random.default_rng(seed)
+        host = [rng.standard_normal((rows, cols), dtype=np.float32) for _ in range(n_inputs + 1)]
+        bufs = [device.upload(a) for a in host]
+        vals, idx = device.allocator.alloc(4 * rows * cols), device.allocator.alloc(8 * rows * cols)
+
+        def run(params, i):
+            sort(device, bufs[i].address, vals.address, idx.address, rows, cols, params=params)
+
+        def check(params):
+            run(params, -1)
+            want = np.argsort(host[-1], axis=1, kind="stable")
+            got = device.download(idx, np.int64, (rows, cols))
+            ok = np.array_equal(got, want) and np.array_equal(
+                device.download(vals, np.float32, (rows, cols)), np.take_along_axis(host[-1], want, 1))
+            return bool(ok), float(np.count_nonzero(got != want))
+
+        return Case(device, shape, run, check, [bufs, vals, idx])
+
+    @staticmethod
+    def work(shape, params) -> dict:
+        rows, cols = shape["rows"], shape["cols"]
+        elems, wg = params["ELEMS"], params["WG"]
+        nlog = _log2ceil(cols)
+        total = rows << nlog
+        elog = min(_log2ceil(elems), _log2ceil(total))
+        e = 1 << elog
+        steps_local = min(nlog, elog) * (min(nlog, elog) + 1) // 2
+        extra = max(nlog - elog, 0)
+        global_steps = extra * (extra + 1) // 2  # per merge stage: the flip step and strides >= E
+        local_passes = 1 + extra
+        cmp = total // 2 * (steps_local + extra * elog + global_steps)
+        return {"flops": 4 * cmp, "dram_bytes": 16 * total * (local_passes + global_steps),
+                "lds_bytes": 16 * cmp, "groups": -(-total // e), "invocations": wg, "lds_per_group": 8 * e}
+
+    @staticmethod
+    def static_defines(params) -> tuple[dict, tuple, int | None]:
+        return {"MODE": 0, "KEY64": 1, "ELEMS": params["ELEMS"]}, (params["WG"], 1, 1), None
+
+
+TUNE_TARGET = SortTarget()
