@@ -5,9 +5,9 @@ torch's message). Each row runs on the CPU (the reference: torch must raise that
 there) and on tvk (TorchVK must raise the same type, its message containing the key words).
 Arguments are specs built on the device of the run: T(3, 4) is a float32 tensor, T(3, dtype=L)
 an int64 one, "device" the run's device (factories); Cpu(spec) stays on the CPU in both runs
-(torchvk.ops drop-ins; a tensor mixed in with tvk ones). A row with `tvk_op` calls that instead on tvk (torchvk.ops.* on CPU
-inputs); a row with op=None has no CPU counterpart (device mixing, the memory cap) and runs
-on tvk only. To add a case, append a row.
+(torchvk.ops drop-ins; a tensor mixed in with tvk ones). A row with `tvk_op` calls that instead
+on tvk (torchvk.ops.* on CPU inputs); a row with op=None has no CPU counterpart (device mixing,
+the memory cap) and runs on tvk only. To add a case, append a row.
 """
 from __future__ import annotations
 
@@ -145,7 +145,8 @@ CASES = [
     Case("sum dim out of range", lambda x: x.sum(1), (T(4),), IndexError, ("Dimension out of range",)),
     Case("sum repeated dim", lambda x: x.sum((0, 0)), (T(4, 2),), RuntimeError, ("appears multiple times",)),
     Case("mean of int64", torch.mean, (T(3, 4, dtype=L),), RuntimeError, ("mean(): could not infer output dtype",)),
-    Case("mean dim of int64", lambda x: x.mean(0), (T(3, 4, dtype=L),), RuntimeError, ("could not infer output dtype",)),
+    Case("mean dim of int64", lambda x: x.mean(0), (T(3, 4, dtype=L),), RuntimeError,
+         ("could not infer output dtype",)),
     Case("max over empty dim", lambda x: torch.max(x, 0), (T(0, 3),), IndexError,
          ("Expected reduction dim 0 to have non-zero size",)),
     Case("min over empty dim", lambda x: torch.min(x, 1), (T(3, 0),), IndexError,
@@ -210,7 +211,8 @@ CASES = [
     Case("full negative size", lambda d: torch.full((-2,), 1.0, device=d), ("device",), RuntimeError, NEG_DIM),
     Case("randn negative size", lambda d: torch.randn(4, -1, device=d), ("device",), RuntimeError, NEG_DIM),
     Case("new_empty negative size", lambda x: x.new_empty((3, -1)), (T(2),), RuntimeError, NEG_DIM),
-    Case("arange step 0", lambda d: torch.arange(0, 4, 0, device=d), ("device",), RuntimeError, ("step must be nonzero",)),
+    Case("arange step 0", lambda d: torch.arange(0, 4, 0, device=d), ("device",), RuntimeError,
+         ("step must be nonzero",)),
     # ---------------------------------------------------------------- the memory cap
     Case("set_memory_limit negative", None, (-5,), ValueError, ("negative",), tvk_op=torchvk.set_memory_limit),
     Case("set_memory_limit unreadable", None, ("lots",), ValueError, ("size",), tvk_op=torchvk.set_memory_limit),

@@ -13,6 +13,8 @@ from tvk_kernels.errors import FreedBufferError, TVKError  # noqa: E402
 from tvk_kernels.runtime.memory import Allocator as _Allocator  # noqa: E402
 
 from . import _autograd  # noqa: E402
+from . import _serialization  # noqa: E402
+from .compile import backend_name as _backend_name  # noqa: E402
 from . import _storage  # noqa: E402,F401  (makes the allocator's OOM a torch.OutOfMemoryError)
 
 # the OOM class users catch: what every allocation raises, always a torch.OutOfMemoryError
@@ -31,6 +33,8 @@ def _register_backend():
 
 
 _register_backend()
+_serialization.install()  # torch.load of tvk tensors (map_location too), DataLoader(pin_memory=True)
+_backend_name.register_lazily()  # torch.compile(backend="tvk") from a source checkout too
 _autograd.install()  # every backward on the calling thread, errors in it raised there
 
 from . import aten as _aten  # noqa: E402,F401  (fills the op table)

@@ -54,6 +54,21 @@ class TVKModule:
         get_device(idx)
         _current[0] = idx
 
+    class device:
+        """`with torch.tvk.device(i):` makes device i current inside the block, as torch.cuda.device."""
+
+        def __init__(self, device):
+            self.index = _index(device)
+            self.previous = None
+
+        def __enter__(self):
+            self.previous = current_index()
+            TVKModule.set_device(self.index)
+
+        def __exit__(self, *exc):
+            _current[0] = self.previous
+            return False
+
     @staticmethod
     def get_device_name(device=None) -> str:
         return get_device(_index(device)).facts.name

@@ -1,6 +1,8 @@
 """TVKTensor: the wrapper tensor subclass every tvk tensor is."""
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 import torch
 
@@ -134,11 +136,13 @@ class TVKTensor(torch.Tensor):
         return text
 
     def __reduce_ex__(self, proto):
-        # saved as a plain CPU tensor: the file loads anywhere (torch.load(weights_only=True) too)
-        cpu = to_cpu(self.detach())
-        if self.requires_grad:
-            cpu.requires_grad_(True)
-        return cpu.__reduce_ex__(proto)
+        # saved as torch saves a storage-less backend tensor: its data as a CPU tensor plus its
+        # device, rebuilt there or where torch.load's map_location says (torchvk/_serialization.py);
+        # torch.load(weights_only=True) allows both rebuild functions
+        if getattr(self, "_is_param", False):  # an nn.Parameter of a subclass is marked, not typed
+            return torch._utils._rebuild_parameter, (self.detach(), self.requires_grad, collections.OrderedDict())
+        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                (to_cpu(self.detach()), self.dtype, str(self.device), self.requires_grad))
 
     def __deepcopy__(self, memo):
         if id(self) in memo:

@@ -117,6 +117,7 @@ def capture(device, temps=()):
         graph.temps = freed_ordinals(cap.allocated)
         allocator.capture = None
         graph.dispatches = stream.count
+        stream.barrier_to_host(slot.cmd)
         check(lib.vkEndCommandBuffer(slot.cmd), "vkEndCommandBuffer")
         stream.slots, stream.current, stream.batch = saved
         stream.recording, stream.cmd, stream._last_pipeline = False, None, None

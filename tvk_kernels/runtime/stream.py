@@ -91,6 +91,11 @@ class Stream:
         self._submit_cmd = ffi.new("VkCommandBuffer[1]")
         self._submit_info = new("VkSubmitInfo", keep, commandBufferCount=1, pCommandBuffers=self._submit_cmd)
         self._copy_region = ffi.new("VkBufferCopy*")
+        # at the end of every command buffer: device writes made visible to host reads (readbacks
+        # and the error word, runtime/error_word.py); a fence wait alone does not promise that
+        self._to_host = new("VkMemoryBarrier", keep,
+                            srcAccessMask=lib.VK_ACCESS_SHADER_WRITE_BIT | lib.VK_ACCESS_TRANSFER_WRITE_BIT,
+                            dstAccessMask=lib.VK_ACCESS_HOST_READ_BIT)
         self._keep = keep
 
     # ------------------------------------------------------------------ record
@@ -183,6 +188,7 @@ class Stream:
             raise RuntimeError("a sync point (readback, .item(), synchronize) inside a graph capture: "
                                "captured work cannot be waited for before the capture ends")
         slot = self.slots[self.current]
+        self.barrier_to_host(slot.cmd)
         check(lib.vkEndCommandBuffer(slot.cmd), "vkEndCommandBuffer")
         self._submit_cmd[0] = slot.cmd
         check(lib.vkQueueSubmit(self.device.queue, 1, self._submit_info, slot.fence), "vkQueueSubmit")
@@ -190,6 +196,10 @@ class Stream:
         self.recording = False
         self.submits += 1
         self.current = (self.current + 1) % len(self.slots)
+
+    def barrier_to_host(self, cmd):
+        _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, lib.VK_PIPELINE_STAGE_HOST_BIT, 0, 1, self._to_host,
+                              0, NULL, 0, NULL)
 
     @locked
     def synchronize(self):

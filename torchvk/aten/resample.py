@@ -1,0 +1,146 @@
+"""Upsampling (nearest, nearest-exact, bilinear) and reflect / replicate padding, forward and
+backward, on tvk_kernels.kernels.resample. Inputs are made contiguous (N, C, H, W) stacks of planes."""
+from __future__ import annotations
+
+import torch
+
+from tvk_kernels.kernels import resample as _R
+
+from .._dispatch import register
+from ._util import addr, contig, dev, empty, need_float
+
+aten = torch.ops.aten
+
+
+def _planes(t, op, spatial: int):
+    """(contiguous t, number of planes, (H, W)); 1-d ops see each row as a plane of height 1."""
+    need_float(t, op)
+    t = contig(t)
+    lead = t.shape[:-spatial]
+    planes = 1
+    for s in lead:
+        planes *= s
+    hw = tuple(t.shape[-2:]) if spatial == 2 else (1, t.shape[-1])
+    return t, planes, hw
+
+
+def _vec_size(x, output_size, scale_factors):
+    """upsample_*.vec's output size, as torch computes it (floor of in * scale)."""
+    if output_size is not None:
+        return list(output_size)
+    return [int(float(s) * f) for s, f in zip(x.shape[2:], scale_factors)]
+
+
+def _upsample(x, out_hw, mode, op, scales, align_corners=False):
+    x, planes, in_hw = _planes(x, op, 2)
+    out_hw = tuple(int(s) for s in out_hw)
+    out = empty((*x.shape[:-2], *out_hw), x.dtype, dev(x), op=op)
+    s = _scales(mode, in_hw, out_hw, scales, align_corners)
+    _R.forward(dev(x), mode, addr(x), addr(out), planes, in_hw, out_hw, s, align_corners=align_corners)
+    return out
+
+
+def _upsample_backward(grad, out_hw, input_size, mode, op, scales, align_corners=False):
+    g, planes, _ = _planes(grad, op, 2)
+    in_hw = tuple(int(s) for s in input_size[-2:])
+    gi = empty(tuple(int(s) for s in input_size), g.dtype, dev(g), op=op)
+    s = _scales(mode, in_hw, tuple(out_hw), scales, align_corners)
+    _R.backward(dev(g), mode, addr(g), addr(gi), planes, in_hw, tuple(int(v) for v in out_hw), s,
+                align_corners=align_corners)
+    return gi
+
+
+def _scales(mode, in_hw, out_hw, scales, align_corners):
+    if mode == _R.BILINEAR:
+        return tuple(_R.linear_scale(i, o, align_corners, s) for i, o, s in zip(in_hw, out_hw, scales))
+    return tuple(_R.nearest_scale(i, o, s) for i, o, s in zip(in_hw, out_hw, scales))
+
+
+@register(aten.upsample_nearest2d.default)
+def upsample_nearest2d(self, output_size, scales_h=None, scales_w=None):
+    return _upsample(self, output_size, _R.NEAREST, "upsample_nearest2d", (scales_h, scales_w))
+
+
+@register(aten.upsample_nearest2d.vec)
+def upsample_nearest2d_vec(input, output_size, scale_factors):
+    scales = scale_factors if scale_factors is not None else (None, None)
+    return upsample_nearest2d(input, _vec_size(input, output_size, scale_factors), *scales)
+
+
+@register(aten.upsample_nearest2d_backward.default)
+def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=None, scales_w=None):
+    return _upsample_backward(grad_output, output_size, input_size, _R.NEAREST, "upsample_nearest2d_backward",
+                              (scales_h, scales_w))
+
+
+@register(aten._upsample_nearest_exact2d.default)
+def upsample_nearest_exact2d(self, output_size, scales_h=None, scales_w=None):
+    return _upsample(self, output_size, _R.NEAREST_EXACT, "upsample_nearest_exact2d", (scales_h, scales_w))
+
+
+@register(aten._upsample_nearest_exact2d.vec)
+def upsample_nearest_exact2d_vec(input, output_size, scale_factors):
+    scales = scale_factors if scale_factors is not None else (None, None)
+    return upsample_nearest_exact2d(input, _vec_size(input, output_size, scale_factors), *scales)
+
+
+@register(aten._upsample_nearest_exact2d_backward.default)
+def upsample_nearest_exact2d_backward(grad_output, output_size, input_size, scales_h=None, scales_w=None):
+    return _upsample_backward(grad_output, output_size, input_size, _R.NEAREST_EXACT,
+                              "upsample_nearest_exact2d_backward", (scales_h, scales_w))
+
+
+@register(aten.upsample_bilinear2d.default)
+def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_w=None):
+    return _upsample(self, output_size, _R.BILINEAR, "upsample_bilinear2d", (scales_h, scales_w), align_corners)
+
+
+@register(aten.upsample_bilinear2d.vec)
+def upsample_bilinear2d_vec(input, output_size, align_corners, scale_factors):
+    scales = scale_factors if scale_factors is not None else (None, None)
+    return upsample_bilinear2d(input, _vec_size(input, output_size, scale_factors), align_corners, *scales)
+
+
+@register(aten.upsample_bilinear2d_backward.default)
+def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h=None,
+                                 scales_w=None):
+    return _upsample_backward(grad_output, output_size, input_size, _R.BILINEAR, "upsample_bilinear2d_backward",
+                              (scales_h, scales_w), align_corners)
+
+
+# ------------------------------------------------------------------ padding
+def _pads(padding, spatial):
+    """torch's (left, right[, top, bottom]) -> ((top, left), added rows, added columns)."""
+    left, right = int(padding[0]), int(padding[1])
+    top, bottom = (int(padding[2]), int(padding[3])) if spatial == 2 else (0, 0)
+    return (top, left), top + bottom, left + right
+
+
+def _pad(self, padding, mode, spatial, op):
+    x, planes, in_hw = _planes(self, op, spatial)
+    pads, dh, dw = _pads(padding, spatial)
+    out_hw = (in_hw[0] + dh, in_hw[1] + dw)
+    out = empty((*x.shape[:-spatial], *out_hw[2 - spatial:]), x.dtype, dev(x), op=op)
+    _R.forward(dev(x), mode, addr(x), addr(out), planes, in_hw, out_hw, pads=pads)
+    return out
+
+
+def _pad_backward(grad_output, self, padding, mode, spatial, op):
+    g, planes, out_hw = _planes(grad_output, op, spatial)
+    pads, dh, dw = _pads(padding, spatial)
+    in_hw = (out_hw[0] - dh, out_hw[1] - dw)
+    gi = empty(tuple(self.shape), g.dtype, dev(g), op=op)
+    _R.backward(dev(g), mode, addr(g), addr(gi), planes, in_hw, out_hw, pads=pads)
+    return gi
+
+
+def _pad_ops(mode, name, spatial):
+    fwd, bwd = getattr(aten, name).default, getattr(aten, name + "_backward").default
+    register(fwd)(lambda self, padding: _pad(self, padding, mode, spatial, name))
+    register(bwd)(lambda grad_output, self, padding: _pad_backward(grad_output, self, padding, mode, spatial,
+                                                                   name + "_backward"))
+
+
+for _mode, _kind in ((_R.REFLECT, "reflection"), (_R.REPLICATE, "replication")):
+    for _spatial in (1, 2):
+        _pad_ops(_mode, f"{_kind}_pad{_spatial}d", _spatial)
