@@ -141,13 +141,11 @@ def test_pin_memory_data_loader_then_non_blocking_copy():
         assert torch.equal(x_tvk.cpu(), ex) and torch.equal(y_tvk.cpu(), ey)
 
 
-def test_pin_memory_copies_and_rejects_other_devices():
+def test_pin_memory_gives_a_contiguous_copy():
     src = torch.arange(6.0).reshape(2, 3).t()
     pinned = src.pin_memory()
     assert pinned.is_contiguous() and torch.equal(pinned, src)
     assert pinned.data_ptr() != src.data_ptr()
-    with pytest.raises(NotImplementedError, match="pin_memory"):
-        src.pin_memory("cuda")
 
 
 def test_non_blocking_copies_both_ways():
@@ -169,9 +167,10 @@ def test_import_registers_dynamo_backend_without_entry_point():
         print("dynamo loaded by import:", "torch._dynamo" in sys.modules)
         import torch._dynamo
         from torch._dynamo.backends.registry import lookup_backend
+        print("listed:", "tvk" in torch._dynamo.list_backends())  # before anything imports backend.py
+        compiler = lookup_backend("tvk")
         from torchvk.compile.backend import tvk_backend
-        print("listed:", "tvk" in torch._dynamo.list_backends())
-        print("resolves:", lookup_backend("tvk") is tvk_backend)
+        print("resolves:", compiler is tvk_backend)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=dict(os.environ),
                          timeout=120)

@@ -304,3 +304,16 @@ def test_dropins_accept_cpu_and_tvk():
     torchvk.ops.matmul(leaf, leaf).sum().backward()
     ref = torch.autograd.grad((leaf @ leaf).sum(), leaf)[0]
     torch.testing.assert_close(leaf.grad, ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, out: torch.mul(x, 2, out=out),          # mul.out computes mul.Tensor (no mul.default)
+    lambda x, out: torch.add(x, x, alpha=3, out=out),
+    lambda x, out: torch.sum(x.view(2, 2), 1, out=out[:2]),  # sum.IntList_out computes sum.dim_IntList
+])
+def test_out_variants_reach_their_functional_overload(call):
+    x = torch.randn(4)
+    out_cpu, out_tvk = torch.zeros(4), torch.zeros(4).to("tvk")
+    call(x, out_cpu)
+    call(x.to("tvk"), out_tvk)
+    torch.testing.assert_close(out_tvk.cpu(), out_cpu)

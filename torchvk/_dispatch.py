@@ -137,6 +137,17 @@ def _lookup(op):
     return lambda *a, _op=op, **k: dispatch(_op, a, k)
 
 
+def _functional_of(func, base, outs):
+    """The functional overload an `op.out` computes: the one taking the same inputs (mul.out is
+    mul.Tensor, sum.IntList_out is sum.dim_IntList: the names do not always say)."""
+    inputs = [str(a.type) for a in func._schema.arguments if a.name not in outs]
+    for name in base.overloads():
+        ov = getattr(base, name)
+        if not ov._schema.is_mutable and [str(a.type) for a in ov._schema.arguments] == inputs:
+            return ov
+    raise AttributeError(f"no functional overload of {func}")
+
+
 def _variant(func):
     """`op.out(..., out=o)` or `op_(self, ...)` through the table's functional `op`: compute, then copy."""
     fn = _variants.get(func, False)
@@ -147,9 +158,10 @@ def _variant(func):
     try:
         if ov == "out" or ov.endswith("_out"):
             base = getattr(torch.ops.aten, name)
-            functional = getattr(base, "default" if ov == "out" else ov[:-4])
             outs = [a.name for a in func._schema.arguments if a.kwarg_only and a.alias_info is not None
                     and a.alias_info.is_write]
+            named = ov[:-4] if ov != "out" else None
+            functional = getattr(base, named) if named in base.overloads() else _functional_of(func, base, outs)
             call = _lookup(functional)
             if call is not None and outs:
                 def fn(*args, _call=call, _outs=outs, **kwargs):

@@ -1,7 +1,7 @@
 """`torch.compile(model, backend="tvk")`: Dynamo's graphs, compiled onto TorchVK's kernels.
 
-Registered through the entry point `torch_dynamo_backends` (an installed TorchVK) or by
-importing this module (a source checkout). Dynamo traces the model on FakeTVKTensors
+Registered through the entry point `torch_dynamo_backends` (an installed TorchVK), or by
+`import torchvk` (backend_name.py: the same entry, added to Dynamo's registry when it loads). Dynamo traces the model on FakeTVKTensors
 (fake.py) and hands each graph it captured here, with fake example inputs. Dynamo may
 already have turned a changed batch size into symbolic shapes, and TorchVK's programs are
 static, so a graph is compiled on its first call with real inputs, once per concrete

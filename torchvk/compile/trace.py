@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from .._tensor import TVKTensor
 from .program import GraphBreakError, Program
 from .replay import Replayed
+from .whole_ops import traced_whole
 
 
 def fake_like(t: torch.Tensor, mode) -> torch.Tensor:
@@ -72,7 +73,7 @@ class CompiledGraphs:
             mode = FakeTensorMode()
             fakes = [fake_like(t, mode) if isinstance(t, torch.Tensor) else t for t in flat]
             # no CSE pass: it changes nothing in our graphs and imports torch._inductor (~2 s cold)
-            with functorch_config.patch(cse=False):
+            with functorch_config.patch(cse=False), traced_whole():
                 self.fn = aot_module_simplified(self.functional, fakes,
                                                 fw_compiler=self._compiler("forward"),
                                                 bw_compiler=self._compiler("backward"),

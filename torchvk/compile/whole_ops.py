@@ -1,0 +1,42 @@
+"""Ops that torchvk.compile traces whole, as eager mode runs them.
+
+Under AOTAutograd's Python dispatcher, torch replaces some ops at the Autograd key with Python
+decompositions (torch/_decomp: upsampling becomes aten.index gathers, whose backward scatters
+with accumulation). TorchVK has kernels for these ops and for their backward ops, so while a
+module is traced those Python kernels are hidden: the graph records the op, and autograd its
+usual backward op (derivatives.yaml), exactly as in eager mode.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+from .. import _dispatch
+
+aten = torch.ops.aten
+_KEYS = (torch._C.DispatchKey.Autograd, torch._C.DispatchKey.CompositeImplicitAutograd)
+WHOLE = (
+    aten.upsample_nearest2d.default, aten.upsample_nearest2d.vec,
+    aten._upsample_nearest_exact2d.default, aten._upsample_nearest_exact2d.vec,
+    aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec,
+)
+
+
+@contextmanager
+def traced_whole():
+    """Hide torch's Python decompositions of the WHOLE ops that have a TorchVK kernel, then restore them."""
+    hidden = []
+    for op in WHOLE:
+        if op not in _dispatch.TABLE:
+            continue
+        for key in _KEYS:
+            if key in op.py_kernels:
+                hidden.append((op, key, op.py_kernels.pop(key)))
+        op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        for op, key, fn in hidden:
+            op.py_kernels[key] = fn
+            op._dispatch_cache.clear()
