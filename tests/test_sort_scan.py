@@ -54,7 +54,10 @@ def test_sort_other_dtypes(dtype):
     for desc in (False, True):
         want_v, want_i = torch.sort(x, descending=desc, stable=True)
         got_v, got_i = torch.sort(x.to(TVK), descending=desc, stable=True)
-        assert got_v.dtype == dtype and torch.equal(got_v.cpu().view(torch.uint8), want_v.view(torch.uint8))
+        assert got_v.dtype == dtype
+        # equal values, NaN where CPU has NaN: float16 sorts through float32, and a GPU's
+        # conversion back may pick another NaN bit pattern (0x7FFF on the H200, 0x7E00 on the CPU)
+        torch.testing.assert_close(got_v.cpu(), want_v, rtol=0, atol=0, equal_nan=True)
         assert torch.equal(got_i.cpu(), want_i)
 
 

@@ -23,6 +23,9 @@ def _weight(w):
 
 @register(aten.embedding.default)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if indices.dtype not in (torch.int64, torch.int32):  # torch's own check; some meta kernels skip it
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got {indices.dtype} instead (while checking arguments for embedding)")
     check_index_range(indices, weight.shape[0], "embedding", "rows")
     return _lookup(weight, indices)
 
