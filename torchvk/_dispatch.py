@@ -102,7 +102,21 @@ def dispatch(func, args, kwargs):
         raise
 
 
+# ops whose `indices` may be CPU tensors beside a device `self`, as torch allows (x[cpu_mask] = v)
+_aten = torch.ops.aten
+_INDEX_LIST_OPS = {_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.default,
+                   _aten._index_put_impl_.default}
+
+
+def _indices_to_device(args):
+    self, indices = args[0], args[1]
+    moved = [i.to(self.device) if isinstance(i, _Tensor) and type(i) is not TVKTensor else i for i in indices]
+    return (self, moved) + tuple(args[2:])
+
+
 def _dispatch(func, args, kwargs):
+    if func in _INDEX_LIST_OPS and type(args[0]) is TVKTensor:
+        args = _indices_to_device(args)
     impl = TABLE.get(func)
     if impl is None:
         impl = TABLE.get(func.overloadpacket)
