@@ -1,9 +1,12 @@
 #version 450
-// Elements moved along dims: scatter by an index tensor, and flip.
+// Elements moved along dims: scatter and gather by an index tensor, and flip.
 //
 // MODE 0 (scatter): for each element c of the index (contiguous, int64, shape p.size):
 //   out[c with c[dim] = index[c]] = src[c]. An index outside [0, bound) writes nothing (the
 //   host's index check reports it). Duplicate indices: one of the writes wins, as in torch.
+// MODE 2 (gather): for each element c of the index (contiguous, int64, shape p.size):
+//   out[c] = src[c with c[dim] = index[c]]. An index outside [0, bound) (src's size along dim)
+//   leaves out[c] unwritten (the host's index check reports it).
 // MODE 1 (flip): for each element c of the output (shape p.size):
 //   out[c] = src[c with c[d] = size[d] - 1 - c[d] for every d in p.flip_mask].
 // Strides are in elements; dims past p.ndim have size 1. Elements are copied as raw bits of
@@ -33,10 +36,10 @@ layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer Ind
 layout(push_constant) uniform Params {
     uvec2 out_;
     uvec2 src;
-    uvec2 index;          // MODE 0: int64, contiguous in p.size
+    uvec2 index;          // MODE 0, 2: int64, contiguous in p.size
     uint n;               // elements to move
-    uint dim;             // MODE 0: the indexed dim
-    uint bound;           // MODE 0: out's size along dim
+    uint dim;             // MODE 0, 2: the indexed dim
+    uint bound;           // MODE 0: out's size along dim; MODE 2: src's
     uint flip_mask;       // MODE 1: bit d set: dim d is reversed
     uint size[MAX_DIMS];
     uint src_stride[MAX_DIMS];
@@ -48,14 +51,20 @@ void main() {
     const uint e = group * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
     if (e >= p.n) return;
     uint rest = e, src_at = 0u, out_at = 0u;
-#if MODE == 0
+#if MODE == 0 || MODE == 2
     const uvec2 raw = Index(p.index).v[e];  // (low, high) words of the int64
     if (raw.y != 0u || raw.x >= p.bound) return;
     for (int d = MAX_DIMS - 1; d >= 0; --d) {
         const uint c = rest % p.size[d];
         rest /= p.size[d];
+        const uint picked = uint(d) == p.dim ? raw.x : c;
+#if MODE == 0
         src_at += c * p.src_stride[d];
-        out_at += (uint(d) == p.dim ? raw.x : c) * p.out_stride[d];
+        out_at += picked * p.out_stride[d];
+#else
+        src_at += picked * p.src_stride[d];
+        out_at += c * p.out_stride[d];
+#endif
     }
 #else
     for (int d = MAX_DIMS - 1; d >= 0; --d) {

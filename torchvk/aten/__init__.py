@@ -9,7 +9,7 @@ import logging
 from . import copies, factories, views  # noqa: F401
 
 GROUPS = ("elementwise", "matmul", "reductions", "softmax", "losses", "embedding", "conv", "norm", "pool", "rng",
-          "misc", "sorting", "indexing", "resample")
+          "misc", "sorting", "indexing", "one_hot", "resample")
 unavailable: dict = {}
 
 for _name in GROUPS:

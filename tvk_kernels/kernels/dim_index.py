@@ -1,12 +1,14 @@
-"""Elements moved along dims, bits unchanged (templates/dim_index.comp): scatter by an index
-along one dim, and flip.
+"""Elements moved along dims, bits unchanged (templates/dim_index.comp): scatter and gather by
+an index along one dim, and flip.
 
     scatter(device, out_addr, src_addr, index_addr, shape, dim, bound, src_strides, out_strides, elem_bytes)
+    gather(device, out_addr, src_addr, index_addr, shape, dim, bound, src_strides, out_strides, elem_bytes)
     flip(device, out_addr, src_addr, shape, dims, src_strides, out_strides, elem_bytes)
 
 scatter: for each element c of the int64 index (contiguous, `shape`), out[c with c[dim] =
 index[c]] = src[c]; out has `bound` elements along dim; an index outside [0, bound) writes
-nothing (check indices first: kernels/index_check.py). flip: out[c] = src[c reversed along
+nothing (check indices first: kernels/index_check.py). gather: the mirror, out[c] = src[c with
+c[dim] = index[c]]; src has `bound` elements along dim; a bad index leaves out[c] unwritten. flip: out[c] = src[c reversed along
 `dims`], shape = both tensors' shape. Elements are 4 or 8 bytes, moved as raw bits; strides in
 elements. One invocation per element, a fixed workgroup size: nothing to tune (no tuning/ file).
 """
@@ -19,7 +21,7 @@ from .launch import Family, family, grid_1d
 MAX_DIMS = 6
 WG = 256
 _PUSH = struct.Struct(f"<QQQ4I{3 * MAX_DIMS}I")
-SCATTER, FLIP = 0, 1
+SCATTER, FLIP, GATHER = 0, 1, 2
 
 
 class DimIndex(Family):
@@ -64,7 +66,7 @@ def _launch(device, mode, elem_bytes, out_addr, src_addr, index_addr, shape, str
     push = _PUSH.pack(out_addr, src_addr, index_addr, n, dim + pad, bound, mask << pad, *sizes, *src_st, *out_st)
     groups = grid_1d(-(-n // WG), device.facts.max_workgroup_count[0])
     device.stream.dispatch(family(device, DimIndex).variant(mode, elem_bytes), groups, push,
-                           "scatter" if mode == SCATTER else "flip")
+                           {SCATTER: "scatter", FLIP: "flip", GATHER: "gather"}[mode])
 
 
 def _check_span(shape, *strides):
@@ -74,6 +76,14 @@ def _check_span(shape, *strides):
 
 
 def scatter(device, out_addr, src_addr, index_addr, shape, dim, bound, src_strides, out_strides, elem_bytes):
+    _by_index(device, SCATTER, out_addr, src_addr, index_addr, shape, dim, bound, src_strides, out_strides, elem_bytes)
+
+
+def gather(device, out_addr, src_addr, index_addr, shape, dim, bound, src_strides, out_strides, elem_bytes):
+    _by_index(device, GATHER, out_addr, src_addr, index_addr, shape, dim, bound, src_strides, out_strides, elem_bytes)
+
+
+def _by_index(device, mode, out_addr, src_addr, index_addr, shape, dim, bound, src_strides, out_strides, elem_bytes):
     shape = [int(s) for s in shape]
     n = 1
     for s in shape:
@@ -86,7 +96,7 @@ def scatter(device, out_addr, src_addr, index_addr, shape, dim, bound, src_strid
         acc *= s
     _check_span(shape, src_strides, out_strides)
     cshape, (src_st, out_st, _), where = _collapse(shape, [list(src_strides), list(out_strides), index_strides], {dim})
-    _launch(device, SCATTER, elem_bytes, out_addr, src_addr, index_addr, cshape, (src_st, out_st), where[dim],
+    _launch(device, mode, elem_bytes, out_addr, src_addr, index_addr, cshape, (src_st, out_st), where[dim],
             int(bound), 0, n)
 
 

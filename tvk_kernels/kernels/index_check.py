@@ -46,6 +46,9 @@ _KINDS = {
     "dim": (OutOfRangeError, "index {value} is out of bounds for dimension {dim} with size {bound} ({op})."),
     "target": (OutOfRangeIndexError, "Target {value} is out of bounds: {op} takes class indices in [0, {bound}) "
                                      "(or ignore_index)."),
+    "class": (OutOfRangeError, "Class values must be non-negative and smaller than num_classes: {op} got {value}, "
+                               "num_classes is {bound}."),
+    "assert": (OutOfRangeError, "{op}"),  # aten._assert_async: op is the assert's message
 }
 
 

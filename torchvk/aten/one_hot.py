@@ -1,0 +1,55 @@
+"""F.one_hot on tvk: torch's composite one_hot skips its class range checks on PrivateUse1 and
+would give a zero row for a bad class, so tvk tensors get this one, which checks them.
+
+It is registered for the AutogradPrivateUse1 key because a CompositeImplicitAutograd op never
+reaches the Python dispatch of TVKTensor. While tracing (fake or functional tensors, Dynamo,
+torchvk.compile) torch's own composite runs: its range checks are aten._assert_async ops,
+which run here as device-side checks too.
+"""
+from __future__ import annotations
+
+import torch
+
+from .._dispatch import register
+from .._tensor import TVKTensor
+from ._index_check import check_index_range
+from ._util import cast
+from .misc import index_vector
+
+aten = torch.ops.aten
+
+
+def one_hot(self, num_classes: int = -1):
+    """out[..., k] = (self[...] == k) as int64, k in [0, num_classes). A class outside that range
+    raises RuntimeError at the next sync point. num_classes=-1 takes max(self) + 1: that reads
+    the max back to the CPU, a sync point (pass num_classes to avoid it)."""
+    if type(self) is not TVKTensor:  # a tracing wrapper: torch's composite, as without torchvk
+        return aten.one_hot.default.decompose(self, num_classes)
+    if self.dtype != torch.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if num_classes == -1:
+        if self.numel() == 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        num_classes = int(self.max().item()) + 1  # a sync point, as documented
+    if num_classes < 0:  # torch: a negative num_classes other than -1 is an upper bound no class meets
+        raise RuntimeError("Class values must be smaller than num_classes.")
+    from .elementwise import run
+
+    check_index_range(self, num_classes, "one_hot", "class")
+    classes = index_vector(num_classes, self._tvk.device)
+    return cast(run("eq", (self.unsqueeze(-1), classes), dtype=torch.bool), torch.int64)
+
+
+@register(aten._assert_async.msg)
+def assert_async(self, assert_msg):
+    """Raise RuntimeError(assert_msg) at the next sync point if the one-element self is zero."""
+    from .elementwise import run
+
+    if self.numel() != 1:
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+    failed = cast(run("eq", (self, 0), dtype=torch.bool), torch.int32)  # 1 where the assert fails
+    check_index_range(failed, 1, assert_msg, "assert")
+
+
+_lib = torch.library.Library("aten", "IMPL")
+_lib.impl("one_hot", one_hot, "AutogradPrivateUse1")
