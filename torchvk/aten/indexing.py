@@ -1,9 +1,11 @@
-"""flip and scatter with a general index, on tvk_kernels.kernels.dim_index.
+"""flip, scatter and gather with a general index (tvk_kernels.kernels.dim_index), scatter_add,
+and advanced indexing x[idx] (aten.index.Tensor) with its backward (aten.index_put).
 
-These are what sort/topk and cumsum need for their backward: torch's formulas scatter the
-gradient back by the sort indices (aten.scatter.src with a full index) and reverse-cumsum it
-with aten.flip. aten.scatter.src here replaces misc.py's size-1-index version (this group is
-imported after misc, see aten/__init__.py); scatter.value, scatter_add and gather stay there.
+flip and scatter are what sort/topk and cumsum need for their backward. aten.scatter.src and
+aten.gather here replace misc.py's size-1-index versions (this group is imported after misc,
+see aten/__init__.py); scatter.value stays there. The sums (scatter_add, index_put with
+accumulate=True) run on the deterministic embedding backward: no float atomics, the same bits
+every run.
 """
 from __future__ import annotations
 
@@ -68,3 +70,90 @@ def scatter_src(self, dim, index, src):
     _D.scatter(dev(self), addr(moved), addr(source), addr(idx), shape, d, self_shape[d], list(source.stride()) or [1],
                list(moved.stride()) or [1], _ELEM_BYTES[moved.dtype])
     return cast(moved, self.dtype) if moved is not out else out
+
+
+def _same_dims(self, index, op):
+    """self and index as torch sees them: a 0-dim tensor counts as 1-D."""
+    if self.dim() == 0:
+        self = self.reshape(1)
+    if index.dim() == 0:
+        index = index.reshape(1)
+    if index.dim() != self.dim():
+        raise RuntimeError(f"Index tensor must have the same number of dimensions as input tensor ({op})")
+    return self, index
+
+
+@register(aten.gather.default)
+def gather(self, dim, index, *, sparse_grad=False):
+    """out[c] = self[c with c[dim] = index[c]] for every element c of index (negative indices
+    are errors, as in torch)."""
+    if index.dtype != torch.int64:
+        raise RuntimeError(f"gather(): Expected dtype int64 for index, got {index.dtype}")
+    x, idx = _same_dims(self, index, "gather")
+    d = dim % x.dim()
+    for k in range(x.dim()):
+        if k != d and idx.shape[k] > x.shape[k]:
+            raise RuntimeError(f"Size does not match at dimension {k} expected index {list(index.shape)} to be no "
+                               f"larger than self {list(self.shape)} apart from dimension {d}")
+    moved = _movable(x, "aten.gather")
+    out = new_tensor(list(idx.shape), moved.dtype, dev(self))
+    if idx.numel():
+        check_index_range(idx, x.shape[d], "gather", "dim", d)
+        idx = contig_dtype(idx, torch.int64)
+        _D.gather(dev(self), addr(out), addr(moved), addr(idx), list(idx.shape), d, x.shape[d], list(moved.stride()),
+                  list(out.stride()), _ELEM_BYTES[moved.dtype])
+    return cast(out, self.dtype).view(list(index.shape))
+
+
+def _coordinate(n: int, k: int, ndim: int, device):
+    """int64 [0, n) laid along dim k of an ndim-dim broadcastable shape."""
+    from .misc import index_vector
+
+    shape = [1] * ndim
+    shape[k] = n
+    return index_vector(n, device).view(shape)
+
+
+def _add_rows(self_rows, rows, values, op):
+    """self_rows [P, R] + the sum of values[i] (rows [N, R]) into row rows[i] (int64 [N]), in a
+    fixed order (the embedding backward kernel)."""
+    from .embedding import embedding_dense_backward
+
+    if values.dtype != torch.float32:
+        raise NotImplementedError(f"TorchVK: {op} with accumulation supports float32 values, got {values.dtype}")
+    sums = embedding_dense_backward(values, rows, self_rows.shape[0], -1, False)
+    return self_rows + sums
+
+
+@register(aten.scatter_add.default)
+def scatter_add(self, dim, index, src):
+    """out = self; out[c with c[dim] = index[c]] += src[c] for every element c of index, summed
+    in a fixed order (deterministic, no atomics). float32."""
+    if index.dtype != torch.int64:
+        raise RuntimeError(f"scatter(): Expected dtype int64 for index, got {index.dtype}")
+    if src.dtype != self.dtype:
+        raise RuntimeError(f"scatter(): Expected self.dtype to be equal to src.dtype ({self.dtype} vs {src.dtype})")
+    x, idx = _same_dims(self, index, "scatter_add")
+    s = src.reshape(1) if src.dim() == 0 else src
+    d = dim % x.dim()
+    if idx.numel() == 0:
+        return clone(self)
+    check_index_range(idx, x.shape[d], "scatter_add", "dim", d)
+    # where each index element lands in x (contiguous, flattened): its coordinates, dim d replaced
+    strides = contiguous_strides(list(x.shape))
+    lin = idx * strides[d]
+    for k in range(x.dim()):
+        if k != d:
+            lin = lin + _coordinate(idx.shape[k], k, x.dim(), dev(self)) * strides[k]
+    for k in range(x.dim()):  # src may be larger than index: its leading part is used
+        s = s.narrow(k, 0, idx.shape[k])
+    out = _add_rows(x.reshape(-1, 1), lin.reshape(-1), s.reshape(-1, 1), "aten.scatter_add")
+    return out.view(list(self.shape))
+
+
+def contiguous_strides(shape):
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.insert(0, acc)
+        acc *= n
+    return strides
