@@ -11,9 +11,10 @@ from ._util import addr, contig_dtype, dev
 
 def check_index_range(indices, bound: int, op: str, kind: str, dim: int | None = None, ignore: int | None = None):
     """Raise, at the next sync point, if a value of the tvk integer tensor `indices` is outside
-    [0, bound) and is not `ignore`. kind picks torch's wording and exception type: "rows"
-    (IndexError: embedding, index_select), "dim" (RuntimeError: gather, scatter), "target"
-    (IndexError: nll_loss)."""
+    [0, bound) and is not `ignore`. kind picks torch's wording and exception type (one of
+    tvk_kernels.kernels.index_check._KINDS): "rows" (IndexError: embedding, index_select), "dim"
+    (RuntimeError: gather, scatter), "target" (IndexError: nll_loss), "class" (one_hot),
+    "index" (IndexError: x[idx]), "assert" (aten._assert_async)."""
     n = indices.numel()
     if n == 0:
         return

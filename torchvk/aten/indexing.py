@@ -87,8 +87,8 @@ def _same_dims(self, index, op):
 def gather(self, dim, index, *, sparse_grad=False):
     """out[c] = self[c with c[dim] = index[c]] for every element c of index (negative indices
     are errors, as in torch)."""
-    if index.dtype != torch.int64:
-        raise RuntimeError(f"gather(): Expected dtype int64 for index, got {index.dtype}")
+    if index.dtype not in (torch.int64, torch.int32):
+        raise RuntimeError(f"gather(): Expected dtype int32/int64 for index, got {index.dtype}")
     x, idx = _same_dims(self, index, "gather")
     d = dim % x.dim()
     for k in range(x.dim()):
@@ -129,8 +129,8 @@ def _add_rows(self_rows, rows, values, op):
 def scatter_add(self, dim, index, src):
     """out = self; out[c with c[dim] = index[c]] += src[c] for every element c of index, summed
     in a fixed order (deterministic, no atomics). float32."""
-    if index.dtype != torch.int64:
-        raise RuntimeError(f"scatter(): Expected dtype int64 for index, got {index.dtype}")
+    if index.dtype not in (torch.int64, torch.int32):
+        raise RuntimeError(f"scatter(): Expected dtype int32/int64 for index, got {index.dtype}")
     if src.dtype != self.dtype:
         raise RuntimeError(f"scatter(): Expected self.dtype to be equal to src.dtype ({self.dtype} vs {src.dtype})")
     x, idx = _same_dims(self, index, "scatter_add")
@@ -140,7 +140,7 @@ def scatter_add(self, dim, index, src):
         return clone(self)
     check_index_range(idx, x.shape[d], "scatter_add", "dim", d)
     # where each index element lands in x (contiguous, flattened): its coordinates, dim d replaced
-    strides = contiguous_strides(list(x.shape))
+    strides = _contiguous_strides(list(x.shape))
     lin = idx * strides[d]
     for k in range(x.dim()):
         if k != d:
@@ -151,9 +151,98 @@ def scatter_add(self, dim, index, src):
     return out.view(list(self.shape))
 
 
-def contiguous_strides(shape):
+def _contiguous_strides(shape):
     strides, acc = [], 1
     for n in reversed(shape):
         strides.insert(0, acc)
         acc *= n
     return strides
+
+
+# ------------------------------------------------------------------ x[idx]: aten.index.Tensor, aten.index_put
+def _index_plan(self, indices, op):
+    """Advanced indexing as one row lookup: self with its indexed dims moved first and merged,
+    [P, R], and the row of each result element, int64 of the indices' broadcast shape B.
+    Returns (rows, lin, perm, B, front, dims): perm puts the indexed dims `dims` first; the
+    result is [B, the other dims] when `front`, else B sits where the indexed dims were (they
+    are adjacent)."""
+    if len(indices) > self.dim():
+        raise IndexError(f"too many indices for tensor of dimension {self.dim()} (got {len(indices)})")
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    for i in indices:
+        if i is not None and i.dtype in (torch.bool, torch.uint8):
+            raise NotImplementedError(f"TorchVK: {op} with a boolean mask index needs nonzero (a sync) and is not "
+                                      "supported; use torch.where(mask, x, other), or integer index tensors")
+        if i is not None and i.dtype not in (torch.int64, torch.int32):
+            raise IndexError(f"tensors used as indices must be long, int, byte or bool tensors (got {i.dtype})")
+    wrapped = []
+    for d in dims:
+        i, n = indices[d], self.shape[d]
+        i = torch.where(i < 0, i + n, i) if i.dtype == torch.int64 else torch.where(i < 0, i + n, i).long()
+        check_index_range(i, n, op, "index", d)  # a bad negative one is reported after wrapping
+        wrapped.append(i)
+    wrapped = torch.broadcast_tensors(*wrapped)
+    B = list(wrapped[0].shape)
+    rest = [d for d in range(self.dim()) if d not in dims]
+    lin, acc = None, 1
+    for d, i in zip(reversed(dims), reversed(wrapped)):
+        term = i * acc if acc != 1 else i
+        lin = term if lin is None else lin + term
+        acc *= self.shape[d]
+    perm = dims + rest
+    width = 1
+    for d in rest:
+        width *= self.shape[d]
+    rows = self.permute(perm).reshape(acc, width)
+    front = dims != list(range(dims[0], dims[-1] + 1))
+    return rows, lin.reshape(-1), perm, B, front, dims
+
+
+def _result_order(ndim_b, dims, rest_count, front):
+    """The permutation taking [B, other dims] to the result's dim order."""
+    order = list(range(ndim_b + rest_count))
+    if front or dims[0] == 0:
+        return order
+    before = dims[0]  # other dims in front of the indexed ones
+    return order[ndim_b:ndim_b + before] + order[:ndim_b] + order[ndim_b + before:]
+
+
+@register(aten.index.Tensor)
+def index_tensor(self, indices):
+    """x[i0, i1, ...] with integer index tensors (None for a full slice), broadcast together;
+    negative indices count from the end; an index out of range raises IndexError at the next
+    sync point."""
+    indices = list(indices)
+    if all(i is None for i in indices):
+        return clone(self)
+    rows, lin, perm, B, front, dims = _index_plan(self, indices, "index")
+    from .embedding import index_select
+
+    rest_sizes = [self.shape[d] for d in perm[len(dims):]]
+    picked = index_select(rows, 0, lin).view(B + rest_sizes)
+    order = _result_order(len(B), dims, len(rest_sizes), front)
+    return clone(picked.permute(order)) if order != list(range(len(order))) else picked
+
+
+@register(aten.index_put.default)
+def index_put(self, indices, values, accumulate=False):
+    """out = self; out[indices] = values (or += with accumulate=True: summed in a fixed order, no
+    atomics, float32). Duplicate indices without accumulate: one of the values wins, as in torch."""
+    indices = list(indices)
+    if all(i is None for i in indices):
+        full = values.expand(self.shape)
+        return self + full if accumulate else clone(full.to(self.dtype))
+    rows, lin, perm, B, front, dims = _index_plan(self, indices, "index_put")
+    rest_sizes = [self.shape[d] for d in perm[len(dims):]]
+    order = _result_order(len(B), dims, len(rest_sizes), front)
+    result_shape = [(B + rest_sizes)[k] for k in order]
+    inverse = [order.index(k) for k in range(len(order))]
+    if lin.numel() == 0:
+        return clone(self)
+    vals = values.to(self.dtype).expand(result_shape).permute(inverse).reshape(lin.numel(), rows.shape[1])
+    if accumulate:
+        out_rows = _add_rows(rows, lin, vals, "aten.index_put")
+    else:
+        out_rows = scatter_src(rows, 0, lin.view(-1, 1).expand(vals.shape).contiguous(), vals)
+    back = [perm.index(k) for k in range(self.dim())]
+    return clone(out_rows.view([self.shape[d] for d in perm]).permute(back))

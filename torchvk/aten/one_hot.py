@@ -40,8 +40,8 @@ def one_hot(self, num_classes: int = -1):
     return cast(run("eq", (self.unsqueeze(-1), classes), dtype=torch.bool), torch.int64)
 
 
-@register(aten._assert_async.msg)
-def assert_async(self, assert_msg):
+@register(aten._assert_async.msg, aten._assert_async.default)
+def assert_async(self, assert_msg="Expected Tensor with single nonzero value, but got zero"):
     """Raise RuntimeError(assert_msg) at the next sync point if the one-element self is zero."""
     from .elementwise import run
 

@@ -8,8 +8,8 @@ an index along one dim, and flip.
 scatter: for each element c of the int64 index (contiguous, `shape`), out[c with c[dim] =
 index[c]] = src[c]; out has `bound` elements along dim; an index outside [0, bound) writes
 nothing (check indices first: kernels/index_check.py). gather: the mirror, out[c] = src[c with
-c[dim] = index[c]]; src has `bound` elements along dim; a bad index leaves out[c] unwritten. flip: out[c] = src[c reversed along
-`dims`], shape = both tensors' shape. Elements are 4 or 8 bytes, moved as raw bits; strides in
+c[dim] = index[c]]; src has `bound` elements along dim; a bad index leaves out[c] unwritten.
+flip: out[c] = src[c reversed along `dims`], shape = both tensors' shape. Elements are 4 or 8 bytes, moved as raw bits; strides in
 elements. One invocation per element, a fixed workgroup size: nothing to tune (no tuning/ file).
 """
 from __future__ import annotations

@@ -48,6 +48,7 @@ _KINDS = {
                                      "(or ignore_index)."),
     "class": (OutOfRangeError, "Class values must be non-negative and smaller than num_classes: {op} got {value}, "
                                "num_classes is {bound}."),
+    "index": (OutOfRangeIndexError, "index {value} is out of bounds for dimension {dim} with size {bound} ({op})."),
     "assert": (OutOfRangeError, "{op}"),  # aten._assert_async: op is the assert's message
 }
 
@@ -65,7 +66,7 @@ class IndexCheck(Family):
 
 
 def site(device, op: str, kind: str, dim: int | None = None) -> int:
-    """The error-word site of (op, kind, dim): what the error will say. kind: "rows", "dim", "target"."""
+    """The error-word site of (op, kind, dim): what the error will say. kind: a key of _KINDS."""
     return device.errors.site((op, kind, dim), _explain)
 
 
