@@ -35,8 +35,8 @@ def get_memory_limit(device=None):
 
 
 def memory_allocated(device=None) -> int:
-    """Bytes in live tvk buffers."""
-    return _alloc(device).allocated
+    """Bytes in live tvk buffers (frees queued by other threads counted: stats() does them first)."""
+    return _alloc(device).stats()["allocated"]
 
 
 def max_memory_allocated(device=None) -> int:
@@ -45,7 +45,7 @@ def max_memory_allocated(device=None) -> int:
 
 def memory_reserved(device=None) -> int:
     """Bytes held from the driver (live buffers + cache + free space in blocks)."""
-    return _alloc(device).reserved
+    return _alloc(device).stats()["reserved"]
 
 
 def max_memory_reserved(device=None) -> int:
