@@ -23,8 +23,8 @@ def one_hot(self, num_classes: int = -1):
     """out[..., k] = (self[...] == k) as int64, k in [0, num_classes). A class outside that range
     raises RuntimeError at the next sync point. num_classes=-1 takes max(self) + 1: that reads
     the max back to the CPU, a sync point (pass num_classes to avoid it)."""
-    if type(self) is not TVKTensor:  # a tracing wrapper: torch's composite, as without torchvk
-        return aten.one_hot.default.decompose(self, num_classes)
+    if type(self) is not TVKTensor:  # a tracing wrapper (Dynamo, torchvk.compile)
+        return traced_one_hot(self, num_classes)
     if self.dtype != torch.int64:
         raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
     if num_classes == -1:
@@ -38,6 +38,19 @@ def one_hot(self, num_classes: int = -1):
     check_index_range(self, num_classes, "one_hot", "class")
     classes = index_vector(num_classes, self._tvk.device)
     return cast(run("eq", (self.unsqueeze(-1), classes), dtype=torch.bool), torch.int64)
+
+
+def traced_one_hot(self, num_classes: int):
+    """one_hot in aten ops for a traced graph, its range check an aten._assert_async (a device-side
+    check below). Not torch's composite: on torch 2.11 that has no check on the fake CPU tensors
+    torchvk.compile traces with, and a bad class gave a zero row in compiled mode
+    (compile/whole_ops.py puts this in its place while tracing)."""
+    if num_classes == -1:  # needs the data: torch's composite (Dynamo breaks the graph there)
+        return aten.one_hot.default.decompose(self, num_classes)
+    in_range = ((self >= 0) & (self < num_classes)).all()
+    torch._assert_async(in_range, "Class values must be non-negative and smaller than num_classes.")
+    classes = torch.arange(num_classes, device=self.device)
+    return (self.unsqueeze(-1) == classes).to(torch.int64)
 
 
 @register(aten._assert_async.msg, aten._assert_async.default)

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import torch
 
 from .. import _dispatch
+from ..aten.one_hot import traced_one_hot
 
 aten = torch.ops.aten
 _KEYS = (torch._C.DispatchKey.Autograd, torch._C.DispatchKey.CompositeImplicitAutograd)
@@ -21,11 +22,16 @@ WHOLE = (
     aten._upsample_nearest_exact2d.default, aten._upsample_nearest_exact2d.vec,
     aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec,
 )
+# ops traced through a decomposition of our own: torch's composite differs between versions
+# (one_hot's range check is missing from torch 2.11's on the fake CPU tensors traced here)
+REPLACED = {aten.one_hot.default: traced_one_hot}
+_IMPLICIT = torch._C.DispatchKey.CompositeImplicitAutograd
 
 
 @contextmanager
 def traced_whole():
-    """Hide torch's Python decompositions of the WHOLE ops that have a TorchVK kernel, then restore them."""
+    """Hide torch's Python decompositions of the WHOLE ops that have a TorchVK kernel and put ours
+    in place for the REPLACED ones, then restore them."""
     hidden = []
     for op in WHOLE:
         if op not in _dispatch.TABLE:
@@ -34,9 +40,16 @@ def traced_whole():
             if key in op.py_kernels:
                 hidden.append((op, key, op.py_kernels.pop(key)))
         op._dispatch_cache.clear()
+    for op, fn in REPLACED.items():
+        hidden.append((op, _IMPLICIT, op.py_kernels.pop(_IMPLICIT, None)))
+        op.py_kernels[_IMPLICIT] = fn
+        op._dispatch_cache.clear()
     try:
         yield
     finally:
         for op, key, fn in hidden:
-            op.py_kernels[key] = fn
+            if fn is None:
+                op.py_kernels.pop(key, None)
+            else:
+                op.py_kernels[key] = fn
             op._dispatch_cache.clear()
