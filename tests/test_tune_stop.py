@@ -142,3 +142,26 @@ def test_time_budget_holds_on_this_device(device, tmp_path):
 
     for shape in MatmulTarget.suites["suite"]:
         assert shape in tuned or f"skipping shape {shape}" in run.stdout, (shape, run.stdout)
+
+
+def test_ctrl_c_outside_a_trial_is_held_until_the_next_trial_starts():
+    """Ctrl-C while Optuna saves a trial must not cut its storage commit (seen: exit 1 with an
+    UnboundLocalError inside Optuna): it is held, then raised where it is safe."""
+    import os
+
+    from tvk_kernels.tune.driver import HeldCtrlC
+
+    ran = []
+    with pytest.raises(KeyboardInterrupt):
+        with HeldCtrlC() as ctrl_c:
+            os.kill(os.getpid(), signal.SIGINT)  # "between trials": held, nothing raised here
+            ran.append("after the signal")
+            ctrl_c.objective(lambda trial: ran.append("trial"))(None)  # raises before the trial runs
+    assert ran == ["after the signal"]
+    with pytest.raises(KeyboardInterrupt):  # inside a trial: at once
+        with HeldCtrlC() as ctrl_c:
+            ctrl_c.objective(lambda trial: os.kill(os.getpid(), signal.SIGINT) or time.sleep(5) or ran.append("slept"))(None)
+    assert "slept" not in ran
+    with pytest.raises(KeyboardInterrupt):  # held after the last trial: raised when the block ends
+        with HeldCtrlC():
+            os.kill(os.getpid(), signal.SIGINT)

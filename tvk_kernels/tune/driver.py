@@ -23,6 +23,8 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -93,6 +95,45 @@ def evaluate_params(device, target, cases, params, default_times=None, hopeless=
         ratio = math.exp(sum(math.log(t / d) for t, d in zip(times, default_times)) / len(times))
         return ratio, times
     return None, times
+
+
+class HeldCtrlC:
+    """Ctrl-C raises KeyboardInterrupt at once only inside a trial's objective. Landing while Optuna
+    saves a trial (its storage commit), it broke Optuna's own bookkeeping (an UnboundLocalError,
+    exit 1); there it is held and raised when the next objective starts, or when the block ends."""
+
+    def __init__(self):
+        self.inside = False
+        self.pending = False
+        self._saved = None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._saved = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if self._saved is not None:
+            signal.signal(signal.SIGINT, self._saved)
+        if self.pending and kind is None:
+            raise KeyboardInterrupt
+
+    def _on_sigint(self, signum, frame):
+        if self.inside:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def objective(self, fn):
+        """fn, run with Ctrl-C raising inside it (a held one raises before it starts)."""
+        def run(trial):
+            if self.pending:
+                raise KeyboardInterrupt
+            self.inside = True
+            try:
+                return fn(trial)
+            finally:
+                self.inside = False
+        return run
 
 
 def finished_trials(study) -> int:
@@ -166,8 +207,9 @@ def tune_bucket(device, target, bucket, shapes, trials, deadline, storage, resum
         interrupted = False
         timeout = None if study_deadline is None else max(study_deadline - time.perf_counter(), 0.0)
         try:
-            study.optimize(objective, n_trials=max(trials - finished_trials(study), 0), timeout=timeout,
-                           callbacks=[on_trial])
+            with HeldCtrlC() as ctrl_c:
+                study.optimize(ctrl_c.objective(objective), n_trials=max(trials - finished_trials(study), 0),
+                               timeout=timeout, callbacks=[on_trial])
         except OutOfTime:  # the study's share of the budget is spent; its finished trials count
             pass
         except KeyboardInterrupt:
