@@ -5,6 +5,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from .lock import runtime_lock
 from .vk import NULL, check, cstr, cstr_array, enumerate_into, ffi, lib, new, to_str, version_str
 from ..errors import VulkanNotFoundError
 
@@ -112,7 +113,9 @@ class Instance:
     @classmethod
     def get(cls) -> "Instance":
         if cls._singleton is None:
-            cls._singleton = Instance()
+            with runtime_lock:  # threads starting at once create one instance
+                if cls._singleton is None:
+                    cls._singleton = Instance()
         return cls._singleton
 
 
