@@ -14,8 +14,10 @@ elements. One invocation per element, a fixed workgroup size: nothing to tune (n
 """
 from __future__ import annotations
 
+import math
 import struct
 
+from .elementwise import contiguous_strides
 from .launch import Family, family, grid_1d
 
 MAX_DIMS = 6
@@ -85,16 +87,11 @@ def gather(device, out_addr, src_addr, index_addr, shape, dim, bound, src_stride
 
 def _by_index(device, mode, out_addr, src_addr, index_addr, shape, dim, bound, src_strides, out_strides, elem_bytes):
     shape = [int(s) for s in shape]
-    n = 1
-    for s in shape:
-        n *= s
+    n = math.prod(shape)
     if n == 0:
         return
-    index_strides, acc = [], 1
-    for s in reversed(shape):
-        index_strides.insert(0, acc)
-        acc *= s
     _check_span(shape, src_strides, out_strides)
+    index_strides = list(contiguous_strides(shape))  # the index tensor is contiguous
     cshape, (src_st, out_st, _), where = _collapse(shape, [list(src_strides), list(out_strides), index_strides], {dim})
     _launch(device, mode, elem_bytes, out_addr, src_addr, index_addr, cshape, (src_st, out_st), where[dim],
             int(bound), 0, n)
@@ -102,9 +99,7 @@ def _by_index(device, mode, out_addr, src_addr, index_addr, shape, dim, bound, s
 
 def flip(device, out_addr, src_addr, shape, dims, src_strides, out_strides, elem_bytes):
     shape = [int(s) for s in shape]
-    n = 1
-    for s in shape:
-        n *= s
+    n = math.prod(shape)
     if n == 0:
         return
     _check_span(shape, src_strides, out_strides)
