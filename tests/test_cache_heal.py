@@ -77,6 +77,9 @@ def _only_warning_names(warnings: list[str], path) -> None:
     assert str(path) in warnings[0]
 
 
+# its module fixture runs once: keep its tests on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("cache_heal")
+
 @pytest.fixture(scope="module")
 def filled_cache(tmp_path_factory):
     """A cache filled by one run of kernels k=3 and k=5 (SPIR-V files and the pipeline-cache blob)."""

@@ -56,6 +56,9 @@ class VK:
         return flat.as_strided(op.shape, op.strides, offset)
 
 
+# its module fixture runs once: keep its tests on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("elementwise")
+
 @pytest.fixture(scope="module")
 def vk(device):
     return VK(device)

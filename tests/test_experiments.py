@@ -47,30 +47,57 @@ def test_standin_is_deterministic_and_labelled():
     assert a[0].shape == (64, 3, 32, 32) and set(np.unique(a[1])) <= set(range(10))
 
 
-def test_all_six_experiments_run_end_to_end(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "tvk_kernels.bench.cli", "all", "--quick", "--no-progress",
+def _run_quick(name, tmp_path) -> dict:
+    """One experiment through `tvk-bench NAME --quick` in its own process (as a user runs it);
+    its JSON and markdown land in tmp_path. Each experiment is its own test so that
+    `pytest -n` spreads them over the workers."""
+    out = subprocess.run([sys.executable, "-m", "tvk_kernels.bench.cli", name, "--quick", "--no-progress",
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=1500)
     assert out.returncode == 0, out.stderr[-3000:]
-    results = {name: json.loads((tmp_path / f"{name}.json").read_text())
-               for name in ("vector-add", "matmul", "mnist", "cifar10", "low-vram", "ablations")}
-    for name, r in results.items():
-        env = r["environment"]
-        assert env["device"] and env["driver"] and env["commit"] and env["date"] and env["torch_version"], name
-        assert (tmp_path / f"{name}.md").read_text().startswith(f"# {name}")
-    assert all(x["correct"] for x in results["vector-add"]["results"])
-    assert all(x["rel_err"] < 1e-3 for x in results["matmul"]["results"])
-    tvk_runs = [r for r in results["mnist"]["runs"] if r["peer"] in ("tvk", "tvk-compiled")]
+    result = json.loads((tmp_path / f"{name}.json").read_text())
+    env = result["environment"]
+    assert env["device"] and env["driver"] and env["commit"] and env["date"] and env["torch_version"], name
+    assert (tmp_path / f"{name}.md").read_text().startswith(f"# {name}")
+    return result
+
+
+def test_vector_add_experiment(tmp_path):
+    assert all(x["correct"] for x in _run_quick("vector-add", tmp_path)["results"])
+
+
+def test_matmul_experiment(tmp_path):
+    assert all(x["rel_err"] < 1e-3 for x in _run_quick("matmul", tmp_path)["results"])
+
+
+def test_mnist_experiment(tmp_path):
+    result = _run_quick("mnist", tmp_path)
+    tvk_runs = [r for r in result["runs"] if r["peer"] in ("tvk", "tvk-compiled")]
     assert {r["peer"] for r in tvk_runs} == {"tvk", "tvk-compiled"} and all(r["cpu_ops"] == 0 for r in tvk_runs)
     # same seed, same batches: tvk and CPU reach the same accuracy on the MLP
-    acc = {r["peer"]: r["epochs"][-1]["test_accuracy"] for r in results["mnist"]["runs"] if r["model"] == "mlp"}
+    acc = {r["peer"]: r["epochs"][-1]["test_accuracy"] for r in result["runs"] if r["model"] == "mlp"}
     assert abs(acc["tvk"] - acc["cpu"]) <= 0.02 and abs(acc["tvk-compiled"] - acc["cpu"]) <= 0.02
-    assert results["cifar10"]["dataset"].startswith("STAND-IN")
+
+
+def test_cifar10_experiment_says_it_used_stand_in_data(tmp_path):
+    result = _run_quick("cifar10", tmp_path)
+    assert result["dataset"].startswith("STAND-IN")
     assert "STAND-IN" in (tmp_path / "cifar10.md").read_text()
-    low = results["low-vram"]["results"][0]
+
+
+def test_low_vram_experiment(tmp_path):
+    low = _run_quick("low-vram", tmp_path)["results"][0]
     assert low["smallest_cap_that_trains"] and low["oom_errors_clear"] and low["usable_after_every_oom"]
     assert any(not c["trained"] for c in low["caps"]), "the sweep must reach a cap that is too small"
-    abl = results["ablations"]["results"]
+
+
+def test_ablations_experiment(tmp_path):
+    abl = _run_quick("ablations", tmp_path)["results"]
     assert abl["tuned_vs_default"] and abl["pipeline_cache_cold_vs_warm"]["warm"]["compile_s"] >= 0
     ec = abl["eager_vs_compiled_ms"]
     assert ec["eager"] > 0 and ec["compiled"] > 0
     assert abl["compiled_first_step_cold_vs_warm"]["cold"]["first_step_s"] > 0
+
+
+def test_kernels_experiment(tmp_path):
+    result = _run_quick("kernels", tmp_path)
+    assert result["conv2d"] and all(r["max_rel_err"] < 1e-3 for r in result["conv2d"])

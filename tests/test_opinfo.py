@@ -16,6 +16,9 @@ ROWS_FILE = os.path.join(tempfile.gettempdir(), "torchvk-opinfo-rows.jsonl")
 REGENERATE = f"python -m tests.opinfo.report --rows {ROWS_FILE} --write"
 
 
+# its module fixture runs once: keep its tests on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("opinfo")
+
 @pytest.fixture(scope="module")
 def rows():
     start = time.perf_counter()
