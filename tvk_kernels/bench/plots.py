@@ -101,7 +101,9 @@ PLOTS = {"vector-add": vector_add, "matmul": matmul, "mnist": mnist, "cifar10": 
 
 
 def plot(payload: dict, folder: Path) -> Path | None:
-    """Write <folder>/<experiment>.png; None where matplotlib is missing."""
+    """Write <folder>/<experiment>.png; None where matplotlib is missing or the experiment has no plot."""
+    if payload["experiment"] not in PLOTS:
+        return None
     try:
         plt = _plt()
     except ImportError:
