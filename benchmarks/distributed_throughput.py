@@ -4,7 +4,8 @@
 WORLD processes share one machine (on a one-GPU machine they share the GPU): each trains an MLP
 under DistributedDataParallel on its part of the batch, and the script reports the median step
 time and the all_reduce time of a 25 MiB gradient-sized buffer (DDP's default bucket), for the
-`tvk` backend and, where CUDA exists, for NCCL in processes without torchvk. Writes
+`tvk` backend and, where CUDA exists, for torch CUDA in processes without torchvk: NCCL with a GPU
+per process, else Gloo on CUDA tensors (NCCL refuses two processes on one GPU). Writes
 distributed.json and distributed.md to DIR.
 """
 import argparse
@@ -26,10 +27,11 @@ if backend == "tvk":
     dev = "tvk"
     sync = torch.tvk.synchronize
     dist.init_process_group("cpu:gloo,tvk:tvk", init_method="file://" + init, rank=rank, world_size=world)
-else:
-    dev = "cuda"
+else:  # NCCL needs a GPU per process; sharing one GPU, torch's peer is Gloo on CUDA tensors
+    dev = f"cuda:{rank % torch.cuda.device_count()}"
+    torch.cuda.set_device(dev)
     sync = torch.cuda.synchronize
-    dist.init_process_group("nccl", init_method="file://" + init, rank=rank, world_size=world)
+    dist.init_process_group(backend, init_method="file://" + init, rank=rank, world_size=world)
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width), torch.nn.ReLU(),
                             torch.nn.Linear(width, 10)).to(dev)
@@ -83,8 +85,9 @@ def main():
     try:
         import torch
 
-        if torch.cuda.is_available() and torch.distributed.is_nccl_available():
-            runs.append(_run("nccl", args.world, width, batch, steps))
+        if torch.cuda.is_available():
+            nccl = torch.distributed.is_nccl_available() and torch.cuda.device_count() >= args.world
+            runs.append(_run("nccl" if nccl else "gloo", args.world, width, batch, steps))
     except ImportError:
         pass
     payload = {"experiment": "distributed", "environment": environment(get_device(0)), "world": args.world,
