@@ -13,6 +13,7 @@
 // range; pass 1 writes per-chunk partials, pass 2 (IN_IDX for arg-ops) reduces them.
 // Tunables: local size (spec constant 0, = WG), COLS, ITEMS (unrolled loads per thread
 // and step), SUBGROUP. OP: 0 sum, 1 prod, 2 max, 3 min, 4 argmax, 5 argmin.
+// IN_F16: the input's storage: 0 float32, 1 float16, 2 bfloat16 (raw 16-bit words); all read as float.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -67,10 +68,15 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define IDENT INF_F
 #endif
 
-#if IN_F16
+#if IN_F16 == 2  // bfloat16: the high half of a float32
+layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer InBuf { uint16_t v[]; };
+#define IN_FLOAT(v) uintBitsToFloat(uint(v) << 16)
+#elif IN_F16
 layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer InBuf { float16_t v[]; };
+#define IN_FLOAT(v) float(v)
 #else
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer InBuf { float v[]; };
+#define IN_FLOAT(v) float(v)
 #endif
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer UBuf { uint v[]; };
@@ -203,7 +209,7 @@ void main() {
                 uint rr = r + k * T;
                 if (rr < end) {
                     uint off = base + red_offset(rr);
-                    float x = float(src.v[off]);
+                    float x = IN_FLOAT(src.v[off]);
 #if PAIR
 #if IN_IDX
                     uint xi = isrc.v[off];

@@ -80,7 +80,7 @@ def _only_warning_names(warnings: list[str], path) -> None:
 # its module fixture runs once: keep its tests on one pytest-xdist worker
 pytestmark = pytest.mark.xdist_group("cache_heal")
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: xdist may interleave other modules' tests
 def filled_cache(tmp_path_factory):
     """A cache filled by one run of kernels k=3 and k=5 (SPIR-V files and the pipeline-cache blob)."""
     cache = tmp_path_factory.mktemp("filled") / "cache"

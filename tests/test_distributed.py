@@ -14,7 +14,7 @@ WORLD = 2
 WORKER = os.path.join(os.path.dirname(__file__), "distributed_worker.py")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: xdist may interleave other modules' tests
 def seen(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dist")
     procs = [subprocess.Popen([sys.executable, WORKER, str(r), str(WORLD), str(tmp / "init"), str(tmp / f"{r}.json")],

@@ -19,7 +19,7 @@ REGENERATE = f"python -m tests.opinfo.report --rows {ROWS_FILE} --write"
 # its module fixture runs once: keep its tests on one pytest-xdist worker
 pytestmark = pytest.mark.xdist_group("opinfo")
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: xdist may interleave other modules' tests
 def rows():
     start = time.perf_counter()
     names = runner.all_op_names()

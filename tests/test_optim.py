@@ -169,3 +169,27 @@ def test_invalid_params(device):
         O.sgd_step(device, [(buf, buf, 0, 4)], 0.1, params={"WG": 48, "CHUNK": 96})
     with pytest.raises(InvalidConfigError):
         O.sgd_step(device, [(buf, buf, 0, 4)], 0.1, params={"WG": 2048, "CHUNK": 4096})
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_fused_adam_reads_steps_on_the_device(device, rng, decoupled):
+    """fused_adam (torch._fused_adam(w)_'s kernel: step counts and lr read on the device) follows
+    torch's Adam / AdamW like adam_step does with the step given by the host; found_inf=1 skips."""
+    sizes = [5, 1000]
+    ps = [torch.tensor(rng.standard_normal(n).astype(np.float32), requires_grad=True) for n in sizes]
+    opt = (torch.optim.AdamW if decoupled else torch.optim.Adam)(ps, lr=1e-2, weight_decay=0.1, amsgrad=True)
+    pb = [device.upload(p.detach().numpy()) for p in ps]
+    st = _state(device, sizes, 3)
+    lr = device.upload(np.full(1, 1e-2, np.float32))
+    inf = device.upload(np.ones(1, np.float32))
+    for step in range(1, 4):
+        grads = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+        for p, g in zip(ps, grads):
+            p.grad = torch.tensor(g)
+        opt.step()
+        gb = [device.upload(g) for g in grads]
+        steps = [device.upload(np.full(1, step, np.float32)) for _ in sizes]
+        entries = [(pb[i], gb[i], st[i][0], st[i][1], st[i][2], steps[i], n) for i, n in enumerate(sizes)]
+        O.fused_adam(device, entries, 0.5, 0.9, 0.999, 1e-8, 0.1, amsgrad=True, decoupled=decoupled, found_inf=inf)
+        O.fused_adam(device, entries, 0.5, 0.9, 0.999, 1e-8, 0.1, amsgrad=True, decoupled=decoupled, lr_addr=lr)
+        _check_params(device, pb, ps, sizes)

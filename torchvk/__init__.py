@@ -35,7 +35,11 @@ def _register_backend():
 _register_backend()
 _serialization.install()  # torch.load of tvk tensors (map_location too), DataLoader(pin_memory=True)
 _backend_name.register_lazily()  # torch.compile(backend="tvk") from a source checkout too
+from . import distributed as _distributed  # noqa: E402
+_distributed.register()  # dist.init_process_group("cpu:gloo,tvk:tvk"), DistributedDataParallel
 _autograd.install()  # every backward on the calling thread, errors in it raised there
+from . import autocast as _autocast  # noqa: E402
+_autocast.install()  # torch.autocast("tvk"): CUDA's op policy (torch has none for PrivateUse1)
 
 from . import aten as _aten  # noqa: E402,F401  (fills the op table)
 from ._dispatch import cpu_fallback_enabled, op_counts, reset_op_counts, set_cpu_fallback  # noqa: E402

@@ -58,15 +58,27 @@ def check_call(func, args, kwargs):
             return
     except TypeError:  # an unhashable argument: check it every time
         key = None
+    check_now(func, args, kwargs)
+    if key is not None:
+        if len(_passed) >= _MAX_PASSED:
+            _passed.clear()
+        _passed[key] = True
+
+
+def check_now(func, args, kwargs):
+    """Raise torch's exception if torch refuses this call; nothing is remembered."""
     err = _meta_error(func, args, kwargs)
     if err is not None:
         err = _torch_error(func, args, kwargs, err)
         if err is not None:
             raise err
-    if key is not None:
-        if len(_passed) >= _MAX_PASSED:
-            _passed.clear()
-        _passed[key] = True
+
+
+def skip_check(op):
+    """The dispatcher does not check calls of `op`: its implementation checks them (with
+    check_now where it needs torch's judgement), e.g. where the remembered signature would
+    miss on every call (an optimizer's per-step scalars) or a meta kernel cannot judge."""
+    _unchecked[op] = True
 
 
 def _stand_ins(x, make, device):

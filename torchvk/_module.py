@@ -5,7 +5,7 @@ import torch
 
 from . import memory as _memory
 from . import _rng
-from ._storage import _current, current_index, get_device
+from ._storage import _current, current_index, get_device, supported_dtypes
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -103,14 +103,20 @@ class TVKModule:
     memory_stats = staticmethod(_memory.memory_stats)
     set_memory_limit = staticmethod(_memory.set_memory_limit)
 
-    # amp: no autocast support yet
+    # amp: torch.autocast("tvk") (torchvk/autocast.py) and torch.amp.GradScaler("tvk") (torchvk/aten/amp.py)
     @staticmethod
     def get_amp_supported_dtype():
         return [torch.float16, torch.bfloat16]
 
     @staticmethod
-    def is_bf16_supported() -> bool:
-        return True
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        """Whether bfloat16 tensors work on the current device. They are stored as 16-bit words
+        and computed in float32, which needs only 16-bit storage (emulated arithmetic);
+        `including_emulation=False` asks for native bfloat16 arithmetic in the kernels, which
+        TorchVK never uses yet, so it is False everywhere (as torch.cuda's on a GPU without it)."""
+        if not including_emulation:
+            return False
+        return is_available() and torch.bfloat16 in supported_dtypes()
 
 
 def _index(device):

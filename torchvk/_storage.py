@@ -43,8 +43,8 @@ def supported_dtypes(device: Device | None = None) -> tuple:
     dev = device or get_device()
     f = dev.facts.features
     out = [torch.float32, torch.int64, torch.bool, torch.int32]
-    if f.get("storage_16bit"):
-        out.append(torch.float16)
+    if f.get("storage_16bit"):  # 16-bit words in memory, computed in float32 (no fp16/bf16 arithmetic needed)
+        out += [torch.float16, torch.bfloat16]
     return tuple(out)
 
 

@@ -8,8 +8,9 @@ import logging
 
 from . import copies, factories, views  # noqa: F401
 
-GROUPS = ("elementwise", "matmul", "reductions", "softmax", "losses", "embedding", "conv", "norm", "pool", "rng",
-          "misc", "sorting", "indexing", "one_hot", "resample")
+GROUPS = ("elementwise", "matmul", "reductions", "softmax", "losses", "embedding", "conv", "rnn", "norm", "pool", "rng",
+          "misc", "sorting", "indexing", "one_hot", "resample", "attention", "shape_ops",
+          "adaptive_max_pool", "amp", "foreach")
 unavailable: dict = {}
 
 for _name in GROUPS:

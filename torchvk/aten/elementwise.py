@@ -19,7 +19,7 @@ from .._tensor import TVKTensor, new_tensor
 aten = torch.ops.aten
 DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL = _KIND.DEFAULT, _KIND.INT_TO_FLOAT, _KIND.ALWAYS_BOOL
 _EW_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.int64: "int64", torch.int32: "int32",
-              torch.bool: "bool"}
+              torch.bool: "bool", torch.bfloat16: "bfloat16"}
 
 
 def operand(t: TVKTensor) -> E.Operand:
@@ -203,7 +203,10 @@ def div_(self, other):
 def div_mode(self, other, *, rounding_mode=None):
     if rounding_mode is None:
         return div(self, other)
-    raise NotImplementedError(f"TorchVK: div with rounding_mode={rounding_mode!r} has no Vulkan kernel yet")
+    if rounding_mode not in ("floor", "trunc"):
+        raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                         f"'{rounding_mode}'")
+    return _int_division("floor_divide" if rounding_mode == "floor" else "trunc_divide", self, other)
 
 
 @register(aten.maximum.default)
@@ -500,75 +503,340 @@ def lerp_t_(self, end, weight):
     return run("addcmul", (self, weight, sub(end, self)), out=self)
 
 
-# ------------------------------------------------------------------ foreach (per tensor)
-def _foreach(fn, inplace, value_pos=None):
-    def impl(self, *args, **kwargs):
-        args = list(args)
-        if value_pos is not None and len(args) > value_pos:  # addcmul/addcdiv scalars: list or CPU tensor
-            v = args.pop(value_pos)
-            if isinstance(v, torch.Tensor):
-                v = v.tolist()
-            kwargs["value"] = v
-        outs = []
-        for i in range(len(self)):
-            a = [x[i] if isinstance(x, (list, tuple)) else x for x in args]
-            kw = {k: (v[i] if isinstance(v, (list, tuple)) else v) for k, v in kwargs.items()}
-            outs.append(fn(self[i], *a, **kw))
-        return None if inplace else outs
-
-    return impl
-
-
-_FOREACH = {
-    "add": (add, add_), "sub": (sub, sub_), "mul": (mul, mul_), "div": (div, div_),
-    "maximum": (maximum, None), "minimum": (minimum, None),
-    "addcmul": (addcmul, addcmul_), "addcdiv": (addcdiv, addcdiv_), "lerp": (lerp, lerp_),
+# ------------------------------------------------------------------ math: one kernel op each (OPS)
+# aten name -> kernel op; integer inputs give float32 (torch's INT_TO_FLOAT)
+_FLOAT_UNARY = {
+    "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
+    "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
+    "erf": "erf", "erfc": "erfc", "erfinv": "erfinv", "special_erfcx": "erfcx", "special_log_ndtr": "log_ndtr",
+    "special_ndtri": "ndtri", "expm1": "expm1", "log1p": "log1p", "log2": "log2", "log10": "log10",
+    "exp2": "exp2", "lgamma": "lgamma", "digamma": "digamma", "i0": "i0", "special_i0e": "i0e",
+    "special_i1": "i1", "special_i1e": "i1e", "special_entr": "entr", "sinc": "sinc", "angle": "angle",
+    "special_modified_bessel_i0": "i0", "special_modified_bessel_i1": "i1",
+    "special_spherical_bessel_j0": "spherical_bessel_j0",
 }
-for _name, (_f, _f_) in _FOREACH.items():
-    vpos = 2 if _name in ("addcmul", "addcdiv") else None
-    if _name == "lerp":
-        _f = lambda s, e, w: lerp_t(s, e, w) if isinstance(w, TVKTensor) else lerp(s, e, w)  # noqa: E731
-        _f_ = lambda s, e, w: lerp_t_(s, e, w) if isinstance(w, TVKTensor) else lerp_(s, e, w)  # noqa: E731
-    for suffix, fn, inplace in (("", _f, False), ("_", _f_, True)):
-        pk = getattr(aten, "_foreach_" + _name + suffix, None)
-        if pk is None or fn is None:
-            continue
-        for ov in pk.overloads():
-            if not ov.endswith("out"):
-                register(getattr(pk, ov))(_foreach(fn, inplace, vpos))
-
-for _name in ("sqrt", "neg", "abs", "exp", "reciprocal", "sign", "zero"):
-    _fn = {"sign": sign}.get(_name) or globals().get(_name)
-    if _name == "zero":
-        continue
-    pk = getattr(aten, "_foreach_" + _name, None)
-    if pk is not None:
-        register(pk.default)(_foreach(_fn, False))
-    pk = getattr(aten, "_foreach_" + _name + "_", None)
-    if pk is not None and _name + "_" in globals():
-        register(pk.default)(_foreach(globals()[_name + "_"], True))
+for _name, _kop in _FLOAT_UNARY.items():
+    _f, _f_ = _unary(_kop, INT_TO_FLOAT)
+    register(getattr(aten, _name).default)(_f)
+    if hasattr(aten, _name + "_"):
+        register(getattr(aten, _name + "_").default)(_f_)
 
 
-@register(aten._foreach_zero_.default)
-def _foreach_zero_(self):
-    from .copies import fill
+def _rounding(kop):
+    """ceil, floor, trunc, round: integers are already whole (a copy, as torch)."""
+    def impl(self):
+        return run(kop if self.dtype.is_floating_point else "copy", (self,), dtype=self.dtype)
 
-    for t in self:
-        fill(t, 0)
+    def impl_(self):
+        return run(kop, (self,), out=self) if self.dtype.is_floating_point else self
 
-
-@register(aten._foreach_copy_.default)
-def _foreach_copy_(self, src, non_blocking=False):
-    from .copies import copy_into
-
-    for d, s in zip(self, src):
-        copy_into(d, s)
+    return impl, impl_
 
 
-@register(aten._foreach_pow.ScalarAndTensor, aten._foreach_pow.List, aten._foreach_pow.Scalar)
-def _foreach_pow(self, exponent):
-    if isinstance(self, (list, tuple)):
-        if isinstance(exponent, (list, tuple)):
-            return [pow_tt(a, b) for a, b in zip(self, exponent)]
-        return [pow_ts(a, exponent) for a in self]
-    return [pow_st(self, e) for e in exponent]
+for _name in ("ceil", "floor", "trunc", "round"):
+    _f, _f_ = _rounding(_name)
+    register(getattr(aten, _name).default)(_f)
+    register(getattr(aten, _name + "_").default)(_f_)
+
+
+@register(aten.round.decimals)
+def round_decimals(self, *, decimals):
+    if decimals == 0 or not self.dtype.is_floating_point:
+        return run("round" if self.dtype.is_floating_point else "copy", (self,), dtype=self.dtype)
+    return run("round_decimals", (self,), dtype=self.dtype, scalars=(10.0 ** abs(decimals), decimals < 0))
+
+
+@register(aten.frac.default)
+def frac(self):
+    _floating("frac", self)
+    return run("frac", (self,))
+
+
+@register(aten.signbit.default)
+def signbit(self):
+    return run("signbit", (self,), dtype=torch.bool)
+
+
+@register(aten.nan_to_num.default)
+def nan_to_num(self, nan=None, posinf=None, neginf=None):
+    if not self.dtype.is_floating_point:
+        return run("copy", (self,), dtype=self.dtype)
+    info = torch.finfo(self.dtype)
+    return run("nan_to_num", (self,), dtype=self.dtype, scalars=(0.0 if nan is None else nan,
+                                                                  info.max if posinf is None else posinf,
+                                                                  info.min if neginf is None else neginf))
+
+
+@register(aten.polygamma.default)
+def polygamma(n, self):
+    if n < 0:
+        raise RuntimeError("polygamma(n, x) does not support negative n.")
+    return run("polygamma", (self,), dtype=promote((self,), INT_TO_FLOAT), scalars=(n,))
+
+
+@register(aten.polygamma_.default)
+def polygamma_(self, n):
+    return run_("polygamma", self, (self,), kind=INT_TO_FLOAT, scalars=(n,), opname="polygamma_")
+
+
+@register(aten.logit.default)
+def logit(self, eps=None):
+    return run("logit", (self,), kind=INT_TO_FLOAT, scalars=(-1.0 if eps is None else eps,))
+
+
+@register(aten.logit_backward.default)
+def logit_backward(grad_output, self, eps=None):
+    return run("logit_backward", (grad_output, self), scalars=(-1.0 if eps is None else eps,))
+
+
+def _floating(opname, *tensors):
+    """torch's error for an op that has no integer kernel."""
+    for t in tensors:
+        if isinstance(t, TVKTensor) and not t.dtype.is_floating_point:
+            raise NotImplementedError(f'"{opname}" not implemented for \'{_TORCH_NAMES.get(t.dtype, t.dtype)}\'')
+
+
+_TORCH_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.bool: "Bool"}
+
+
+# binary: aten packet -> (kernel op, promotion); every overload of the packet (Tensor, Scalar, ...)
+_BINARY = {
+    "atan2": ("atan2", INT_TO_FLOAT), "copysign": ("copysign", INT_TO_FLOAT), "xlogy": ("xlogy", INT_TO_FLOAT),
+    "special_xlog1py": ("xlog1py", INT_TO_FLOAT), "hypot": ("hypot", DEFAULT), "logaddexp": ("logaddexp", DEFAULT),
+    "logaddexp2": ("logaddexp2", DEFAULT), "fmax": ("fmax", DEFAULT), "fmin": ("fmin", DEFAULT),
+    "nextafter": ("nextafter", DEFAULT), "special_zeta": ("zeta", INT_TO_FLOAT),
+}
+_FLOAT_ONLY = {"hypot", "logaddexp", "logaddexp2", "nextafter"}
+
+
+def _binary(name, kop, kind):
+    def impl(self, other):
+        if name in _FLOAT_ONLY:
+            _floating(name, self, other)
+        return run(kop, (self, other), kind=kind)
+
+    def impl_(self, other):
+        return run_(kop, self, (self, other), kind=kind, opname=name + "_")
+
+    return impl, impl_
+
+
+for _name, (_kop, _kind) in _BINARY.items():
+    _f, _f_ = _binary(_name, _kop, _kind)
+    _pk = getattr(aten, _name)
+    register(*(getattr(_pk, o) for o in _pk.overloads() if "out" not in o.lower() and o not in ("int", "float")))(_f)
+    _pk_ = getattr(aten, _name + "_", None)
+    if _pk_ is not None:
+        register(*(getattr(_pk_, o) for o in _pk_.overloads()))(_f_)
+
+
+def _int_division(kop, self, other):
+    """floor/trunc division and remainders."""
+    dtype = promote((self, other))
+    _check_divisor(dtype, other)
+    return run(kop, (self, other), dtype=dtype)
+
+
+def _check_divisor(dtype, other):
+    """An integer zero divisor raises, as on CPU (the GPU's integer division by 0 is undefined);
+    a tensor divisor costs a sync."""
+    if dtype.is_floating_point or dtype == torch.bool:
+        return
+    if isinstance(other, TVKTensor):
+        zero = aten.any.default(eq(other, 0)).item()
+    else:
+        zero = _as_scalar_operand(other) == 0
+    if zero:
+        raise RuntimeError("ZeroDivisionError")
+
+
+@register(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+def remainder(self, other):
+    return _int_division("remainder", self, other)
+
+
+@register(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(self, other):
+    return _int_division("fmod", self, other)
+
+
+@register(aten.floor_divide.default, aten.floor_divide.Scalar)
+def floor_divide(self, other):
+    return _int_division("floor_divide", self, other)
+
+
+@register(aten.floor_divide_.Tensor, aten.floor_divide_.Scalar)
+def floor_divide_(self, other):
+    _check_divisor(promote((self, other)), other)
+    return run_("floor_divide", self, (self, other), opname="floor_divide_")
+
+
+@register(aten.heaviside.default)
+def heaviside(self, values):
+    if self.dtype != values.dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes")
+    return run("heaviside", (self, values))
+
+
+@register(aten.clamp_min.Tensor)
+def clamp_min_t(self, min):
+    return maximum(self, min)
+
+
+@register(aten.clamp_max.Tensor)
+def clamp_max_t(self, max):
+    return minimum(self, max)
+
+
+@register(aten.logical_xor.default)
+def logical_xor(self, other):
+    return run("ne", (ne(self, 0) if self.dtype != torch.bool else self,
+                      ne(other, 0) if isinstance(other, TVKTensor) and other.dtype != torch.bool else other),
+               dtype=torch.bool, compute="int32")
+
+
+# ------------------------------------------------------------------ activations and their backward ops
+@register(aten.elu.default)
+def elu(self, alpha=1, scale=1, input_scale=1):
+    _floating("elu", self)
+    return run("elu", (self,), scalars=(alpha * scale, scale, input_scale))
+
+
+@register(aten.elu_.default)
+def elu_(self, alpha=1, scale=1, input_scale=1):
+    return run("elu", (self,), out=self, scalars=(alpha * scale, scale, input_scale))
+
+
+@register(aten.elu_backward.default)
+def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result):
+    return run("elu_backward", (grad_output, self_or_result),
+               scalars=(alpha * scale, scale, input_scale, 1.0 if is_result else 0.0))
+
+
+@register(aten.softplus.default)
+def softplus(self, beta=1, threshold=20):
+    _floating("softplus", self)
+    return run("softplus", (self,), scalars=(beta, threshold))
+
+
+@register(aten.softplus_backward.default)
+def softplus_backward(grad_output, self, beta, threshold):
+    return run("softplus_backward", (grad_output, self), scalars=(beta, threshold))
+
+
+@register(aten.hardshrink.default)
+def hardshrink(self, lambd=0.5):
+    _floating("hardshrink", self)
+    return run("hardshrink", (self,), scalars=(lambd,))
+
+
+@register(aten.softshrink.default)
+def softshrink(self, lambd=0.5):
+    _floating("softshrink", self)
+    if lambd < 0:
+        raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
+    return run("softshrink", (self,), scalars=(lambd,))
+
+
+@register(aten.hardshrink_backward.default, aten.softshrink_backward.default)
+def shrink_backward(grad_out, self, lambd):
+    return run("shrink_backward", (grad_out, self), scalars=(lambd,))
+
+
+def _activation(name, kop):
+    def impl(self):
+        _floating(name, self)
+        return run(kop, (self,))
+
+    def impl_(self):
+        return run(kop, (self,), out=self)
+
+    def backward(grad_output, self):
+        return run(kop + "_backward", (grad_output, self))
+
+    return impl, impl_, backward
+
+
+for _name in ("hardsigmoid", "hardswish", "mish"):
+    _f, _f_, _fb = _activation(_name, _name)
+    register(getattr(aten, _name).default)(_f)
+    register(getattr(aten, _name + "_").default)(_f_)
+    register(getattr(aten, _name + "_backward").default)(_fb)
+
+
+@register(aten.threshold.default)
+def threshold(self, threshold, value):
+    return run("threshold", (self,), scalars=(threshold, value), dtype=promote((self, threshold, value)))
+
+
+@register(aten.threshold_.default)
+def threshold_(self, threshold, value):
+    return run("threshold", (self,), out=self, scalars=(threshold, value))
+
+
+@register(aten.log_sigmoid_forward.default)
+def log_sigmoid_forward(self):
+    _floating("log_sigmoid_forward", self)
+    buffer = new_tensor((0,), self.dtype, _device((self,)))  # as on CUDA: the backward needs none
+    return run("log_sigmoid", (self,)), buffer
+
+
+@register(aten.log_sigmoid_backward.default)
+def log_sigmoid_backward(grad_output, self, buffer):
+    return run("log_sigmoid_backward", (grad_output, self))
+
+
+@register(aten._prelu_kernel.default)
+def prelu_kernel(self, weight):
+    return run("prelu", (self, weight))
+
+
+@register(aten._prelu_kernel_backward.default)
+def prelu_kernel_backward(grad_output, self, weight):
+    # the weight's grad has the input's shape; autograd sums it to the weight's
+    return (run("prelu_backward_input", (grad_output, self, weight), dtype=grad_output.dtype),
+            run("prelu_backward_weight", (grad_output, self), dtype=grad_output.dtype))
+
+
+@register(aten.rrelu_with_noise.default)
+def rrelu_with_noise(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    if not training:
+        return run("leaky_relu", (self,), dtype=self.dtype, scalars=((lower + upper) / 2,))
+    from .rng import uniform_
+
+    _floating("rrelu_with_noise", self)
+    slopes = uniform_(new_tensor(tuple(self.shape), self.dtype, _device((self,))), lower, upper,
+                      generator=generator)
+    run("where", (gt(self, 0), 1.0, slopes), out=noise)  # noise: 1 where x > 0, else the slope drawn
+    return mul(self, noise)
+
+
+@register(aten.rrelu_with_noise_backward.default)
+def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, self_is_result):
+    if training and upper - lower > 1e-6:
+        return mul(grad_output, noise)
+    return run("leaky_relu_backward", (grad_output, self), dtype=grad_output.dtype, scalars=((lower + upper) / 2,))
+
+
+def _glu_halves(self, dim):
+    dim = dim % self.dim()
+    if self.shape[dim] % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {dim} is size {self.shape[dim]}")
+    h = self.shape[dim] // 2
+    return self.narrow(dim, 0, h), self.narrow(dim, h, h), dim, h
+
+
+@register(aten.glu.default)
+def glu(self, dim=-1):
+    _floating("glu", self)
+    first, gate, _, _ = _glu_halves(self, dim)
+    return run("glu", (first, gate))
+
+
+@register(aten.glu_backward.default)
+def glu_backward(grad_output, self, dim):
+    first, gate, dim, h = _glu_halves(self, dim)
+    grad = new_tensor(tuple(self.shape), grad_output.dtype, _device((self,)))
+    run("glu", (grad_output, gate), out=grad.narrow(dim, 0, h))             # d/da: grad * sigmoid(b)
+    run("glu_backward_gate", (grad_output, first, gate), out=grad.narrow(dim, h, h))
+    return grad

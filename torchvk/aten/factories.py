@@ -97,6 +97,7 @@ _lib.impl("eye", _eye, "PrivateUse1")
 _lib.impl("eye.m", _eye, "PrivateUse1")
 _linspace = _host_const(lambda *a, dtype=None: torch.linspace(*a, dtype=dtype))
 _lib.impl("linspace", _linspace, "PrivateUse1")
+_lib.impl("_efficientzerotensor", lambda size, **kw: torch.zeros(size, dtype=kw.get("dtype"), device=kw.get("device")), "PrivateUse1")
 _randperm = None
 TABLE[aten.arange.default] = _arange
 TABLE[aten.arange.start] = _arange

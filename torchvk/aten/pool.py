@@ -7,6 +7,7 @@ from tvk_kernels.kernels import pool as _P
 
 from .._dispatch import register
 from .._tensor import new_tensor
+from ._half import float32_compute
 from ._util import addr, contig, dev
 
 aten = torch.ops.aten
@@ -27,6 +28,7 @@ def _stride(kernel_size, stride):
 
 
 @register(aten.max_pool2d_with_indices.default)
+@float32_compute
 def max_pool2d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     x, sq = _x4(self, "max_pool2d")
     stride = _stride(kernel_size, stride)
@@ -39,6 +41,7 @@ def max_pool2d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1,
 
 
 @register(aten.max_pool2d_with_indices_backward.default)
+@float32_compute
 def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
     x, sq = _x4(self, "max_pool2d backward")
     g = contig(grad_output.unsqueeze(0) if sq else grad_output)
@@ -50,6 +53,7 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
 
 
 @register(aten.avg_pool2d.default)
+@float32_compute
 def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     x, sq = _x4(self, "avg_pool2d")
@@ -62,6 +66,7 @@ def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_i
 
 
 @register(aten.avg_pool2d_backward.default)
+@float32_compute
 def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
                         divisor_override):
     x, sq = _x4(self, "avg_pool2d backward")
@@ -73,6 +78,7 @@ def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
 
 
 @register(aten._adaptive_avg_pool2d.default)
+@float32_compute
 def _adaptive_avg_pool2d(self, output_size):
     x, sq = _x4(self, "adaptive_avg_pool2d")
     shape = _P.adaptive_output_shape(tuple(x.shape), output_size)
@@ -82,6 +88,7 @@ def _adaptive_avg_pool2d(self, output_size):
 
 
 @register(aten._adaptive_avg_pool2d_backward.default)
+@float32_compute
 def _adaptive_avg_pool2d_backward(grad_output, self):
     x, sq = _x4(self, "adaptive_avg_pool2d backward")
     g = contig(grad_output.unsqueeze(0) if sq else grad_output)

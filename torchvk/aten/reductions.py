@@ -13,9 +13,12 @@ from ._util import addr, cast, dev, norm_dims
 aten = torch.ops.aten
 
 
+_KERNEL_DTYPE = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
 def _input(t):
-    """A float32/float16 view the kernel can read (casts other dtypes, fixes negative strides)."""
-    if t.dtype not in (torch.float32, torch.float16):
+    """A float32/float16/bfloat16 view the kernel can read (casts other dtypes)."""
+    if t.dtype not in _KERNEL_DTYPE:
         t = cast(t, torch.float32)
     return t
 
@@ -57,7 +60,7 @@ def _reduce(op, self, dims, keepdim, out_dtype=None, empty_result=None):
             fill(res, empty_result)
         else:
             _R.reduce(dev(self), op, addr(x), addr(res), tuple(x.shape) or (1,), tuple(x.stride()) or (1,),
-                      dims if self.dim() else [0], keepdim, dtype="float16" if x.dtype == torch.float16 else "float32")
+                      dims if self.dim() else [0], keepdim, dtype=_KERNEL_DTYPE[x.dtype])
     if out_dtype is not None and out_dtype != res.dtype:
         res = cast(res, out_dtype)
     return res
@@ -138,7 +141,7 @@ def _minmax_dim(op, self, dim, keepdim):
     idx = new_tensor(out_shape, torch.int64, dev(self))
     if vals.numel():
         _R.reduce(dev(self), op, addr(x), addr(vals), tuple(x.shape) or (1,), tuple(x.stride()) or (1,),
-                  dims if self.dim() else [0], keepdim, dtype="float16" if x.dtype == torch.float16 else "float32",
+                  dims if self.dim() else [0], keepdim, dtype=_KERNEL_DTYPE[x.dtype],
                   index_addr=addr(idx))
     return cast(vals, self.dtype), idx
 

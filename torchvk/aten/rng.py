@@ -92,8 +92,11 @@ def native_dropout(input, p, train):
         fill(mask, True)
         return clone(input), mask
     x = contig(input)
+    if x.dtype == torch.bfloat16:  # 16-bit storage, float32 arithmetic: through a float32 copy
+        out, mask = native_dropout(cast(x, torch.float32), p, train)
+        return cast(out, torch.bfloat16), mask
     if x.dtype not in (torch.float32, torch.float16):
-        raise TypeError(f"TorchVK: aten.native_dropout supports float32/float16, not {x.dtype}")
+        raise TypeError(f"TorchVK: aten.native_dropout supports float32/float16/bfloat16, not {x.dtype}")
     out = new_tensor(x.shape, x.dtype, d)
     mask = new_tensor(x.shape, torch.bool, d)
     n = x.numel()

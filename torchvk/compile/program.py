@@ -33,7 +33,7 @@ from .._storage import get_device
 _aten = torch._ops.OpOverload
 _LITERALS = (int, bool, str, type(None))
 # random ops whose kernels can read their seed from a buffer (replayable), and the others
-REPLAYABLE_RANDOM_OPS = {"aten::native_dropout"}
+REPLAYABLE_RANDOM_OPS = {"aten::native_dropout", "aten::_scaled_dot_product_fused_attention_overrideable"}
 RANDOM_OPS = {"aten::rand", "aten::randn", "aten::rand_like", "aten::randn_like",
               "aten::bernoulli", "aten::bernoulli_", "aten::uniform_", "aten::normal_", "aten::randint",
               "aten::randperm", "aten::random_", "aten::multinomial"}

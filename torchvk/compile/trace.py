@@ -9,6 +9,7 @@ real tvk tensors (they are ordinary tensors to autograd).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -21,6 +22,19 @@ from .._tensor import TVKTensor
 from .program import GraphBreakError, Program
 from .replay import Replayed
 from .whole_ops import traced_whole
+
+
+@contextlib.contextmanager
+def _without_mkldnn():
+    """The fakes are CPU tensors, so torch's LSTM decomposition would trace the CPU-only
+    aten.mkldnn_rnn_layer instead of matmuls and gate math. (torch.backends.mkldnn.flags would
+    also reset TF32 settings, with a warning each time.)"""
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
 
 
 def fake_like(t: torch.Tensor, mode) -> torch.Tensor:
@@ -73,7 +87,7 @@ class CompiledGraphs:
             mode = FakeTensorMode()
             fakes = [fake_like(t, mode) if isinstance(t, torch.Tensor) else t for t in flat]
             # no CSE pass: it changes nothing in our graphs and imports torch._inductor (~2 s cold)
-            with functorch_config.patch(cse=False), traced_whole():
+            with functorch_config.patch(cse=False), traced_whole(), _without_mkldnn():
                 self.fn = aot_module_simplified(self.functional, fakes,
                                                 fw_compiler=self._compiler("forward"),
                                                 bw_compiler=self._compiler("backward"),

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import torch
 
 from .. import _dispatch
+from ..aten.attention import traced_sdpa
 from ..aten.one_hot import traced_one_hot
 
 aten = torch.ops.aten
@@ -23,8 +24,10 @@ WHOLE = (
     aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec,
 )
 # ops traced through a decomposition of our own: torch's composite differs between versions
-# (one_hot's range check is missing from torch 2.11's on the fake CPU tensors traced here)
-REPLACED = {aten.one_hot.default: traced_one_hot}
+# (one_hot's range check is missing from torch 2.11's on the fake CPU tensors traced here), or
+# picks a CPU kernel on them (SDPA would trace as aten._scaled_dot_product_flash_attention_for_cpu:
+# ours traces the fused op TorchVK runs, and autograd its backward op)
+REPLACED = {aten.one_hot.default: traced_one_hot, aten.scaled_dot_product_attention.default: traced_sdpa}
 _IMPLICIT = torch._C.DispatchKey.CompositeImplicitAutograd
 
 

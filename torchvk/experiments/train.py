@@ -63,11 +63,9 @@ def train(model_fn, data, device: str, epochs: int = 1, batch: int = 64, lr: flo
         xt, yt = xt[:eval_limit], yt[:eval_limit]
     torch.manual_seed(seed)
     model = model_fn().to(device)
-    optim = torch.optim
-    if device.startswith("tvk") and fused_optimizer:  # one dispatch for all parameters
-        import torchvk.optim as optim
-    opt = (optim.SGD(model.parameters(), lr=lr, momentum=0.9) if optimizer == "sgd"
-           else optim.Adam(model.parameters(), lr=lr))
+    fused = {"fused": True} if device.startswith("tvk") and fused_optimizer else {}  # one dispatch for all parameters
+    opt = (torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, **fused) if optimizer == "sgd"
+           else torch.optim.Adam(model.parameters(), lr=lr, **fused))
     if compiled:
         import torchvk
 

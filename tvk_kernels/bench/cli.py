@@ -6,7 +6,7 @@ import sys
 
 from ..errors import TVKError
 
-EXPERIMENTS = ["vector-add", "matmul", "mnist", "cifar10", "low-vram", "ablations", "kernels"]
+EXPERIMENTS = ["vector-add", "matmul", "mnist", "cifar10", "low-vram", "ablations", "kernels", "zoo"]
 
 
 def main(argv=None) -> int:

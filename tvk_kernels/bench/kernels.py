@@ -4,6 +4,10 @@
                GPU time vs cuDNN (fp32, TF32 off); each result checked against torch CPU
   bandwidth    reductions (sum, row sum), softmax, layer norm and N-d elementwise (broadcast
                mul, transposed copy) at 16M floats: GB/s vs torch CUDA's on the same op
+  gemm sweep   a seeded sample of ~60 GEMMs (all layouts, batched and not, fp32 and fp16) vs
+               cuBLAS: geometric mean time ratio and the worst 5 (bench/gemm_sweep.py)
+  attention    fused SDPA forward and forward + backward vs torch CUDA's, and a seq-4096 training
+               step under a 2 GiB cap (bench/attention.py)
   per-op host  host time to issue one small op in eager mode: torchvk (deferred) vs torch
                CUDA eager (asynchronous launch), measured in a process without torchvk
 
@@ -19,6 +23,8 @@ import time
 import numpy as np
 
 from ..tune.measure import time_candidate
+from . import attention as attention_bench
+from . import gemm_sweep
 from .common import environment, md_table, median, write_result
 
 # (C_in, C_out, H) of the CIFAR CNN's 3x3, padding-1 convolutions (torchvk/experiments/models.py)
@@ -209,8 +215,12 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
     bw_rows = bandwidth(device, *((64, 256) if quick else (4096, 4096)), has_cuda)
     overhead = per_op_overhead(device, 200 if quick else 5000, has_cuda)
     replay = graph_replay(device)
+    gemm, gemm_md = gemm_sweep.run(device, quick=quick, has_cuda=has_cuda)
+    sdpa_rows = attention_bench.sdpa(device, quick, has_cuda, lambda fn: _gpu(device, fn))
+    long_seq = attention_bench.long_sequence_step(device, quick)
     payload = {"experiment": "kernels", "environment": environment(device), "quick": quick,
                "conv2d": conv_rows, "bandwidth": bw_rows, "per_op_overhead": overhead, "graph_replay": replay,
+               "gemm_sweep": gemm, "sdpa": sdpa_rows, "attention_long_sequence": long_seq,
                "notes": "cuDNN and cuBLAS with TF32 off; GPU times from Vulkan timestamps and CUDA events"}
     table = "## conv2d, CIFAR CNN layers, batch " + str(2 if quick else 128) + "\n\n" + md_table(
         ["layer", "direction", "tvk ms", "tvk TFLOP/s", "cuDNN ms", "tvk/cuDNN time", "max rel err"],
@@ -223,5 +233,7 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
               f"torch CUDA {overhead['torch_cuda_us'] and round(overhead['torch_cuda_us'], 1)} us.\n")
     table += "Host cost of one graph replay: " + ", ".join(
         f"{n} kernels {us:.1f} us" for n, us in replay["kernels_to_replay_us"].items()) + ".\n"
+    table += "\n" + gemm_md + "\n"
+    table += "\n" + attention_bench.markdown(sdpa_rows, long_seq)
     write_result(out_dir, "kernels", payload, table)
     return payload

@@ -96,8 +96,25 @@ def kernels(payload, ax):
     _title(ax, payload, "conv2d, CIFAR CNN layers")
 
 
+def zoo(payload, ax):
+    """Median step ms per model, one bar per device and mode (a run that failed has no bar)."""
+    runs = [r for r in payload["runs"] if r.get("step_ms_median")]
+    models = list(dict.fromkeys(r["model"] for r in payload["runs"]))
+    series = list(dict.fromkeys(f"{r['device']} {r['mode']}" for r in payload["runs"]))
+    width = 0.8 / max(len(series), 1)
+    for i, label in enumerate(series):
+        ms = {r["model"]: r["step_ms_median"] for r in runs if f"{r['device']} {r['mode']}" == label}
+        ax.bar([m + i * width for m, name in enumerate(models) if name in ms], [ms[n] for n in models if n in ms],
+               width, label=label)
+    ax.set_xticks([m + 0.4 - width / 2 for m in range(len(models))], models, rotation=30, fontsize=7)
+    if runs:  # a log axis needs a bar
+        ax.set_yscale("log")
+    ax.set_ylabel("step ms (median)")
+    _title(ax, payload, "model zoo: training step time")
+
+
 PLOTS = {"vector-add": vector_add, "matmul": matmul, "mnist": mnist, "cifar10": cifar10, "low-vram": low_vram,
-         "ablations": ablations, "kernels": kernels}
+         "ablations": ablations, "kernels": kernels, "zoo": zoo}
 
 
 def plot(payload: dict, folder: Path) -> Path | None:

@@ -188,12 +188,59 @@ def kernels(r) -> list[str]:
     if g:
         out.append("Replaying a captured graph costs " + ", ".join(f"{us:.0f} us for {n} kernels" for n, us in g.items())
                    + " of host time (compiled-mode target: under 50 us, independent of op count).")
+    sweep = r.get("gemm_sweep")
+    if sweep:
+        parts = []
+        for dtype, sm in sweep["summary"].items():
+            g = sm["geomean_tvk_over_cuda_time"]
+            parts.append(f"{dtype} {g:.2f}x cuBLAS's time (geometric mean of {sm['count']})" if g else
+                         f"{dtype}: {sm['count']} GEMMs match numpy (max relative error {sm['max_rel_err']:.1g})")
+        line = "GEMM sweep (seeded, all layouts, batched and not, none in the tuning suites): " + "; ".join(parts)
+        if sweep["worst"]:
+            line += "; worst " + ", ".join(f"{w['label']} {w['dtype']} {w['tvk_over_cuda_time']:.1f}x"
+                                           for w in sweep["worst"][:3])
+        out.append(line + ".")
     o = r["per_op_overhead"]
     line = f"Host time per small eager op: tvk {o['tvk_us']:.0f} us"
     if o.get("torch_cuda_us"):
         line += f", torch CUDA {o['torch_cuda_us']:.1f} us ({o['tvk_over_cuda']:.1f}x, target 1.5x)"
     out.append(line + ".")
     return out
+
+
+def zoo(r) -> list[str]:
+    ok = [x for x in r["runs"] if x["device"] == "tvk" and "error" not in x]
+    out = [f"{r['tvk_trained']} train on tvk with 0 CPU ops (eager, torchvk.compile, torch.compile)."
+           if all(x.get("cpu_ops") == 0 for x in ok) else f"{r['tvk_trained']} train on tvk."]
+    peer = {(x["model"], x["mode"]): x for x in r["runs"] if x["device"] == "torch cuda" and x.get("step_ms_median")}
+    ratios = []
+    for x in ok:
+        p = peer.get((x["model"], "eager"))
+        if p and x.get("step_ms_median"):
+            ratios.append((x["model"], x["mode"], x["step_ms_median"] / p["step_ms_median"]))
+    for mode in dict.fromkeys(m for _, m, _ in ratios):
+        rs = [(n, q) for n, m, q in ratios if m == mode]
+        import math
+
+        geo = math.exp(sum(math.log(q) for _, q in rs) / len(rs))
+        worst = max(rs, key=lambda t: t[1])
+        out.append(f"{mode}: step time {geo:.2f}x torch CUDA eager's (geometric mean over {len(rs)} models; "
+                   f"worst {worst[0]} {worst[1]:.1f}x).")
+    return out
+
+
+def distributed(r) -> list[str]:
+    runs = {x["backend"]: x for x in r["runs"]}
+    t = runs.get("tvk", {})
+    if "error" in t:
+        return [f"DDP on the tvk backend failed: {t['error'][:120]}"]
+    line = (f"DDP, {r['world']} processes, {r['workload']}: tvk backend {t['step_ms']:.1f} ms a step, "
+            f"25 MiB all_reduce {t['all_reduce_25MiB_ms']:.1f} ms")
+    peer = next((x for k, x in runs.items() if k != "tvk" and "step_ms" in x), None)
+    if peer:
+        line += (f"; torch CUDA with {peer['backend']} {peer['step_ms']:.1f} ms and "
+                 f"{peer['all_reduce_25MiB_ms']:.1f} ms")
+    return [line + "."]
 
 
 def ablations(r, matmul_result=None) -> list[str]:
@@ -309,7 +356,8 @@ def _cold_compile_split(cc: dict, res: dict) -> str:
 SECTIONS = [("vector-add", "1. Vector add", vector_add), ("matmul", "2. Matmul", matmul),
             ("mnist", "3. MNIST classifier", mnist), ("cifar10", "4. CIFAR-10 CNN", cifar10),
             ("low-vram", "5. Little GPU memory", low_vram), ("ablations", "6. Ablations", ablations),
-            ("kernels", "Kernels beside torch CUDA", kernels)]
+            ("kernels", "Kernels beside torch CUDA", kernels), ("zoo", "Model zoo", zoo),
+            ("distributed", "Data-parallel training (torch.distributed)", distributed)]
 
 
 def rdna1_table(configs: Path) -> list[str]:

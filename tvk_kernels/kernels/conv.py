@@ -109,8 +109,16 @@ def conv2d_output_shape(x_shape, w_shape, stride=1, padding=0, dilation=1, group
     return (n, oc, oh, ow)
 
 
-def _geometry(x_shape, w_shape, stride, padding, dilation, groups):
+def _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw=None):
+    """The kernels' geometry; `out_hw` (oh, ow) cuts the output to fewer rows/columns than the
+    shapes give: a transposed conv whose output_padding >= stride has one output row the
+    matching conv would compute but the transposed conv's input lacks."""
     out = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation, groups)
+    if out_hw is not None:
+        oh, ow = (int(v) for v in out_hw)
+        if not (1 <= oh <= out[2] and 1 <= ow <= out[3]):
+            raise ValueError(f"out_hw {tuple(out_hw)} must lie within the conv's output size {out[2:]}")
+        out = out[:2] + (oh, ow)
     n, c, h, w = (int(v) for v in x_shape)
     oc, icg, kh, kw = (int(v) for v in w_shape)
     sh, sw = _pair(stride, "stride")
@@ -290,12 +298,12 @@ def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label):
 
 # ------------------------------------------------------------------ public API
 def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape, stride=1, padding=0, dilation=1,
-                   groups=1, params=None, act: str | None = None) -> tuple:
+                   groups=1, params=None, act: str | None = None, out_hw=None) -> tuple:
     """out = act(conv2d(x, w, bias)); bias_addr may be None/0; act None or "relu" (an epilogue:
-    no extra pass). Returns the output shape (N, OC, OH, OW)."""
+    no extra pass); out_hw: see _geometry. Returns the output shape (N, OC, OH, OW)."""
     if act is not None and act not in ACTIVATIONS:
         raise ValueError(f"conv2d_forward: activation {act!r} is not one of {sorted(ACTIVATIONS)}")
-    g, out_shape = _geometry(x_shape, w_shape, stride, padding, dilation, groups)
+    g, out_shape = _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     if out_shape[0] * out_shape[1] == 0:
         return out_shape
     fam = family(device, Conv2d)
@@ -306,9 +314,10 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
 
 
 def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, w_shape, stride=1, padding=0,
-                          dilation=1, groups=1, params=None) -> tuple:
-    """grad_in (shape x_shape) = d conv2d / d x applied to grad_out. Returns x_shape."""
-    g, _ = _geometry(x_shape, w_shape, stride, padding, dilation, groups)
+                          dilation=1, groups=1, params=None, out_hw=None) -> tuple:
+    """grad_in (shape x_shape) = d conv2d / d x applied to grad_out (out_hw: see _geometry).
+    Returns x_shape. It is also a transposed conv's forward (aten/conv.py)."""
+    g, _ = _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     x_shape = tuple(int(v) for v in x_shape)
     if x_shape[0] * x_shape[1] * x_shape[2] * x_shape[3] == 0:
         return x_shape
@@ -318,12 +327,12 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
 
 
 def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, w_shape, stride=1, padding=0,
-                           dilation=1, groups=1, params=None, split_k=None) -> tuple:
+                           dilation=1, groups=1, params=None, split_k=None, out_hw=None) -> tuple:
     """grad_w (shape w_shape) = d conv2d / d w applied to grad_out. Returns w_shape.
     The long reduction (K = N*OH*OW) is split over workgroups when the output tiles alone
     would leave the device idle (tuning/conv2d.json "split_k"; split_k= forces a count):
-    the slices write partial sums to a scratch buffer that a second pass adds up."""
-    g, _ = _geometry(x_shape, w_shape, stride, padding, dilation, groups)
+    the slices write partial sums to a scratch buffer that a second pass adds up. out_hw: see _geometry."""
+    g, _ = _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     w_shape = tuple(int(v) for v in w_shape)
     numel = w_shape[0] * w_shape[1] * w_shape[2] * w_shape[3]
     if numel == 0:

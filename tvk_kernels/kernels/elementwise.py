@@ -4,7 +4,7 @@
   (templates/elementwise_binary.comp), kept as is: a benchmark and the tuner use it.
 * `unary()`, `binary_nd()`, `ternary()`, `fill()`, `copy()`, `elementwise()`: the general
   family (templates/elementwise_nd.comp): N-d strided operands with broadcasting (stride 0),
-  per-operand dtypes (float32, float16, int64, int32, bool as uint8), a compute type, an
+  per-operand dtypes (float32, float16, bfloat16, int64, int32, bool as uint8), a compute type, an
   output that may alias an input (same layout), Python numbers as operands.
 
 Ops are data: `OPS` maps a name to its arity, a GLSL expression in `a, b, c` (the operands
@@ -22,7 +22,7 @@ Type promotion is the caller's: each operand carries its dtype, the output has i
 and the compute type is float when any input is floating (or the op is a float op such
 as exp or div), else int64 when any input is int64, else int32. Pass `compute=` to
 override. The result is cast to the output dtype; a bool output stores `value != 0`.
-Float16 is storage only: it is computed in float32.
+Float16 and bfloat16 are storage only: they are computed in float32.
 """
 from __future__ import annotations
 
@@ -98,9 +98,12 @@ DTYPES = {
     "int64": DType("int64", 2, 8, "i", "shader_int64", "USE_I64"),
     "int32": DType("int32", 3, 4, "i", None, None),
     "bool": DType("bool", 4, 1, "b", "storage_8bit", "USE_U8"),
+    # raw 16-bit words (the high half of a float32), computed in float32: no bf16 arithmetic needed
+    "bfloat16": DType("bfloat16", 5, 2, "f", "storage_16bit", "USE_F16"),
 }
 _ALIASES = {"float": "float32", "half": "float16", "long": "int64", "int": "int32", "bool_": "bool",
-            "f4": "float32", "f2": "float16", "i8": "int64", "i4": "int32", "?": "bool"}
+            "f4": "float32", "f2": "float16", "i8": "int64", "i4": "int32", "?": "bool",
+            "bf16": "bfloat16"}
 
 
 def dtype_name(dt) -> str:
@@ -177,6 +180,60 @@ OPS: dict[str, OpSpec] = {
     "rpow_scalar": _u("TVK_POW(S(0), a)", nscalars=1),      # s ** x
     "clamp": _u("tvk_min(tvk_max(a, S(0)), S(1))", nscalars=2, unbounded=("lo", "hi")),
     "leaky_relu": _u("(a < CT(0) ? a * S(0) : a)", nscalars=1, defaults=(0.01,), **_F),
+    # unary math (helpers in the template: "math helpers of the OPS table")
+    "sin": _u("tvk_sin(a)", **_F),
+    "cos": _u("tvk_cos(a)", **_F),
+    "tan": _u("tvk_tan(a)", **_F),
+    "asin": _u("tvk_asin(a)", **_F),
+    "acos": _u("tvk_acos(a)", **_F),
+    "atan": _u("(isnan(a) ? a : atan(a))", **_F),
+    "sinh": _u("tvk_sinh(a)", **_F),
+    "cosh": _u("tvk_cosh(a)", **_F),
+    "asinh": _u("tvk_asinh(a)", **_F),
+    "acosh": _u("tvk_acosh(a)", **_F),
+    "atanh": _u("tvk_atanh(a)", **_F),
+    "erf": _u("tvk_erf(a)", **_F),
+    "erfc": _u("tvk_erfc(a)", **_F),
+    "erfinv": _u("tvk_erfinv(a)", **_F),
+    "erfcx": _u("tvk_erfcx(a)", **_F),
+    "log_ndtr": _u("tvk_log_ndtr(a)", **_F),
+    "ndtri": _u("tvk_ndtri(a)", **_F),
+    "expm1": _u("tvk_expm1(a)", **_F),
+    "log1p": _u("tvk_log1p(a)", **_F),
+    "log2": _u("log2(a)", **_F),
+    "log10": _u("(log2(a) * 0.30102999566398120)", **_F),
+    "exp2": _u("exp2(a)", **_F),
+    "ceil": _u("ceil(a)", **_F),
+    "floor": _u("floor(a)", **_F),
+    "trunc": _u("trunc(a)", **_F),
+    "round": _u("roundEven(a)", **_F),
+    "round_decimals": _u("tvk_round_decimals(a, S(0), S(1))", nscalars=2, **_F),  # 10^|d|, d < 0
+    "frac": _u("(a - trunc(a))", **_F),
+    "signbit": _u("B2CT(tvk_signbit(a))", **_CMP),
+    "nan_to_num": _u("(isnan(a) ? S(0) : (isinf(a) ? (a > 0.0 ? S(1) : S(2)) : a))", nscalars=3, **_F),
+    "lgamma": _u("tvk_lgamma(a)", **_F),
+    "digamma": _u("tvk_digamma(a)", **_F),
+    "polygamma": _u("tvk_polygamma(S(0), a)", nscalars=1, **_F),
+    "i0": _u("tvk_i0(a)", **_F),
+    "i0e": _u("tvk_i0e(a)", **_F),
+    "i1": _u("tvk_i1(a)", **_F),
+    "i1e": _u("tvk_i1e(a)", **_F),
+    "spherical_bessel_j0": _u("tvk_spherical_bessel_j0(a)", **_F),
+    "entr": _u("tvk_entr(a)", **_F),
+    "sinc": _u("tvk_sinc(a)", **_F),
+    "logit": _u("tvk_logit(a, S(0))", nscalars=1, defaults=(-1.0,), **_F),   # eps < 0: no clamp
+    "angle": _u("(isnan(a) ? a : (a < 0.0 ? TVK_PI : 0.0))", **_F),
+    # activations
+    # elu: S = alpha * scale, scale, input_scale
+    "elu": _u("(a <= 0.0 ? tvk_expm1(a * S(2)) * S(0) : a * S(1))", nscalars=3, **_F),
+    "softplus": _u("(a * S(0) > S(1) ? a : tvk_log1p(exp(a * S(0))) / S(0))", nscalars=2, **_F),  # beta, threshold
+    "hardshrink": _u("((a >= -S(0) && a <= S(0)) ? 0.0 : a)", nscalars=1, **_F),
+    "softshrink": _u("(a > S(0) ? a - S(0) : (a < -S(0) ? a + S(0) : (isnan(a) ? a : 0.0)))", nscalars=1, **_F),
+    "hardsigmoid": _u("(tvk_relu6(a + 3.0) / 6.0)", **_F),
+    "hardswish": _u("(a * tvk_relu6(a + 3.0) / 6.0)", **_F),
+    "mish": _u("(a * tvk_tanh(tvk_log1p(exp(a))))", **_F),
+    "threshold": _u("(a <= S(0) ? S(1) : a)", nscalars=2),                    # threshold, value
+    "log_sigmoid": _u("(min(a, 0.0) - tvk_log1p(exp(-abs(a))))", **_F),
     # binary arithmetic
     "add": _b("a + S(0) * b", nscalars=1, defaults=(1,)),
     "sub": _b("a - S(0) * b", nscalars=1, defaults=(1,)),
@@ -186,6 +243,24 @@ OPS: dict[str, OpSpec] = {
     "maximum": _b("tvk_max(a, b)"),
     "minimum": _b("tvk_min(a, b)"),
     "lerp_scalar": _b("a + S(0) * (b - a)", nscalars=1, **_F),
+    "atan2": _b("tvk_atan2(a, b)", **_F),
+    "remainder": _b("tvk_remainder(a, b)"),      # sign of the divisor
+    "fmod": _b("tvk_fmod(a, b)"),                # sign of the dividend
+    "floor_divide": _b("tvk_floor_div(a, b)"),
+    "trunc_divide": _b("tvk_trunc_div(a, b)"),
+    "copysign": _b("tvk_copysign(a, b)", **_F),
+    "hypot": _b("tvk_hypot(a, b)", **_F),
+    "logaddexp": _b("tvk_logaddexp(a, b)", **_F),
+    "logaddexp2": _b("tvk_logaddexp2(a, b)", **_F),
+    "xlogy": _b("tvk_xlogy(a, b)", **_F),
+    "xlog1py": _b("tvk_xlog1py(a, b)", **_F),
+    "fmax": _b("tvk_fmax(a, b)"),                # a nan loses, unlike maximum
+    "fmin": _b("tvk_fmin(a, b)"),
+    "heaviside": _b("(a == CT(0) ? b : B2CT(a > CT(0)))"),
+    "nextafter": _b("tvk_nextafter(a, b)", **_F),
+    "zeta": _b("tvk_zeta(a, b)", **_F),                  # Hurwitz zeta(x = a, q = b)
+    "prelu": _b("(a > 0.0 ? a : b * a)", **_F),          # b = weight
+    "glu": _b("(a * tvk_sigmoid(b))", **_F),             # a, b = the two halves
     # comparisons
     "eq": _b("B2CT(a == b)", **_CMP),
     "ne": _b("B2CT(a != b)", **_CMP),
@@ -202,6 +277,19 @@ OPS: dict[str, OpSpec] = {
     "sigmoid_backward": _b("a * b * (1.0 - b)", **_F),   # b = sigmoid output
     "tanh_backward": _b("a * (1.0 - b * b)", **_F),      # b = tanh output
     "leaky_relu_backward": _b("(b > 0.0 ? a : a * S(0))", nscalars=1, defaults=(0.01,), **_F),
+    # elu_backward: S = alpha * scale, scale, input_scale, whether b is elu's result (else its input)
+    "elu_backward": _b("(b <= 0.0 ? (S(3) != 0.0 ? a * S(2) * (b + S(0)) : a * S(2) * S(0) * exp(b * S(2)))"
+                       " : a * S(1))", nscalars=4, **_F),
+    "softplus_backward": _b("(b * S(0) > S(1) ? a : a * tvk_sigmoid(b * S(0)))", nscalars=2, **_F),
+    "shrink_backward": _b("((b >= -S(0) && b <= S(0)) ? 0.0 : a)", nscalars=1, **_F),   # hard and soft
+    "hardsigmoid_backward": _b("((b > -3.0 && b < 3.0) ? a / 6.0 : 0.0)", **_F),
+    "hardswish_backward": _b("(b < -3.0 ? 0.0 : (b <= 3.0 ? a * (b / 3.0 + 0.5) : a))", **_F),
+    "mish_backward": _b("a * tvk_mish_grad(b)", **_F),
+    "log_sigmoid_backward": _b("a * tvk_log_sigmoid_grad(b)", **_F),
+    "logit_backward": _b("tvk_logit_grad(a, b, S(0))", nscalars=1, defaults=(-1.0,), **_F),
+    "prelu_backward_weight": _b("(b > 0.0 ? 0.0 : b * a)", **_F),                 # a = grad, b = x
+    "glu_backward_gate": OpSpec(3, "a * b * tvk_sigmoid(c) * (1.0 - tvk_sigmoid(c))", **_F),  # grad, first half, gate
+    "prelu_backward_input": OpSpec(3, "(b > 0.0 ? a : c * a)", **_F),           # grad, x, weight
     # ternary
     "where": OpSpec(3, "(a != CT(0) ? b : c)", compute="values"),   # where(cond, b, c)
     "addcmul": OpSpec(3, "a + S(0) * b * c", nscalars=1, defaults=(1,)),
@@ -214,14 +302,17 @@ _LEGACY = {"add", "sub", "mul", "div"}
 
 def result_dtype(op: str, *dtypes) -> str:
     """A convenience default for the output dtype: bool for comparisons, else the compute type
-    (float32 when computed in float and every input is float16 stays float16)."""
+    (float32 when computed in float; every input float16 (or every one bfloat16) stays so)."""
     spec = OPS[op]
     if spec.bool_result:
         return "bool"
     names = [dtype_name(d) for d in dtypes]
     ct = _promote(names, spec.float_only)
     if ct == CT_FLOAT:
-        return "float16" if names and all(n == "float16" for n in names) else "float32"
+        for half in ("float16", "bfloat16"):
+            if names and all(n == half for n in names):
+                return half
+        return "float32"
     return "int64" if ct == CT_INT64 else "int32"
 
 

@@ -19,6 +19,7 @@ import warnings
 
 from ..config import arch_family, search_space
 from ..errors import InvalidConfigError, TVKError
+from ..tune.space import bucket_suffix
 from .launch import Family, family, grid_1d
 
 FAMILY = "matmul"
@@ -141,12 +142,18 @@ def validate_params(device, params: dict) -> dict:
 
 
 @functools.lru_cache(maxsize=4096)  # per op call otherwise: a training step asks for the same shapes
-def shape_bucket(M: int, N: int, K: int, batch: int = 1) -> str:
+def shape_bucket(M: int, N: int, K: int, batch: int = 1, layout: str = "nn") -> str:
+    """The config key of a GEMM: its size bucket (tuning/matmul.json "buckets"), then ".nt", ".tn"
+    or ".tt" for a transposed operand layout (same as tune.space.bucket_of)."""
+    space = search_space(FAMILY)
     env = {"M": M, "N": N, "K": K, "batch": batch}
-    for name, expr in search_space(FAMILY)["buckets"].items():
-        if eval(expr, _SAFE, env):
-            return name
-    return "large"
+    size = next((name for name, expr in space["buckets"].items() if eval(expr, _SAFE, env)), "large")
+    return size + bucket_suffix(space, {**env, "layout": layout})
+
+
+def layout_name(a_kmajor: bool, b_nmajor: bool) -> str:
+    """"nn", "nt", "tn" or "tt": A then B; n = read along its rows (A along K, B along N), t = transposed."""
+    return ("n" if a_kmajor else "t") + ("n" if b_nmajor else "t")
 
 
 def _device_classes(facts) -> list[str]:
@@ -161,8 +168,14 @@ class Matmul(Family):
         self.coop = None  # CoopMatmul, built on first fp16 use where the device has the feature
 
     def config(self, bucket: str) -> tuple[dict, str]:
-        """(params, source) for a shape bucket: tuned config, else the default with its per-bucket overrides."""
-        return self.params(bucket)  # config.params_for applies bucket_defaults, check_config completes them
+        """(params, source) for a shape bucket: tuned config, else the default with its per-bucket overrides.
+        A layout bucket ("medium.tn") not tuned on this device runs its size bucket's ("medium") config."""
+        size = bucket.split(".")[0]
+        if size != bucket:
+            params, source = self.params(bucket)
+            if source != "default":
+                return params, source
+        return self.params(size)  # config.params_for applies bucket_defaults, check_config completes them
 
     def check_config(self, params: dict) -> dict:
         """A tuned entry must be a tiled candidate this device runs (a failing one falls back)."""
@@ -262,14 +275,14 @@ def _split_count(dev, params: dict, M: int, N: int, K: int, batch: int, bucket: 
     if split_k is not None:
         s = _check_int("split_k", split_k, 1)
         return max(1, min(s, math.ceil(K / params["BK"])))
-    if bucket != "skinny":
-        return 1
     cfg = search_space(FAMILY).get("split_k", {})
     targets = cfg.get("target_groups", {})
     target = 64
     for key in _device_classes(dev.facts):
         target = targets.get(key, target)
     tiles = batch * math.ceil(M / params["BM"]) * math.ceil(N / params["BN"])
+    if tiles >= target * cfg.get("min_fill", 1.0):  # the grid fills the GPU well enough already
+        return 1
     splits = math.ceil(target / tiles)
     splits = min(splits, cfg.get("max_splits", 32), K // max(cfg.get("min_k_per_split", 256), 1))
     return max(splits, 1)
@@ -338,7 +351,9 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     alpha = float(alpha)
 
     fam = family(device, Matmul)
-    bucket = shape_bucket(M, N, K, batch)
+    a_kmajor = _contig_choice(sa[1], sa[2], M, K)
+    b_nmajor = _contig_choice(sb[1], sb[2], K, N)
+    bucket = shape_bucket(M, N, K, batch, layout_name(a_kmajor, b_nmajor))
     if M == 0 or N == 0 or batch == 0:
         return {"kernel": "none", "bucket": bucket, "params": None, "source": None, "splits": 0}
 
@@ -353,7 +368,7 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
         info.update(bucket=bucket, source="explicit")
         return info
     if params is None:
-        if dtype == "float16" and split_k is None and bucket != "skinny":
+        if dtype == "float16" and split_k is None and not bucket.startswith("skinny"):
             coop = _coop(fam)
             if coop is not None and coop.usable(M, N, K):
                 info = coop.run(a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, bias_addr, act, alpha)
@@ -374,8 +389,6 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     if splits <= 1:
         splits, k_chunk = 1, K
 
-    a_kmajor = _contig_choice(sa[1], sa[2], M, K)
-    b_nmajor = _contig_choice(sb[1], sb[2], K, N)
     limit = params["VEC"]
     vec_a = (_vec_width(limit, sa[2], a_addr, esize, (sa[0], sa[1])) if a_kmajor
              else _vec_width(limit, sa[1], a_addr, esize, (sa[0], sa[2])))
@@ -632,9 +645,18 @@ class MatmulTarget:
         "suite": [{"M": 128, "N": 128, "K": 128, "batch": 1}, {"M": 512, "N": 512, "K": 512, "batch": 1},
                   {"M": 1024, "N": 1024, "K": 1024, "batch": 1}, {"M": 2048, "N": 2048, "K": 2048, "batch": 1},
                   {"M": 4096, "N": 1024, "K": 1024, "batch": 1}, {"M": 64, "N": 64, "K": 8192, "batch": 1},
-                  {"M": 16, "N": 128, "K": 4096, "batch": 1}, {"M": 256, "N": 256, "K": 64, "batch": 8}],
+                  {"M": 16, "N": 128, "K": 4096, "batch": 1}, {"M": 256, "N": 256, "K": 64, "batch": 8},
+                  # a linear layer's forward (x @ W^T) and backward (grad^T @ x): layout buckets .nt, .tn
+                  {"M": 512, "N": 2048, "K": 2048, "batch": 1, "layout": "nt"},
+                  {"M": 2048, "N": 2048, "K": 512, "batch": 1, "layout": "tn"},
+                  {"M": 4096, "N": 1024, "K": 1024, "batch": 1, "layout": "nt"},
+                  {"M": 1024, "N": 1024, "K": 1024, "batch": 1, "layout": "tt"},
+                  # attention: scores q @ k^T and probs @ v, 32 sequences x 8 heads
+                  {"M": 64, "N": 64, "K": 32, "batch": 256, "layout": "nt"},
+                  {"M": 64, "N": 32, "K": 64, "batch": 256, "layout": "nn"}],
         "tiny": [{"M": 64, "N": 64, "K": 64, "batch": 1}, {"M": 200, "N": 136, "K": 96, "batch": 1},
-                 {"M": 8, "N": 8, "K": 2048, "batch": 1}],
+                 {"M": 8, "N": 8, "K": 2048, "batch": 1}, {"M": 72, "N": 40, "K": 48, "batch": 1, "layout": "tn"},
+                 {"M": 16, "N": 16, "K": 8, "batch": 16, "layout": "nt"}],
     }
 
     def prepare(self, device, shape, n_inputs=3, seed=0):
@@ -643,21 +665,29 @@ class MatmulTarget:
         from ..tune.targets import Case
 
         M, N, K, batch = shape["M"], shape["N"], shape["K"], shape.get("batch", 1)
+        a_t, b_t = (c == "t" for c in shape.get("layout", "nn"))
         rng = np.random.default_rng(seed)
-        host = [(rng.standard_normal((batch, M, K), dtype=np.float32),
-                 rng.standard_normal((batch, K, N), dtype=np.float32)) for _ in range(n_inputs + 1)]
+        # a transposed operand is stored transposed and read through its strides
+        host = [(rng.standard_normal((batch, K, M) if a_t else (batch, M, K), dtype=np.float32),
+                 rng.standard_normal((batch, N, K) if b_t else (batch, K, N), dtype=np.float32))
+                for _ in range(n_inputs + 1)]
+        sa = (M * K, 1, M) if a_t else (M * K, K, 1)
+        sb = (K * N, 1, K) if b_t else (K * N, N, 1)
         bufs = [(device.upload(a), device.upload(b)) for a, b in host]
         out = device.allocator.alloc(4 * batch * M * N)
 
         def run(params, i):
             a, b = bufs[i]
-            matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, params=params)
+            matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, a_strides=sa, b_strides=sb,
+                   params=params)
 
         def check(params):
             a, b = bufs[-1]
-            matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, params=params)
+            matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, a_strides=sa, b_strides=sb,
+                   params=params)
             got = device.download(out, np.float32, (batch, M, N)).astype(np.float64)
             A, B = host[-1][0].astype(np.float64), host[-1][1].astype(np.float64)
+            A, B = (np.swapaxes(A, 1, 2) if a_t else A), (np.swapaxes(B, 1, 2) if b_t else B)
             want = A @ B
             scale = np.abs(A) @ np.abs(B)
             err = np.abs(got - want)

@@ -10,6 +10,10 @@ list of (tensor, chunk start) per workgroup into device buffers, once per distin
 chunks of big and small tensors balance across workgroups.
 fused=False: one dispatch per tensor (the "per-tensor" arm of the fused-vs-per-tensor ablation).
 
+torch.optim's own multi-tensor paths come here through torchvk/aten/foreach.py: the `_fused_*`
+ops (fused_sgd, fused_adam: step counts, lr, grad_scale and found_inf read on the device) and
+the `_foreach_*` ops (foreach_pointwise, foreach_norms: one dispatch per op for all tensors).
+
 Every step follows torch.optim's single-tensor update formulas element for element.
 """
 from __future__ import annotations
@@ -23,10 +27,15 @@ import numpy as np
 from ..errors import InvalidConfigError
 from .launch import Family, family, grid_1d
 
-MODE_SGD, MODE_ADAM, MODE_NORM, MODE_NORM_FINAL, MODE_CLIP = range(5)
+MODE_SGD, MODE_ADAM, MODE_NORM, MODE_NORM_FINAL, MODE_CLIP, MODE_FOREACH, MODE_NORMS = range(7)
 F_NESTEROV, F_MAXIMIZE, F_FIRST, F_AMSGRAD, F_DECOUPLED, F_SQUARED = 1, 2, 4, 8, 16, 32
+F_DEVICE_STEP, F_LR_TENSOR, F_GRAD_SCALE, F_FOUND_INF, F_PER_TENSOR, F_B_SCALAR = 64, 128, 256, 512, 1024, 2048
+OP_SHIFT = 16
+# MODE_FOREACH opcodes, in templates/optim.comp's order: out = op(a, b, c, v)
+FOREACH_OPS = ("copy", "add", "add_s", "mul", "mul_s", "div", "div_s", "neg", "sqrt", "reciprocal", "lerp",
+               "addcmul", "addcdiv", "maximum", "minimum", "clamp_min", "clamp_max", "fill", "abs")
 _SCALARS = "8fI"
-_PUSH_FUSED = struct.Struct("<QQQII" + _SCALARS)
+_PUSH_FUSED = struct.Struct("<QQQII" + _SCALARS + "4xQQQ")  # + lr, grad_scale, found_inf addresses
 _PUSH_TENSOR = struct.Struct("<QQQQQQII" + _SCALARS)
 LARGE = 1 << 20
 TABLE_CACHE_SIZE = 64
@@ -44,9 +53,10 @@ class _Table:
     __slots__ = ("table", "blocks", "nblocks", "partials")
 
     def __init__(self, device, entries, chunk: int):
+        """entries: (a0, a1, a2, a3, a4, numel[, a6]) per tensor: table slots 0-6."""
         tab = np.zeros((max(len(entries), 1), 8), dtype=np.uint64)
         if entries:
-            tab[:, :6] = np.array(entries, dtype=np.uint64)
+            tab[:, :len(entries[0])] = np.array(entries, dtype=np.uint64)
         parts = []
         for t, e in enumerate(entries):
             starts = np.arange(0, e[5], chunk, dtype=np.uint32)
@@ -69,7 +79,7 @@ class Optim(Family):
         def build():
             if wg & (wg - 1):
                 raise InvalidConfigError(f"WG={wg} must be a power of two")
-            shared = 4 * wg if mode in (MODE_NORM, MODE_NORM_FINAL) else 0
+            shared = 4 * wg if mode in (MODE_NORM, MODE_NORM_FINAL, MODE_NORMS) else 0
             self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, push_size=push.size)
             defines = {"MODE": mode, "FUSED": int(fused), "WG": wg, "CHUNK": chunk, "NORM_INF": int(inf)}
             return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=push.size)
@@ -99,8 +109,12 @@ def _setup(device, total: int, params):
     return fam, params["WG"], params["CHUNK"], explicit
 
 
-def _launch(device, mode: int, entries: list, scalars: tuple, fused: bool, params, label: str):
-    """entries: (a0, a1, a2, a3, a4, numel) per tensor."""
+def _push(table, blocks, out, n: int, scalars: tuple, aux: tuple = (0, 0, 0)) -> bytes:
+    return _PUSH_FUSED.pack(table, blocks, out, n, 0, *scalars, *aux)
+
+
+def _launch(device, mode: int, entries: list, scalars: tuple, fused: bool, params, label: str, aux=(0, 0, 0)):
+    """entries: (a0, a1, a2, a3, a4, numel[, a6]) per tensor; aux: lr, grad_scale, found_inf addresses."""
     entries = tuple(e for e in entries if e[5] > 0)
     if not entries:
         return
@@ -109,8 +123,8 @@ def _launch(device, mode: int, entries: list, scalars: tuple, fused: bool, param
     mx = device.facts.max_workgroup_count[0]
     if fused:
         t = fam.table(entries, chunk)
-        device.stream.dispatch(pipe, grid_1d(t.nblocks, mx),
-                               _PUSH_FUSED.pack(t.table.address, t.blocks.address, 0, t.nblocks, 0, *scalars), label)
+        device.stream.dispatch(pipe, grid_1d(t.nblocks, mx), _push(t.table.address, t.blocks.address, 0, t.nblocks,
+                                                                   scalars, aux), label)
     else:
         for e in entries:
             device.stream.dispatch(pipe, grid_1d((e[5] + chunk - 1) // chunk, mx),
@@ -188,8 +202,8 @@ def foreach_norm(device, tensors, out, norm_type: float = 2.0, squared: bool = F
             t.partials = device.allocator.alloc(4 * max(nparts, 1))
         partials = t.partials
         if nparts:
-            device.stream.dispatch(pipe, grid_1d(nparts, mx), _PUSH_FUSED.pack(
-                t.table.address, t.blocks.address, partials.address, nparts, 0, *([0.0] * 8), 0), "foreach_norm")
+            device.stream.dispatch(pipe, grid_1d(nparts, mx), _push(
+                t.table.address, t.blocks.address, partials.address, nparts, (0.0,) * 8 + (0,)), "foreach_norm")
     else:
         counts = [(e[5] + chunk - 1) // chunk for e in entries]
         nparts = sum(counts)
@@ -222,8 +236,94 @@ def clip_grad_norm(device, tensors, max_norm: float, norm_out, norm_type: float 
     if fused:
         t = fam.table(entries, chunk)
         device.stream.dispatch(pipe, grid_1d(t.nblocks, mx),
-                               _PUSH_FUSED.pack(t.table.address, t.blocks.address, na, t.nblocks, 0, *scalars), "clip_grad")
+                               _push(t.table.address, t.blocks.address, na, t.nblocks, scalars), "clip_grad")
     else:
         for e in entries:
             device.stream.dispatch(pipe, grid_1d((e[5] + chunk - 1) // chunk, mx),
                                    _PUSH_TENSOR.pack(*e[:5], na, e[5], 0, *scalars), "clip_grad")
+
+
+# ------------------------------------------------------------------ torch.optim's fused and foreach ops
+def _aux_flags(lr_addr: int, grad_scale: int, found_inf: int) -> int:
+    return (F_LR_TENSOR if lr_addr else 0) | (F_GRAD_SCALE if grad_scale else 0) | (F_FOUND_INF if found_inf else 0)
+
+
+def fused_sgd(device, tensors, lr: float, momentum: float = 0.0, dampening: float = 0.0, weight_decay: float = 0.0,
+              nesterov: bool = False, maximize: bool = False, first_step: bool = False, *, lr_addr=0,
+              grad_scale=0, found_inf=0, params: dict | None = None):
+    """torch._fused_sgd_: sgd_step in one dispatch, lr optionally read from lr_addr (a float on the
+    device); grad_scale / found_inf: AMP's scale (grads are divided by it, and the unscaled grads
+    stored) and its found-inf flag (non-zero: nothing changes), each one float on the device, given
+    as an address or a DeviceBuffer; 0: absent."""
+    if nesterov and (momentum <= 0 or dampening != 0):
+        raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+    if momentum != 0 and any(_addr(t[2]) == 0 and t[3] > 0 for t in tensors):
+        raise ValueError("SGD with momentum needs a momentum buffer for every tensor")
+    lr_addr, grad_scale, found_inf = _addr(lr_addr), _addr(grad_scale), _addr(found_inf)
+    flags = (F_NESTEROV if nesterov else 0) | (F_MAXIMIZE if maximize else 0) | (F_FIRST if first_step else 0) | \
+        _aux_flags(lr_addr, grad_scale, found_inf)
+    entries = [(_addr(p), _addr(g), _addr(m), 0, 0, int(n)) for p, g, m, n in tensors]
+    scalars = (lr, momentum, 1.0 - dampening, weight_decay, 0.0, 0.0, 0.0, 0.0, flags)
+    _launch(device, MODE_SGD, entries, scalars, True, params, "fused_sgd", (lr_addr, grad_scale, found_inf))
+
+
+def fused_adam(device, tensors, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+               weight_decay: float = 0.0, amsgrad: bool = False, decoupled: bool = False, maximize: bool = False, *,
+               lr_addr=0, grad_scale=0, found_inf=0, params: dict | None = None):
+    """torch._fused_adam_ / _fused_adamw_ (decoupled=True) in one dispatch over
+    tensors = [(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq_or_0, step, numel), ...], where
+    `step` is the address of the tensor's step count (a float, already incremented for this step),
+    read on the device like lr_addr / grad_scale / found_inf (see fused_sgd)."""
+    if amsgrad and any(_addr(t[4]) == 0 and t[6] > 0 for t in tensors):
+        raise ValueError("amsgrad needs a max_exp_avg_sq buffer for every tensor")
+    lr_addr, grad_scale, found_inf = _addr(lr_addr), _addr(grad_scale), _addr(found_inf)
+    flags = F_DEVICE_STEP | (F_AMSGRAD if amsgrad else 0) | (F_DECOUPLED if decoupled else 0) | \
+        (F_MAXIMIZE if maximize else 0) | _aux_flags(lr_addr, grad_scale, found_inf)
+    entries = [(_addr(p), _addr(g), _addr(m), _addr(v), _addr(mx), int(n), _addr(st)) for p, g, m, v, mx, st, n in tensors]
+    scalars = (weight_decay, 1.0 - beta1, beta2, 1.0 - beta2, eps, lr, beta1, 0.0, flags)
+    _launch(device, MODE_ADAM, entries, scalars, True, params, "fused_adamw" if decoupled else "fused_adam",
+            (lr_addr, grad_scale, found_inf))
+
+
+def _f32_bits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def foreach_pointwise(device, op: str, tensors, value: float = 0.0, values=None, b_scalar: bool = False,
+                      params: dict | None = None):
+    """out = op(a, b, c, v) elementwise over tensors = [(out, a, b, c, numel), ...] (int addresses
+    of contiguous float32 data; unused operands 0) in one dispatch: ops in FOREACH_OPS, v = value,
+    or values[i] for tensor i; b_scalar: each b is one element used for the whole tensor."""
+    code = FOREACH_OPS.index(op)
+    flags = (code << OP_SHIFT) | (F_B_SCALAR if b_scalar else 0)
+    if values is not None:
+        flags |= F_PER_TENSOR
+        entries = [(o, a, b, c, 0, n, _f32_bits(v)) for (o, a, b, c, n), v in zip(tensors, values)]
+    else:
+        entries = [(o, a, b, c, 0, n) for o, a, b, c, n in tensors]
+    _launch(device, MODE_FOREACH, entries, (float(value),) + (0.0,) * 7 + (flags,), True, params, "foreach_" + op)
+
+
+def foreach_norms(device, tensors, out, norm_type: float = 2.0, params: dict | None = None):
+    """out[i] = the norm (2 or inf) of tensor i of tensors = [(addr, numel), ...] (torch._foreach_norm),
+    in two dispatches: chunk partials, then one workgroup per tensor; deterministic."""
+    inf = _norm_type(norm_type)
+    entries = tuple((_addr(a), 0, 0, 0, 0, int(n)) for a, n in tensors)
+    if not entries:
+        return
+    fam, wg, chunk, explicit = _setup(device, sum(e[5] for e in entries), params)
+    mx = device.facts.max_workgroup_count[0]
+    t = fam.table(entries, chunk)
+    if t.partials is None:
+        t.partials = device.allocator.alloc(4 * max(t.nblocks, 1))
+    if t.nblocks:
+        device.stream.dispatch(fam.variant(MODE_NORM, True, wg, chunk, inf, explicit), grid_1d(t.nblocks, mx),
+                               _push(t.table.address, t.blocks.address, t.partials.address, t.nblocks,
+                                     (0.0,) * 8 + (0,)), "foreach_norms")
+    counts = [(e[5] + chunk - 1) // chunk for e in entries]
+    firsts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    spans = tuple((0, int(f), int(c), 0, 0, 0) for f, c in zip(firsts, counts))  # slot 1 first partial, 2 count
+    ranges = fam.table(spans, chunk)  # numel 0: a table without blocks
+    device.stream.dispatch(fam.variant(MODE_NORMS, True, wg, chunk, inf, explicit), grid_1d(len(entries), mx),
+                           _push(ranges.table.address, _addr(out), t.partials.address, len(entries), (0.0,) * 8 + (0,)),
+                           "foreach_norms")

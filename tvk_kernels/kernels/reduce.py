@@ -29,7 +29,8 @@ OPS = {"sum": 0, "mean": 0, "prod": 1, "max": 2, "amax": 2, "min": 3, "amin": 3,
 MAX_DIMS = 6
 SMALL = 1 << 16
 _PUSH = struct.Struct("<QQQQIIIIfI6I6I")
-_DTYPES = {"float32": 4, "float16": 2}
+_DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
+_IN_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}  # IN_F16 in reduce.comp
 
 
 def normalize_dims(ndim: int, dims) -> tuple[int, ...]:
@@ -137,9 +138,9 @@ def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, di
     if op not in OPS:
         raise ValueError(f"unknown reduction {op!r}; one of {sorted(OPS)}")
     if dtype not in _DTYPES:
-        raise ValueError(f"reduce: dtype {dtype!r} is not supported (float32, float16)")
-    if dtype == "float16" and not device.facts.features.get("storage_16bit"):
-        raise ValueError(f"{device.facts.name} has no 16-bit storage; float16 inputs are not supported there")
+        raise ValueError(f"reduce: dtype {dtype!r} is not supported (float32, float16, bfloat16)")
+    if dtype != "float32" and not device.facts.features.get("storage_16bit"):
+        raise ValueError(f"{device.facts.name} has no 16-bit storage; {dtype} inputs are not supported there")
     shape = tuple(int(s) for s in shape)
     strides = contiguous_strides(shape) if strides is None else tuple(int(s) for s in strides)
     if len(strides) != len(shape):
@@ -171,11 +172,11 @@ def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, di
     prm = resolve_params(fam, bucket, params)
     scale = (1.0 / n_red if n_red else float("nan")) if op == "mean" else 1.0
     _launch(device, fam, prm, OPS[op], in_addr, 0, out_addr, index_addr, kept, red, n_out, n_red, scale,
-            dtype == "float16", allow_split=True)
+            _IN_CODE[dtype], allow_split=True)
     return out_shape
 
 
-def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, red, n_out, n_red, scale, f16,
+def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, red, n_out, n_red, scale, in_code,
             allow_split, idx64=True):
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     cols = bool(kept) and (red[-1][1] == 0 or kept[-1][1] < red[-1][1])
@@ -201,7 +202,7 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
     pair = opc >= 4
 
     defines = {"OP": opc, "RD": len(red), "COLS": int(cols), "ITEMS": items,
-               "SUBGROUP": int(not cols and use_subgroups(device, prm, t)), "IN_F16": int(f16),
+               "SUBGROUP": int(not cols and use_subgroups(device, prm, t)), "IN_F16": in_code,
                "IN_IDX": int(in_idx != 0), "IDX64": int(idx64 and nsplit == 1)}
     pipe = fam.build(defines, wg)
     tlog = t.bit_length() - 1
@@ -222,7 +223,7 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
                       len(kept), 1.0, tlog, *sizes, *strides)
     device.stream.dispatch(pipe, (gx, gy, nsplit), push, "reduce.pass1")
     _launch(device, fam, prm, opc, part.address, part_idx.address if pair else 0, out_addr, idx_addr,
-            [(n_out, 1)] if n_out > 1 else [], [(nsplit, n_out)], n_out, nsplit, scale, False, allow_split=False,
+            [(n_out, 1)] if n_out > 1 else [], [(nsplit, n_out)], n_out, nsplit, scale, 0, allow_split=False,
             idx64=idx64)
     device.stream.keep_alive(part)
     if pair:
@@ -297,6 +298,14 @@ class ReduceTarget:
         defines = {"OP": 0, "RD": 1, "COLS": 0, "ITEMS": params["ITEMS"], "SUBGROUP": params["SUBGROUP"],
                    "IN_F16": 0, "IN_IDX": 0, "IDX64": 0}
         return defines, (params["WG"], 1, 1), None
+
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """The define sets one tuned parameter set builds for float32/float16 inputs, every op and
+        both layouts (tune/carry_over.py)."""
+        return [{"OP": op, "RD": 1, "COLS": cols, "ITEMS": params["ITEMS"], "SUBGROUP": params["SUBGROUP"],
+                 "IN_F16": f16, "IN_IDX": 0, "IDX64": 0}
+                for op in range(6) for cols in (0, 1) for f16 in (0, 1)]
 
 
 TUNE_TARGET = ReduceTarget()

@@ -76,12 +76,19 @@ def candidates(family: str, facts, limit: int | None = None) -> list[dict]:
 
 
 def bucket_of(family: str, shape: dict) -> str:
-    """First bucket whose expression holds for the shape (names: the shape's keys)."""
-    buckets = search_space(family).get("buckets", {})
-    for name, expr in buckets.items():
+    """First bucket whose expression holds for the shape (names: the shape's keys), then the
+    space's "bucket_suffixes": ".value" for each named shape key whose value is not its default
+    (matmul: the operand layout, "medium.tn")."""
+    space = search_space(family)
+    for name, expr in space.get("buckets", {}).items():
         try:
             if evaluate(expr, shape):
-                return name
+                return name + bucket_suffix(space, shape)
         except Exception:
             continue
     return "*"
+
+
+def bucket_suffix(space: dict, shape: dict) -> str:
+    return "".join(f".{shape[key]}" for key, default in space.get("bucket_suffixes", {}).items()
+                   if shape.get(key, default) != default)

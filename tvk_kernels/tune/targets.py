@@ -78,7 +78,7 @@ def load_optional_targets():
     """Targets of kernel families whose modules define one (`TUNE_TARGET`)."""
     import importlib
 
-    for module in ("matmul", "conv", "pool", "reduce", "softmax", "norm", "sort", "scan"):
+    for module in ("matmul", "conv", "pool", "reduce", "softmax", "norm", "sort", "scan", "attention"):
         try:
             mod = importlib.import_module(f"..kernels.{module}", __package__)
         except ImportError:

@@ -1,0 +1,381 @@
+#version 450
+// Fused scaled-dot-product attention, flash-attention style: the L x L score matrix is never
+// stored. q [B, Hq, Lq, D], k and v [B, Hkv, Lk, D], o [B, Hq, Lq, D] contiguous (Hq = Hkv * group:
+// query head h reads key/value head h / group); lse and delta [B, Hq, Lq] float32.
+//   S = (q * scale) k^T + mask, P = softmax(S), O = dropout(P) v,  lse = logsumexp(S) per row.
+// KERNEL 0 forward: a workgroup owns BR query rows of one (b, h) and walks k/v in tiles of BC
+//          rows through shared memory with an online softmax (running max m and sum l).
+// KERNEL 1 backward preprocess: delta = rowsum(dO * O), one thread per row.
+// KERNEL 2 dQ:  a workgroup owns BR query rows; recomputes P = exp(S - lse) tile by tile,
+//          dS = P * (dropout(dO v^T) - delta), dQ = scale * dS k; writes dS when asked (mask grad).
+// KERNEL 3 dK, dV: a workgroup owns BR key rows of one (b, kv head) and walks the query rows
+//          of every query head of its group: dV = dropout(P)^T dO, dK = scale * dS^T q.
+// Threads: TPR adjacent threads per owned row; thread t of a row keeps the output dims
+// t, t + TPR, ... (HEAD / TPR of them) in registers and the scores of tile columns t, t + TPR, ...
+// HEAD: the head dim D rounded up to a multiple of 16 (shared tiles are zero past D); shared rows
+// are HEAD + 1 floats apart so the TPR threads of a row, reading different rows, hit different banks.
+// MASK 0 none, 1 bool (uint8), 2 additive (the storage type); read through 4 strides, so a mask
+// broadcast over batch or heads costs nothing. CAUSAL: keep j <= i (torch's top-left alignment).
+// DROPOUT: Philox4x32-10 as templates/elementwise_rng.comp: score (b, h, i, j) with flat index
+// n = ((b * Hq + h) * Lq + i) * Lk + j uses word n % 4 of the block for counter (n / 4, 0, offset);
+// kept when unit(word) >= p, so the mask equals a dropout of a [B, Hq, Lq, Lk] tensor at that offset.
+// The forward writes the seed and offset it used to two int64s; the backward reads them as one
+// {seed, offset} pair (16 bytes).
+// SEED_BUF (forward): `rng` is the address of {seed, base offset} (compiled mode's replays) and
+// `offset` is relative to that base.
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+#extension GL_EXT_control_flow_attributes : enable
+#ifndef DT
+#define DT 0
+#endif
+#if DT == 1
+#extension GL_EXT_shader_16bit_storage : require
+#define STYPE float16_t
+#define ESIZE 2
+#else
+#define STYPE float
+#define ESIZE 4
+#endif
+#ifndef KERNEL
+#define KERNEL 0
+#endif
+#ifndef MASK
+#define MASK 0
+#endif
+#if MASK == 1
+#extension GL_EXT_shader_8bit_storage : require
+#endif
+#ifndef CAUSAL
+#define CAUSAL 0
+#endif
+#ifndef DROPOUT
+#define DROPOUT 0
+#endif
+#ifndef SEED_BUF
+#define SEED_BUF 0
+#endif
+#ifndef HEAD
+#define HEAD 64
+#endif
+#ifndef BR
+#define BR 16
+#endif
+#ifndef BC
+#define BC 16
+#endif
+#ifndef TPR
+#define TPR 4
+#endif
+#define DPT (HEAD / TPR)  // output dims per thread
+#define HS (HEAD + 1)      // shared row stride: the TPR threads of a row read different rows, other banks
+
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+
+#define NEG_INF (-uintBitsToFloat(0x7F800000u))
+
+layout(buffer_reference, std430, buffer_reference_align = ESIZE) buffer SBuf { STYPE v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer RngBuf { uvec2 seed; uvec2 offset; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer U64Buf { uvec2 v; };
+#if MASK == 1
+layout(buffer_reference, std430, buffer_reference_align = 1) readonly buffer MBuf { uint8_t v[]; };
+#endif
+
+layout(push_constant) uniform Params {
+    uvec2 q, k, v;
+    uvec2 o;       // forward: O (written); preprocess: O; dQ, dK/dV: dO
+    uvec2 lse;     // float32 [B, Hq, Lq]
+    uvec2 mask;    // MASK != 0
+    uvec2 rng;     // forward: seed, or with SEED_BUF the {seed, offset} address; backward: the forward's rng_out
+    uvec2 x0;      // forward: where its seed goes (int64); preprocess: dO; dQ: dQ; dK/dV: dK
+    uvec2 x1;      // forward: the offset (a value); preprocess, dQ, dK/dV: delta
+    uvec2 x2;      // forward: where its offset goes (int64); dQ: dS (float32 [B, Hq, Lq, Lk], or 0); dK/dV: dV
+    uint lq, lk, d, hq, group;
+    float scale, p;
+    uint ms_b, ms_h, ms_i, ms_j;  // mask strides in elements (0: broadcast)
+} p;
+
+// ---------------------------------------------------------------- dropout (elementwise_rng.comp)
+uvec4 philox_round(uvec4 c, uvec2 k) {
+    uint hi0, lo0, hi1, lo1;
+    umulExtended(0xD2511F53u, c.x, hi0, lo0);
+    umulExtended(0xCD9E8D57u, c.z, hi1, lo1);
+    return uvec4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+}
+
+uvec4 philox(uvec4 c, uvec2 k) {
+    [[unroll]] for (int r = 0; r < 9; ++r) {
+        c = philox_round(c, k);
+        k += uvec2(0x9E3779B9u, 0xBB67AE85u);
+    }
+    return philox_round(c, k);
+}
+
+// 1 / (1 - p) for a kept score, 0 for a dropped one
+float keep_scale(uint n, uvec2 seed, uvec2 offset) {
+    uvec4 r = philox(uvec4(n >> 2, 0u, offset.x, offset.y), seed);
+    float u = float(r[n & 3u] >> 8) * (1.0 / 16777216.0);
+    return u >= p.p ? 1.0 / (1.0 - p.p) : 0.0;
+}
+
+// ---------------------------------------------------------------- scores
+// the masked score of (b, h, i, j) from its dot product (q already scaled); -inf where masked
+float masked(float s, uint b, uint h, uint i, uint j) {
+    if (i >= p.lq || j >= p.lk) return NEG_INF;
+#if CAUSAL
+    if (j > i) return NEG_INF;
+#endif
+#if MASK != 0
+    uint mi = b * p.ms_b + h * p.ms_h + i * p.ms_i + j * p.ms_j;
+#if MASK == 1
+    if (uint(MBuf(p.mask).v[mi]) == 0u) return NEG_INF;
+#else
+    s += float(SBuf(p.mask).v[mi]);
+#endif
+#endif
+    return s;
+}
+
+// load `rows` rows of HEAD from a [*, d] tensor at row `first` (zero past d and past `count`)
+#define LOAD_TILE(DST, SRC, BASE, FIRST, COUNT, ROWS, MUL)                                  \
+    for (uint e = gl_LocalInvocationID.x; e < (ROWS) * HEAD; e += gl_WorkGroupSize.x) {     \
+        uint rr = e / HEAD, dd = e % HEAD, row = (FIRST) + rr;                              \
+        DST[rr * HS + dd] = (row < (COUNT) && dd < p.d) ? float(SRC.v[(BASE) + row * p.d + dd]) * (MUL) : 0.0; \
+    }
+
+#if KERNEL == 1
+// ---------------------------------------------------------------- backward preprocess
+void main() {
+    uint row = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x
+               + gl_LocalInvocationID.x;
+    if (row >= p.lq) return;  // lq: every row, B * Hq * Lq
+    SBuf O = SBuf(p.o), dO = SBuf(p.x0);
+    float acc = 0.0;
+    for (uint dd = 0; dd < p.d; ++dd) acc += float(O.v[row * p.d + dd]) * float(dO.v[row * p.d + dd]);
+    FBuf(p.x1).v[row] = acc;
+}
+#else
+
+#define r (gl_LocalInvocationID.x / TPR)  // the workgroup's row this thread works on
+#define t (gl_LocalInvocationID.x % TPR)  // its place among the row's TPR threads
+
+#if KERNEL == 0
+// ---------------------------------------------------------------- forward
+shared float sQ[BR * HS];
+shared float sKV[BC * HS];
+shared float sS[BR * BC];
+
+void main() {
+    const uint b = gl_WorkGroupID.z, h = gl_WorkGroupID.y, hk = h / p.group, hkv = p.hq / p.group;
+    const uint i0 = gl_WorkGroupID.x * BR, i = i0 + r;
+    const uint qbase = (b * p.hq + h) * p.lq * p.d, kbase = (b * hkv + hk) * p.lk * p.d;
+    SBuf Q = SBuf(p.q), K = SBuf(p.k), V = SBuf(p.v), O = SBuf(p.o);
+#if DROPOUT
+#if SEED_BUF
+    RngBuf sb = RngBuf(p.rng);
+    uint carry;
+    uint off_lo = uaddCarry(sb.offset.x, p.x1.x, carry);
+    const uvec2 offset = uvec2(off_lo, sb.offset.y + p.x1.y + carry), seed = sb.seed;
+#else
+    const uvec2 offset = p.x1, seed = p.rng;
+#endif
+    if (gl_WorkGroupID == uvec3(0) && gl_LocalInvocationID.x == 0) {  // for the backward
+        U64Buf(p.x0).v = seed;
+        U64Buf(p.x2).v = offset;
+    }
+    const uint nrow = ((b * p.hq + h) * p.lq + i) * p.lk;
+#endif
+    LOAD_TILE(sQ, Q, qbase, i0, p.lq, BR, p.scale)
+    float acc[DPT];
+    [[unroll]] for (uint c = 0; c < DPT; ++c) acc[c] = 0.0;
+    float m = NEG_INF, lsum = 0.0;
+#if CAUSAL
+    const uint jend = min(p.lk, i0 + BR);
+#else
+    const uint jend = p.lk;
+#endif
+    for (uint j0 = 0; j0 < jend; j0 += BC) {
+        barrier();
+        LOAD_TILE(sKV, K, kbase, j0, p.lk, BC, 1.0)
+        barrier();
+        for (uint c = t; c < BC; c += TPR) {
+            float s = 0.0;
+            for (uint dd = 0; dd < HEAD; ++dd) s += sQ[r * HS + dd] * sKV[c * HS + dd];
+            sS[r * BC + c] = masked(s, b, h, i, j0 + c);
+        }
+        barrier();
+        LOAD_TILE(sKV, V, kbase, j0, p.lk, BC, 1.0)
+        barrier();
+        float mt = m;
+        for (uint c = 0; c < BC; ++c) mt = max(mt, sS[r * BC + c]);
+        if (mt != NEG_INF) {  // else every score so far is masked: nothing to add
+            float alpha = exp(m - mt);  // m = -inf: 0, and acc, lsum are 0
+            lsum *= alpha;
+            [[unroll]] for (uint c = 0; c < DPT; ++c) acc[c] *= alpha;
+            for (uint c = 0; c < BC; ++c) {
+                float s = sS[r * BC + c];
+                float pr = s == NEG_INF ? 0.0 : exp(s - mt);
+                lsum += pr;
+#if DROPOUT
+                if (pr != 0.0) pr *= keep_scale(nrow + j0 + c, seed, offset);
+#endif
+                [[unroll]] for (uint e = 0; e < DPT; ++e) acc[e] += pr * sKV[c * HS + t + e * TPR];
+            }
+            m = mt;
+        }
+    }
+    if (i < p.lq) {
+        // a row with every score masked: O = 0 and lse = -inf (its gradients are 0)
+        float inv = lsum > 0.0 ? 1.0 / lsum : 0.0;
+        [[unroll]] for (uint e = 0; e < DPT; ++e) {
+            uint dd = t + e * TPR;
+            if (dd < p.d) O.v[qbase + i * p.d + dd] = STYPE(acc[e] * inv);
+        }
+        if (t == 0) FBuf(p.lse).v[(b * p.hq + h) * p.lq + i] = lsum > 0.0 ? m + log(lsum) : NEG_INF;
+    }
+}
+
+#elif KERNEL == 2
+// ---------------------------------------------------------------- backward: dQ
+shared float sQ[BR * HS];
+shared float sdO[BR * HS];
+shared float sK[BC * HS];
+shared float sV[BC * HS];
+shared float sdS[BR * BC];
+
+void main() {
+    const uint b = gl_WorkGroupID.z, h = gl_WorkGroupID.y, hk = h / p.group, hkv = p.hq / p.group;
+    const uint i0 = gl_WorkGroupID.x * BR, i = i0 + r;
+    const uint qbase = (b * p.hq + h) * p.lq * p.d, kbase = (b * hkv + hk) * p.lk * p.d;
+    const uint row = (b * p.hq + h) * p.lq + i;
+    SBuf Q = SBuf(p.q), K = SBuf(p.k), V = SBuf(p.v), dO = SBuf(p.o), dQ = SBuf(p.x0);
+#if DROPOUT
+    RngBuf rs = RngBuf(p.rng);
+    const uvec2 seed = rs.seed, offset = rs.offset;
+#endif
+    const float lse_i = i < p.lq ? FBuf(p.lse).v[row] : 0.0;
+    const float delta_i = i < p.lq ? FBuf(p.x1).v[row] : 0.0;
+    const bool write_ds = p.x2 != uvec2(0u);
+    LOAD_TILE(sQ, Q, qbase, i0, p.lq, BR, p.scale)
+    LOAD_TILE(sdO, dO, qbase, i0, p.lq, BR, 1.0)
+    float acc[DPT];
+    [[unroll]] for (uint c = 0; c < DPT; ++c) acc[c] = 0.0;
+#if CAUSAL
+    const uint jend = write_ds ? p.lk : min(p.lk, i0 + BR);  // dS is written (as 0) past the diagonal too
+#else
+    const uint jend = p.lk;
+#endif
+    for (uint j0 = 0; j0 < jend; j0 += BC) {
+        barrier();
+        LOAD_TILE(sK, K, kbase, j0, p.lk, BC, 1.0)
+        LOAD_TILE(sV, V, kbase, j0, p.lk, BC, 1.0)
+        barrier();
+        for (uint c = t; c < BC; c += TPR) {
+            const uint j = j0 + c;
+            float s = 0.0, dp = 0.0;
+            for (uint dd = 0; dd < HEAD; ++dd) {
+                s += sQ[r * HS + dd] * sK[c * HS + dd];
+                dp += sdO[r * HS + dd] * sV[c * HS + dd];
+            }
+            s = masked(s, b, h, i, j);
+            float pr = s == NEG_INF ? 0.0 : exp(s - lse_i);
+#if DROPOUT
+            if (pr != 0.0) dp *= keep_scale(row * p.lk + j, seed, offset);
+#endif
+            float ds = pr * (dp - delta_i);
+            sdS[r * BC + c] = ds;
+            if (write_ds && i < p.lq && j < p.lk) FBuf(p.x2).v[row * p.lk + j] = ds;
+        }
+        barrier();
+        for (uint c = 0; c < BC; ++c) {
+            float ds = sdS[r * BC + c];
+            [[unroll]] for (uint e = 0; e < DPT; ++e) acc[e] += ds * sK[c * HS + t + e * TPR];
+        }
+    }
+    if (i < p.lq) {
+        [[unroll]] for (uint e = 0; e < DPT; ++e) {
+            uint dd = t + e * TPR;
+            if (dd < p.d) dQ.v[qbase + i * p.d + dd] = STYPE(acc[e] * p.scale);
+        }
+    }
+}
+
+#elif KERNEL == 3
+// ---------------------------------------------------------------- backward: dK, dV
+shared float sK[BR * HS];
+shared float sV[BR * HS];
+shared float sQ[BC * HS];
+shared float sdO[BC * HS];
+shared float sP[BR * BC];
+shared float sdS[BR * BC];
+
+void main() {
+    const uint b = gl_WorkGroupID.z, hk = gl_WorkGroupID.y, hkv = p.hq / p.group;
+    const uint j0 = gl_WorkGroupID.x * BR, j = j0 + r;
+    const uint kbase = (b * hkv + hk) * p.lk * p.d;
+    SBuf Q = SBuf(p.q), K = SBuf(p.k), V = SBuf(p.v), dO = SBuf(p.o), dK = SBuf(p.x0), dV = SBuf(p.x2);
+    FBuf L = FBuf(p.lse), Dl = FBuf(p.x1);
+#if DROPOUT
+    RngBuf rs = RngBuf(p.rng);
+    const uvec2 seed = rs.seed, offset = rs.offset;
+#endif
+    LOAD_TILE(sK, K, kbase, j0, p.lk, BR, 1.0)
+    LOAD_TILE(sV, V, kbase, j0, p.lk, BR, 1.0)
+    float dk[DPT], dv[DPT];
+    [[unroll]] for (uint c = 0; c < DPT; ++c) { dk[c] = 0.0; dv[c] = 0.0; }
+#if CAUSAL
+    const uint istart = (j0 / BC) * BC;  // queries above the diagonal see none of these keys
+#else
+    const uint istart = 0;
+#endif
+    for (uint hh = 0; hh < p.group; ++hh) {
+        const uint h = hk * p.group + hh;
+        const uint qbase = (b * p.hq + h) * p.lq * p.d, lbase = (b * p.hq + h) * p.lq;
+        for (uint i0 = istart; i0 < p.lq; i0 += BC) {
+            barrier();
+            LOAD_TILE(sQ, Q, qbase, i0, p.lq, BC, p.scale)
+            LOAD_TILE(sdO, dO, qbase, i0, p.lq, BC, 1.0)
+            barrier();
+            for (uint c = t; c < BC; c += TPR) {
+                const uint i = i0 + c;
+                float s = 0.0, dp = 0.0;
+                for (uint dd = 0; dd < HEAD; ++dd) {
+                    s += sQ[c * HS + dd] * sK[r * HS + dd];
+                    dp += sdO[c * HS + dd] * sV[r * HS + dd];
+                }
+                s = masked(s, b, h, i, j);
+                float pr = s == NEG_INF ? 0.0 : exp(s - L.v[lbase + i]);
+                float pd = pr;
+#if DROPOUT
+                if (pr != 0.0) {
+                    float z = keep_scale((lbase + i) * p.lk + j, seed, offset);
+                    pd *= z;
+                    dp *= z;
+                }
+#endif
+                sP[r * BC + c] = pd;
+                sdS[r * BC + c] = pr == 0.0 ? 0.0 : pr * (dp - Dl.v[lbase + i]);
+            }
+            barrier();
+            for (uint c = 0; c < BC; ++c) {
+                float pd = sP[r * BC + c], ds = sdS[r * BC + c];
+                [[unroll]] for (uint e = 0; e < DPT; ++e) {
+                    dv[e] += pd * sdO[c * HS + t + e * TPR];
+                    dk[e] += ds * sQ[c * HS + t + e * TPR];
+                }
+            }
+        }
+    }
+    if (j < p.lk) {
+        [[unroll]] for (uint e = 0; e < DPT; ++e) {
+            uint dd = t + e * TPR;
+            if (dd < p.d) {
+                dK.v[kbase + j * p.d + dd] = STYPE(dk[e]);
+                dV.v[kbase + j * p.d + dd] = STYPE(dv[e]);
+            }
+        }
+    }
+}
+#endif
+#endif

@@ -1,0 +1,257 @@
+"""Fused scaled-dot-product attention (templates/attention.comp, torchvk/aten/attention.py) against
+torch CPU: forward and the grads of q, k, v and an additive mask, in eager mode and in a
+TransformerEncoderLayer training step through torchvk.compile and torch.compile(backend="tvk")."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torchvk
+
+FUSED = "aten._scaled_dot_product_fused_attention_overrideable.default"
+FUSED_BWD = "aten._scaled_dot_product_fused_attention_overrideable_backward.default"
+TOL = {torch.float32: 2e-5, torch.float16: 5e-3}
+
+
+def _inputs(b, hq, hkv, lq, lk, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, n, d, generator=g) for h, n in ((hq, lq), (hkv, lk), (hkv, lk)))
+    return q, k, v, torch.randn(b, hq, lq, d, generator=g)
+
+
+def _run(q, k, v, grad, dtype, mask=None, **kw):
+    """SDPA forward and backward; returns the output and the grads of q, k, v (and a float mask) in float32."""
+    leaves = [x.to(dtype).requires_grad_() for x in (q, k, v)]
+    m = mask
+    if mask is not None and mask.dtype != torch.bool:
+        m = mask.to(dtype).requires_grad_()
+        leaves.append(m)
+    out = F.scaled_dot_product_attention(*leaves[:3], attn_mask=m, **kw)
+    out.backward(grad.to(dtype))
+    return [out.detach().float()] + [x.grad.float() for x in leaves]
+
+
+def _compare(q, k, v, grad, dtype=torch.float32, mask=None, **kw):
+    """The tvk results (fused kernel, no CPU op) against torch CPU in float64."""
+    want = _run(q.double(), k.double(), v.double(), grad.double(), torch.float64,
+                None if mask is None else (mask if mask.dtype == torch.bool else mask.double()), **kw)
+    torchvk.reset_op_counts()
+    got = _run(*(x.to(dtype).to("tvk") for x in (q, k, v, grad)), dtype,
+               None if mask is None else mask.to("tvk"), **kw)
+    counts = torchvk.op_counts()
+    assert counts["cpu"] == {}
+    assert counts["vulkan"].get(FUSED) == 1 and counts["vulkan"].get(FUSED_BWD) == 1, counts["vulkan"]
+    names = ["out", "dq", "dk", "dv", "dmask"]
+    for name, a, b in zip(names, got, want):
+        a = a.cpu().double()
+        assert a.shape == b.shape, name
+        err = (a - b).abs().max().item() if a.numel() else 0.0
+        assert err <= TOL[dtype] * (1 + b.abs().max().item()), f"{name}: max error {err}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_matches_cpu(dtype):
+    _compare(*_inputs(2, 2, 2, 9, 20, 16), dtype)
+
+
+def test_causal_and_scale():
+    _compare(*_inputs(1, 2, 2, 17, 33, 16), is_causal=True, scale=0.3)
+
+
+def test_bool_mask_broadcast_with_a_fully_masked_row():
+    q, k, v, g = _inputs(2, 2, 2, 7, 12, 16)
+    mask = torch.rand(7, 12, generator=torch.Generator().manual_seed(1)) > 0.4
+    mask[3] = False  # every score of row 3 masked: output 0 and no gradient, as torch CPU
+    _compare(q, k, v, g, mask=mask)
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 7, 12), (7, 12)])
+def test_float_mask_and_its_grad(shape):
+    q, k, v, g = _inputs(2, 2, 2, 7, 12, 16)
+    _compare(q, k, v, g, mask=torch.randn(*shape, generator=torch.Generator().manual_seed(2)))
+
+
+def test_grouped_heads():
+    _compare(*_inputs(1, 4, 2, 9, 11, 16), enable_gqa=True, is_causal=True)
+
+
+@pytest.mark.parametrize("lq,lk,d", [(1, 1, 16), (1, 9, 8), (17, 33, 40)])
+def test_odd_sizes(lq, lk, d):
+    _compare(*_inputs(1, 1, 1, lq, lk, d))
+
+
+def test_head_dim_128_fp16():
+    _compare(*_inputs(1, 1, 1, 5, 9, 128), torch.float16)
+
+
+def test_transposed_inputs_keep_their_layout():
+    """nn.MultiheadAttention passes views of [B, L, H, D]: grads come back in the inputs' layout."""
+    q, k, v, g = _inputs(1, 2, 2, 6, 6, 16)
+    qt, kt, vt = (x.transpose(1, 2).contiguous().to("tvk").transpose(1, 2).requires_grad_() for x in (q, k, v))
+    out = F.scaled_dot_product_attention(qt, kt, vt)
+    out.backward(g.to("tvk"))
+    assert out.stride() == qt.stride() and qt.grad.stride() == qt.stride()
+    want = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out.cpu(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_dropout_mask_is_the_same_in_forward_and_backward():
+    """The kept scores are those of a native dropout drawn at the same RNG state (so the forward's
+    mask is known), and the grads match torch CPU on that mask: the backward regenerated it."""
+    b, h, lq, lk, d, p = 1, 2, 6, 10, 16, 0.3
+    q, k, v, g = _inputs(b, h, h, lq, lk, d)
+    torch.manual_seed(123)
+    state = torch.tvk.get_rng_state()
+    torchvk.reset_op_counts()
+    got = _run(*(x.to("tvk") for x in (q, k, v, g)), torch.float32, dropout_p=p)
+    assert torchvk.op_counts()["vulkan"].get(FUSED_BWD) == 1
+    torch.tvk.set_rng_state(state)
+    _, keep = torch.ops.aten.native_dropout(torch.ones(b, h, lq, lk, device="tvk"), p, True)
+    keep = keep.cpu()
+    assert 0 < keep.float().mean() < 1
+    leaves = [x.double().requires_grad_() for x in (q, k, v)]
+    probs = torch.softmax(leaves[0] @ leaves[1].transpose(-1, -2) / d ** 0.5, -1)
+    out = (probs * keep / (1 - p)) @ leaves[2]
+    out.backward(g.double())
+    for a, w in zip(got, [out.detach()] + [x.grad for x in leaves]):
+        torch.testing.assert_close(a.cpu().double(), w, atol=2e-5, rtol=2e-5)
+    # a new call draws a new mask
+    again = F.scaled_dot_product_attention(*(x.to("tvk") for x in (q, k, v)), dropout_p=p)
+    assert not torch.equal(again.cpu(), got[0].cpu())
+
+
+class _Causal(nn.Module):
+    def __init__(self, layer, mask):
+        super().__init__()
+        self.layer, self.mask = layer, mask
+
+    def forward(self, x):
+        return self.layer(x, src_mask=self.mask, is_causal=True)
+
+
+def _mse(out, y):
+    return ((out - y) ** 2).mean()
+
+
+@pytest.mark.parametrize("mode", ["eager", "torchvk.compile", "torch.compile"])
+def test_transformer_encoder_layer_trains(mode):
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    x, y = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    mask = nn.Transformer.generate_square_subsequent_mask(5)
+    ref = _Causal(layer, mask)
+    want = _mse(ref(x), y)
+    want.backward()
+    model = _Causal(copy.deepcopy(layer).to("tvk"), mask.to("tvk"))
+    model.zero_grad()
+    xt, yt = x.to("tvk"), y.to("tvk")
+    torchvk.reset_op_counts()
+    if mode == "eager":
+        loss = _mse(model(xt), yt)
+    elif mode == "torchvk.compile":
+        loss = torchvk.compile(model, loss_fn=_mse)(xt, yt)
+    else:
+        loss = _mse(torch.compile(model, backend="tvk")(xt), yt)
+    loss.backward()
+    counts = torchvk.op_counts()
+    assert counts["cpu"] == {}
+    assert FUSED in counts["vulkan"] and FUSED_BWD in counts["vulkan"]
+    torch.testing.assert_close(loss.cpu(), want.detach(), atol=1e-5, rtol=1e-5)
+    for (name, p), (_, p_ref) in zip(model.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p.grad.cpu(), p_ref.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+# ------------------------------------------------------------------ RDNA1
+_RDNA1_STATS = """
+import json
+from tvk_kernels.config import default_params
+from tvk_kernels.kernels import attention as A
+from tvk_kernels.runtime.device import Device
+
+dev = Device.get(0)
+stats, seen = {}, []
+for bucket, head in (("d128", 128), ("d64", 64)):
+    params = default_params("attention", dev.facts, bucket)
+    if params in seen:  # compiled already, at a larger head dim
+        continue
+    seen.append(params)
+    for kernel in (0, 2, 3):  # 1 (the backward's row sums) has no shared memory and 8 VGPRs
+        for dtype, features in (("float32", ("float", True, True)), ("float16", (None, False, False))):
+            defines, wg, shared = A.kernel_defines(kernel, params, head, dtype, *features)
+            pipe = dev.pipelines.get("attention.comp", defines, local_size=(wg, 1, 1), push_size=128,
+                                     shared_bytes=shared, capture_stats=True)
+            stats[f"{bucket} kernel {kernel} {dtype} {features}"] = pipe.stats
+print(json.dumps(stats))
+"""
+
+
+def test_kernels_compile_for_rdna1_without_spills(tmp_path):
+    """RDNA1's own compiler (Mesa's null Navi 10) on the rdna1 defaults, every kernel at the largest
+    head dim of each bucket, with and without mask, causal and dropout: no spills, within AMD's
+    32 KiB of shared memory."""
+    import json
+    import subprocess
+    import sys
+
+    from tvk_kernels.tune import rdna1
+
+    icd = rdna1.radv_icd()
+    if icd is None:
+        pytest.skip("Mesa RADV driver not installed")
+    out = subprocess.run([sys.executable, "-c", _RDNA1_STATS], capture_output=True, text=True,
+                         env=rdna1.null_navi10_env(icd, TVK_CACHE_DIR=str(tmp_path)))
+    assert out.returncode == 0, out.stderr
+    stats = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(stats) >= 3 * 2
+    for name, s in stats.items():
+        assert s["Spilled VGPRs"] == 0 and s["Spilled SGPRs"] == 0 and s.get("Scratch size", 0) == 0, name
+        assert s.get("LDS size", 0) <= 32768 and s["VGPRs"] > 0, name
+
+
+class _DropoutAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Parameter(torch.randn(1, 2, 6, 16))
+
+    def forward(self, kv):
+        return F.scaled_dot_product_attention(self.q, kv, kv, dropout_p=0.4)
+
+
+def test_dropout_in_compiled_replays_draws_as_eager():
+    """Each replay of the compiled graph draws a fresh mask, the one eager mode draws at the same
+    RNG state, and its backward regenerates that mask (grads equal eager's)."""
+    torch.manual_seed(0)
+    eager = _DropoutAttention().to("tvk")
+    inner = copy.deepcopy(eager)
+    compiled = torchvk.compile(inner)
+    kv = torch.randn(1, 2, 9, 16).to("tvk")
+    outs = []
+    for step in range(3):
+        results = []
+        for model, params in ((eager, eager), (compiled, inner)):
+            params.zero_grad()
+            torch.manual_seed(100 + step)
+            out = model(kv)
+            out.square().sum().backward()
+            results.append((out.cpu(), params.q.grad.cpu()))
+        (e_out, e_grad), (c_out, c_grad) = results
+        torch.testing.assert_close(c_out, e_out, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(c_grad, e_grad, atol=1e-6, rtol=1e-5)
+        outs.append(c_out)
+    assert not torch.equal(outs[1], outs[2])
+    assert compiled.compile_stats()[0]["forward"]["replays"] >= 1
+
+
+def test_inputs_the_kernel_does_not_take_use_the_math_path_or_a_clear_error():
+    """3-d inputs, a value head dim unlike the query's and head dims over 128 run torch's math
+    decomposition; the fused op itself, called directly, says what it takes."""
+    q, k, v = torch.randn(2, 5, 16), torch.randn(2, 7, 16), torch.randn(2, 7, 24)
+    got = F.scaled_dot_product_attention(q.to("tvk"), k.to("tvk"), v.to("tvk"))
+    torch.testing.assert_close(got.cpu(), F.scaled_dot_product_attention(q, k, v), atol=1e-5, rtol=1e-5)
+    wide = torch.randn(1, 1, 3, 136).to("tvk")  # head dim over 128
+    with pytest.raises(NotImplementedError, match="the same head dim \\(at most 128\\)"):
+        torch.ops.aten._scaled_dot_product_fused_attention_overrideable(wide, wide, wide)
+    torch.testing.assert_close(F.scaled_dot_product_attention(wide, wide, wide).cpu(),
+                               F.scaled_dot_product_attention(*(wide.cpu(),) * 3), atol=1e-5, rtol=1e-5)

@@ -1,0 +1,245 @@
+"""matmul for every operand layout (NN, NT, TN, TT) and batch form through the torch layer,
+against torch CPU; no copy kernel for a transposed operand; layout-aware bucket keys; split-K
+where the output tiles are too few to fill the GPU; the GEMM sweep benchmark at tiny sizes.
+
+Error bound per element, scale = |A| @ |B| (+ |bias|): fp32 1e-5 * scale + 1e-6, fp16
+2e-3 * scale + 1e-3 (fp32 accumulate, fp16 output rounding), as in test_matmul.py.
+"""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import torchvk
+from tvk_kernels.kernels import matmul as mm
+from tvk_kernels.tune.space import bucket_of
+
+TOL = {torch.float32: (1e-5, 1e-6), torch.float16: (2e-3, 1e-3)}
+LAYOUTS = ["nn", "nt", "tn", "tt"]
+
+
+def _operands(layout, M, N, K, lead=(), bcast_b=False, dtype=torch.float32, seed=0):
+    """CPU tensors A [*lead, M, K], B [*lead, K, N] whose storage is transposed where the layout says 't'."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(*lead, K, M, generator=g).transpose(-1, -2) if layout[0] == "t" else torch.randn(*lead, M, K,
+                                                                                                   generator=g)
+    b_lead = (1,) * len(lead) if bcast_b else lead
+    b = torch.randn(*b_lead, N, K, generator=g).transpose(-1, -2) if layout[1] == "t" else torch.randn(*b_lead, K, N,
+                                                                                                       generator=g)
+    return a.to(dtype), b.to(dtype)
+
+
+def _tvk(t):
+    """The same view on tvk: the storage moves, then the same strides are taken (a transposed view stays one)."""
+    if t.dim() >= 2 and t.stride(-2) == 1 and t.shape[-2] > 1:
+        return t.transpose(-1, -2).contiguous().to("tvk").transpose(-1, -2)
+    return t.contiguous().to("tvk")
+
+
+def _assert_close(got, a, b, bias=None):
+    ref = (a.double() @ b.double()) + (0 if bias is None else bias.double())
+    scale = a.double().abs() @ b.double().abs() + (0 if bias is None else bias.double().abs())
+    rtol, atol = TOL[a.dtype]
+    assert got.dtype == a.dtype and got.shape == ref.shape
+    err = (got.cpu().double() - ref).abs()
+    assert bool((err <= rtol * scale + atol).all()), f"max error {err.max().item():.3g}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_mm_addmm_every_layout(layout, dtype):
+    for M, N, K in ((1, 7, 33), (33, 65, 1), (7, 33, 65)):  # N == 1: test_batched_every_layout
+        a, b = _operands(layout, M, N, K, dtype=dtype)
+        _assert_close(_tvk(a) @ _tvk(b), a, b)
+        bias = torch.randn(N).to(dtype)
+        _assert_close(torch.addmm(bias.to("tvk"), _tvk(a), _tvk(b)), a, b, bias)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_batched_every_layout(layout, dtype):
+    for (M, N, K), bcast in (((7, 33, 5), False), ((1, 9, 65), True), ((33, 1, 7), False)):
+        a, b = _operands(layout, M, N, K, lead=(3,), bcast_b=bcast, dtype=dtype, seed=M)
+        _assert_close(torch.bmm(_tvk(a), _tvk(b).expand(3, K, N)), a, b.expand(3, K, N))
+        _assert_close(torch.matmul(_tvk(a), _tvk(b)), a, b)  # broadcast through matmul
+        c = torch.randn(3, M, N).to(dtype)
+        got = torch.baddbmm(c.to("tvk"), _tvk(a), _tvk(b).expand(3, K, N), beta=0.5, alpha=2.0)
+        _assert_close(got, a, b.expand(3, K, N) * 2.0, 0.5 * c)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_matmul_4d_attention_shapes(layout):
+    """q @ k^T style products of [batch, heads, seq, dim] views, as attention builds them."""
+    a, b = _operands(layout, 9, 7, 5, lead=(2, 3), seed=5)
+    _assert_close(torch.matmul(_tvk(a), _tvk(b)), a, b)
+
+
+def test_linear_backward_layouts():
+    """linear's forward reads W transposed (NT), its weight grad reads grad transposed (TN)."""
+    x = torch.randn(2, 7, 33)
+    w = torch.randn(5, 33, requires_grad=True)
+    bias = torch.randn(5, requires_grad=True)
+    xt = x.to("tvk").requires_grad_()
+    wt, bt = w.detach().to("tvk").requires_grad_(), bias.detach().to("tvk").requires_grad_()
+    xc = x.clone().requires_grad_()
+    go = torch.randn(2, 7, 5)
+    torch.nn.functional.linear(xt, wt, bt).backward(go.to("tvk"))
+    torch.nn.functional.linear(xc, w, bias).backward(go)
+    for got, want in ((xt.grad, xc.grad), (wt.grad, w.grad), (bt.grad, bias.grad)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def _ops_and_dispatches(fn):
+    from tvk_kernels import get_device
+
+    stream = get_device(0).stream
+    torchvk.reset_op_counts()
+    before = stream.total_dispatches
+    fn()
+    return torchvk.op_counts()["vulkan"], stream.total_dispatches - before
+
+
+@pytest.mark.parametrize("case", ["mm_tn", "mm_nt", "addmm_tt", "bmm_tn", "matmul_4d_nt"])
+def test_transposed_operand_runs_no_copy(case):
+    """A transposed operand is read through its strides: one GEMM dispatch, no copy op."""
+    a2, b2 = torch.randn(9, 5).to("tvk"), torch.randn(7, 9).to("tvk")
+    a3, b3 = torch.randn(2, 9, 5).to("tvk"), torch.randn(2, 9, 7).to("tvk")
+    q, k = torch.randn(2, 3, 6, 4).to("tvk"), torch.randn(2, 3, 6, 4).to("tvk")
+    bias = torch.randn(7).to("tvk")
+    fn = {"mm_tn": lambda: a2.t() @ a2, "mm_nt": lambda: b2 @ b2.t(),
+          "addmm_tt": lambda: torch.addmm(bias, a2.t(), b2.t()), "bmm_tn": lambda: torch.bmm(a3.transpose(1, 2), b3), "matmul_4d_nt": lambda: q @ k.transpose(-2, -1)}[case]
+    ops, dispatches = _ops_and_dispatches(fn)
+    assert dispatches == 1, (ops, dispatches)
+    assert not any(n.split(".")[1] in ("clone", "copy_", "contiguous", "_to_copy") for n in ops), ops
+
+
+def test_bucket_key_holds_layout_and_batch():
+    assert mm.shape_bucket(512, 2048, 2048) == bucket_of("matmul", {"M": 512, "N": 2048, "K": 2048, "batch": 1})
+    size = mm.shape_bucket(512, 2048, 2048)
+    for layout in ("nt", "tn", "tt"):
+        shape = {"M": 512, "N": 2048, "K": 2048, "batch": 1, "layout": layout}
+        assert mm.shape_bucket(512, 2048, 2048, 1, layout) == bucket_of("matmul", shape) == f"{size}.{layout}"
+    assert mm.shape_bucket(64, 64, 32, 256, "nt") == "batched.nt"
+    for suite in mm.TUNE_TARGET.suites.values():  # the tuner groups its suites by the same keys
+        for s in suite:
+            assert bucket_of("matmul", s) == mm.shape_bucket(s["M"], s["N"], s["K"], s["batch"],
+                                                             s.get("layout", "nn"))
+
+
+def test_kernel_reports_layout_bucket_and_batched_config(device):
+    a = torch.randn(40, 20)
+    info = mm.matmul(device, 0x1000, 0x2000, 0x3000, 0, 0, 0)  # empty product: no launch
+    assert info["kernel"] == "none"
+    A, B = device.upload(a.numpy()), device.upload(a.numpy())
+    out = device.allocator.alloc(4 * 20 * 20)
+    try:
+        info = mm.matmul(device, A.address, B.address, out.address, 20, 20, 40, a_strides=(0, 1, 20),
+                         b_strides=(0, 20, 1))
+        assert info["bucket"].endswith(".tn"), info
+        got = device.download(out, np.float32, (20, 20))
+        np.testing.assert_allclose(got, (a.T @ a).numpy(), rtol=1e-4, atol=1e-4)
+    finally:
+        for buf in (A, B, out):
+            buf.free()
+    fam = mm.family(device, mm.Matmul)
+    params, _ = fam.config("batched.nt")
+    assert (params["BM"], params["BN"]) == (32, 32)  # the small attention tile, not the large default
+
+
+def test_split_k_when_tiles_do_not_fill_the_gpu(device, rng):
+    """Few output tiles and a long K: split K (before, only the 'skinny' bucket split)."""
+    M, N, K = 16, 24, 768
+    a = rng.standard_normal((K, M), dtype=np.float32)  # A read transposed
+    b = rng.standard_normal((K, N), dtype=np.float32)
+    bias = rng.standard_normal(N).astype(np.float32)
+    A, B, BIAS = device.upload(a), device.upload(b), device.upload(bias)
+    out = device.allocator.alloc(4 * M * N)
+    try:
+        info = mm.matmul(device, A.address, B.address, out.address, M, N, K, a_strides=(0, 1, M),
+                         b_strides=(0, N, 1), bias_addr=BIAS.address, activation="relu")
+        assert not info["bucket"].startswith("skinny") and info["splits"] > 1, info
+        got = device.download(out, np.float32, (M, N)).astype(np.float64)
+    finally:
+        for buf in (A, B, BIAS, out):
+            buf.free()
+    ref = np.maximum(a.T.astype(np.float64) @ b + bias, 0)
+    scale = np.abs(a.T.astype(np.float64)) @ np.abs(b) + np.abs(bias)
+    assert np.all(np.abs(got - ref) <= 1e-5 * scale + 1e-6)
+
+
+def test_tuner_target_runs_layouts(device):
+    from tvk_kernels.config import default_params
+
+    for shape in mm.TUNE_TARGET.suites["tiny"][-2:]:
+        assert shape.get("layout", "nn") != "nn" or shape["batch"] > 1
+        case = mm.TUNE_TARGET.prepare(device, shape, n_inputs=1)
+        try:
+            ok, err = case.check(default_params("matmul", device.facts, bucket_of("matmul", shape).split(".")[0]))
+            assert ok, err
+        finally:
+            case.free()
+
+
+def test_gemm_sweep_sample_and_quick_run(device):
+    from tvk_kernels.bench import gemm_sweep as gs
+
+    sample = gs.sample()
+    assert sample == gs.sample() and len(sample) == gs.COUNT  # seeded: the same GEMMs every run
+    assert {g["layout"] for g in sample} == set(LAYOUTS) and any(g["batch"] > 1 for g in sample)
+    assert any(g["batch"] == 1 for g in sample) and any(g["bcast_b"] for g in sample)
+    tuned = {(s["M"], s["N"], s["K"], s["batch"]) for suite in mm.TUNE_TARGET.suites.values() for s in suite}
+    for g in sample:
+        assert 1 <= min(g["M"], g["N"], g["K"]) and max(g["M"], g["N"], g["K"]) <= gs.MAX_DIM
+        assert 2 * g["batch"] * g["M"] * g["N"] * g["K"] <= gs.FLOP_CAP
+        assert (g["M"], g["N"], g["K"], g["batch"]) not in tuned
+    gemms = [{"M": 5, "N": 3, "K": 7, "batch": 1, "layout": "tt", "bcast_b": False},
+             {"M": 4, "N": 6, "K": 3, "batch": 3, "layout": "nt", "bcast_b": True}]
+    section, md = gs.run(device, quick=True, gemms=gemms)
+    assert len(section["rows"]) == 2 * len(section["summary"])
+    for r in section["rows"]:
+        assert r["tvk_s"] > 0 and r["rel_err"] < 1e-2 and r["cuda_s"] is None
+    assert "GEMM sweep" in md and "5x3x7 TT" in md
+
+
+_RDNA1 = r"""
+import json
+from tvk_kernels import get_device
+from tvk_kernels.config import default_params, search_space
+from tvk_kernels.kernels import matmul as mm
+dev = get_device(0)
+stats, seen = {}, set()
+for bucket in search_space("matmul")["buckets"]:
+    p = mm.validate_params(dev, default_params("matmul", dev.facts, bucket))
+    if tuple(p.items()) in seen:
+        continue
+    seen.add(tuple(p.items()))
+    for a_k, b_n in ((1, 1), (0, 0)):  # NN and TT: every load path of A and of B
+        if True:
+            d = {"BM": p["BM"], "BN": p["BN"], "BK": p["BK"], "TM": p["TM"], "TN": p["TN"], "UNROLL": p["UNROLL"],
+                 "PAD": p["PAD"], "VEC_A": p["VEC"], "VEC_B": p["VEC"], "A_KMAJOR": a_k, "B_NMAJOR": b_n, "ACT": 0,
+                 "DTYPE": 0, "MODE": 0}
+            pipe = dev.pipelines.get(mm.TEMPLATE, d, local_size=(mm.derived(p)["WG"], 1, 1), push_size=mm._PUSH.size,
+                                     subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
+            stats[f"{bucket}.{mm.layout_name(a_k, b_n)}"] = pipe.stats
+print(json.dumps(stats))
+"""
+
+
+def test_static_defaults_compile_for_rdna1_without_spills(tmp_path):
+    """Every bucket's static default, NN and TT, on RDNA1's compiler (Mesa's null Navi 10)."""
+    from tvk_kernels.tune import rdna1
+
+    icd = rdna1.radv_icd()
+    if icd is None:
+        pytest.skip("Mesa RADV driver not installed")
+    out = subprocess.run([sys.executable, "-c", _RDNA1], capture_output=True, text=True,
+                         env=rdna1.null_navi10_env(icd, TVK_CACHE_DIR=str(tmp_path)))
+    assert out.returncode == 0, out.stderr
+    stats = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "batched.tt" in stats and len(stats) >= 2 * 3
+    for name, s in stats.items():
+        assert s["Spilled VGPRs"] == 0 and s["Spilled SGPRs"] == 0 and s.get("Scratch size", 0) == 0, name
+        assert s.get("LDS size", 0) <= 32768 and s["VGPRs"] > 0, name

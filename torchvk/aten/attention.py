@@ -1,0 +1,199 @@
+"""F.scaled_dot_product_attention on tvk_kernels.kernels.attention (fused, the L x L scores never stored).
+
+torch picks an SDPA backend per device with a C++ stub a Python backend cannot fill, so on tvk
+SDPA would run its math decomposition (softmax of a materialised L x L matrix). Instead
+`scaled_dot_product_attention` is registered for the AutogradPrivateUse1 key (a composite op
+never reaches TVKTensor's Python dispatch): it calls
+aten._scaled_dot_product_fused_attention_overrideable, the op torch keeps for out-of-tree
+backends, whose autograd formula calls ..._overrideable_backward; both are in the op table.
+Inputs the kernel does not cover (not 4-d, head dim over 128, other dtypes, a value head dim
+unlike the query's, both a mask and is_causal: torch's error) take torch's math decomposition.
+While tracing (Dynamo's fake tvk tensors, torchvk.compile) `traced_sdpa` puts the same fused op
+in the graph (torchvk/compile/whole_ops.py).
+
+Dropout keeps what torch's fused kernels keep: philox_seed and philox_offset are one-element
+int64 tvk tensors the forward kernel writes the (seed, offset) it drew with, and the backward
+regenerates the same mask from them.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tvk_kernels.kernels import attention as _A
+
+from .. import _rng
+from .._dispatch import register
+from .._tensor import TVKTensor, alias, new_tensor
+from ._util import addr, cast, contig, dev
+
+aten = torch.ops.aten
+_DT = {torch.float32: "float32", torch.float16: "float16"}
+_SDPA = aten.scaled_dot_product_attention.default
+_FUSED = aten._scaled_dot_product_fused_attention_overrideable.default
+
+
+def fused_supported(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, enable_gqa=False) -> bool:
+    """Whether the fused kernel computes this call (else torch's math decomposition runs it, with
+    torch's checks and errors)."""
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4 or query.dtype not in _DT:
+        return False
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        return False
+    b, hq, lq, d = query.shape
+    if key.shape[0] != b or value.shape[0] != b or key.shape[3] != d or value.shape[3] != d or not 1 <= d <= _A.MAX_HEAD:
+        return False
+    if key.shape[1] != value.shape[1] or key.shape[2] != value.shape[2] or key.shape[1] < 1:
+        return False
+    if key.shape[1] != hq and (not enable_gqa or hq % key.shape[1]):
+        return False
+    if attn_mask is not None:
+        if is_causal or attn_mask.dim() > 4 or attn_mask.dtype not in (torch.bool, query.dtype):
+            return False
+        try:
+            torch.broadcast_shapes(tuple(attn_mask.shape), (b, hq, lq, key.shape[2]))
+        except RuntimeError:
+            return False
+    return 0.0 <= dropout_p <= 1.0
+
+
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """F.scaled_dot_product_attention for tvk tensors (AutogradPrivateUse1)."""
+    if type(query) is not TVKTensor:  # a tracing wrapper (Dynamo's fake tvk tensors)
+        return traced_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if not fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+        return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    return _FUSED(query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
+
+
+def traced_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """SDPA as one fused op in a traced graph where the kernel covers it; torch's math otherwise."""
+    if fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
+        return _FUSED(query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
+    return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+
+_lib = torch.library.Library("aten", "IMPL")
+_lib.impl("scaled_dot_product_attention", sdpa, "AutogradPrivateUse1")
+
+
+# ---------------------------------------------------------------- the fused op and its backward
+def _matching_layout(src: TVKTensor, like) -> TVKTensor:
+    """src (contiguous) in the dim order of `like`'s strides, as torch's meta kernels allocate
+    (a compiled graph's later views assume that layout)."""
+    if like.is_contiguous():
+        return src
+    order = sorted(range(like.dim()), key=lambda i: like.stride()[i], reverse=True)
+    phys = new_tensor([src.shape[i] for i in order], src.dtype, dev(src))
+    out = phys.permute([order.index(i) for i in range(like.dim())])
+    from .copies import device_copy
+
+    return device_copy(out, src)
+
+
+def _shape(query, key):
+    b, hq, lq, d = query.shape
+    return b, hq, key.shape[1], lq, key.shape[2], d
+
+
+def _mask(attn_bias, query, lk):
+    """(address, kind, strides over [B, Hq, Lq, Lk]) of the mask, broadcast by stride 0."""
+    if attn_bias is None:
+        return None
+    b, hq, lq, _ = query.shape
+    m = attn_bias.expand(b, hq, lq, lk)
+    return addr(m), "bool" if m.dtype == torch.bool else "float", tuple(m.stride())
+
+
+def _scale(scale, d) -> float:
+    return 1.0 / math.sqrt(d) if scale is None else float(scale)
+
+
+def _int64_scalar(device):
+    return new_tensor((), torch.int64, device)
+
+
+@register(_FUSED)
+def fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False,
+                    *, scale=None):
+    if return_debug_mask:
+        raise NotImplementedError("TorchVK's fused attention has no debug attention mask; pass return_debug_mask=False")
+    if not fused_supported(query, key, value, attn_bias, dropout_p, False, enable_gqa=True):
+        raise NotImplementedError(
+            f"TorchVK's fused attention takes 4-d float32/float16 q, k, v of one dtype with the same head dim (at most "
+            f"{_A.MAX_HEAD}), query heads a multiple of key/value heads and a bool or same-dtype mask broadcastable to "
+            f"[B, H, Lq, Lk]; got q {tuple(query.shape)} {query.dtype}, k {tuple(key.shape)}, v {tuple(value.shape)}. "
+            "F.scaled_dot_product_attention takes every input (the others through its math decomposition).")
+    d = dev(query)
+    q, k, v = contig(query), contig(key), contig(value)
+    shape = _shape(q, k)
+    b, hq, hkv, lq, lk, hd = shape
+    out = new_tensor(q.shape, q.dtype, d)
+    lse = new_tensor((b, hq, lq), torch.float32, d)
+    seed_t, offset_t = _int64_scalar(d), _int64_scalar(d)
+    rng = (0, 0, None)
+    if dropout_p > 0:
+        rng = _rng.kernel_seed(b * hq * lq * lk)
+    if lse.numel():
+        _A.attention_forward(d, addr(q), addr(k), addr(v), addr(out), addr(lse), shape, dtype=_DT[q.dtype],
+                             scale=_scale(scale, hd), mask=_mask(attn_bias, q, lk), causal=is_causal,
+                             dropout_p=float(dropout_p), rng=rng, rng_out=(addr(seed_t), addr(offset_t)))
+    return (_matching_layout(out, query), lse, None, None, lq, lk, seed_t, offset_t, None)
+
+
+_BWD = aten._scaled_dot_product_fused_attention_overrideable_backward.default
+
+
+def _backward_meta(grad_out, query, key, value, attn_bias, grad_input_mask, *args, scale=None):
+    return (torch.empty_like(query), torch.empty_like(key), torch.empty_like(value),
+            None if attn_bias is None else torch.empty_like(attn_bias))
+
+
+# torch 2.11 has no meta kernel for the backward (2.13 does): tracing on fake tensors needs one
+if not torch._C._dispatch_has_kernel_for_dispatch_key(_BWD.name(), "Meta"):
+    _lib.impl(_BWD.name().split("::")[1], _backward_meta, "Meta")
+
+
+@register(_BWD)
+def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
+                             cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
+    d = dev(query)
+    q, k, v = contig(query), contig(key), contig(value)
+    o, g = contig(out), contig(cast(grad_out, query.dtype))
+    shape = _shape(q, k)
+    b, hq, hkv, lq, lk, hd = shape
+    dq, dk, dv = new_tensor(q.shape, q.dtype, d), new_tensor(k.shape, k.dtype, d), new_tensor(v.shape, v.dtype, d)
+    want_bias = attn_bias is not None and attn_bias.dtype != torch.bool and len(grad_input_mask) > 3 \
+        and grad_input_mask[3]
+    ds = new_tensor((b, hq, lq, lk), torch.float32, d) if want_bias else None
+    rng_state = None
+    if dropout_p > 0:  # the kernel reads {seed, offset} as 16 contiguous bytes
+        rng_state = new_tensor((2,), torch.int64, d)
+        from .copies import device_copy
+
+        device_copy(alias(rng_state, (), (), 0), philox_seed)
+        device_copy(alias(rng_state, (), (), 1), philox_offset)
+    if lk == 0 or lq == 0:
+        from .copies import fill
+
+        for t in (dq, dk, dv) + ((ds,) if ds is not None else ()):
+            fill(t, 0.0)
+    else:
+        delta = new_tensor((b, hq, lq), torch.float32, d)
+        _A.attention_backward(d, addr(q), addr(k), addr(v), addr(o), addr(g), addr(contig(logsumexp)), addr(dq),
+                              addr(dk), addr(dv), shape, dtype=_DT[q.dtype], scale=_scale(scale, hd),
+                              mask=_mask(attn_bias, q, lk), causal=is_causal, dropout_p=float(dropout_p),
+                              rng_state=None if rng_state is None else addr(rng_state),
+                              ds=None if ds is None else addr(ds), delta=addr(delta))
+    grad_bias = _bias_grad(ds, attn_bias) if want_bias else None
+    return _matching_layout(dq, query), _matching_layout(dk, key), _matching_layout(dv, value), grad_bias
+
+
+def _bias_grad(ds, attn_bias):
+    """dS summed over the dims the mask broadcast over, in the mask's shape and dtype."""
+    lead = ds.dim() - attn_bias.dim()
+    dims = list(range(lead)) + [lead + i for i, s in enumerate(attn_bias.shape) if s == 1 and ds.shape[lead + i] != 1]
+    g = aten.sum.dim_IntList(ds, dims, True) if dims else ds
+    g = aten.reshape.default(g, tuple(attn_bias.shape))
+    return cast(contig(g), attn_bias.dtype)

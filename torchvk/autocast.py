@@ -1,0 +1,174 @@
+"""`torch.autocast("tvk", dtype=torch.float16 or torch.bfloat16)`: CUDA's autocast policy on tvk.
+
+torch ships autocast kernels in C++ for CUDA, CPU, XPU, MPS, ... but none for the PrivateUse1
+key a Python backend gets, so without this every op under autocast("tvk") fails with "Could
+not run 'aten::linear' with arguments from the 'Autocasttvk' backend". `install()` registers:
+
+* a fallthrough for every op (ops not listed below run as they are, as on CUDA);
+* for each listed op, a kernel on the AutocastPrivateUse1 key that casts the op's floating tvk
+  tensors (float64 excepted) as CUDA's policy does, then runs the op with autocast off.
+
+The op lists are CUDA's (aten/src/ATen/autocast_mode.cpp), so a model gets the dtypes it would
+get on CUDA. Unlike CUDA, casts of weights are not cached within an autocast region: each use
+casts again (same results, one extra copy per use).
+"""
+from __future__ import annotations
+
+import torch
+
+# ops that run in the autocast dtype (float16 or bfloat16): the matmul and conv family
+LOWER_PRECISION = (
+    "_convolution", "_convolution.deprecated", "conv1d", "conv1d.padding", "conv2d", "conv2d.padding", "conv3d",
+    "conv3d.padding", "conv_tbc", "conv_transpose1d", "conv_transpose2d.input", "conv_transpose3d.input",
+    "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv", "linalg_vecdot", "linear",
+    "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot", "_thnn_fused_lstm_cell",
+    "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
+)
+# ops that run in float32: pointwise ops that overflow or lose precision in 16 bits, norms, losses
+FLOAT32 = (
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
+    "sinh", "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm",
+    "native_layer_norm", "group_norm", "frobenius_norm.dim", "nuclear_norm", "nuclear_norm.dim",
+    "cosine_similarity", "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d",
+    "hinge_embedding_loss", "kl_div", "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss",
+    "margin_ranking_loss", "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss",
+    "multi_margin_loss", "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
+    "cross_entropy_loss", "norm.Scalar", "norm.ScalarOpt_dim",
+    "upsample_nearest1d", "upsample_nearest1d.vec", "_upsample_nearest_exact1d", "_upsample_nearest_exact1d.vec",
+    "upsample_nearest2d", "upsample_nearest2d.vec", "_upsample_nearest_exact2d", "_upsample_nearest_exact2d.vec",
+    "upsample_nearest3d", "upsample_nearest3d.vec", "_upsample_nearest_exact3d", "_upsample_nearest_exact3d.vec",
+    "upsample_linear1d", "upsample_linear1d.vec", "upsample_bilinear2d", "upsample_bilinear2d.vec",
+    "_upsample_bilinear2d_aa", "_upsample_bilinear2d_aa.vec", "upsample_trilinear3d", "upsample_trilinear3d.vec",
+    "upsample_bicubic2d", "upsample_bicubic2d.vec", "_upsample_bicubic2d_aa", "_upsample_bicubic2d_aa.vec",
+)
+# ops with a `dtype` argument: left unset, it becomes float32 (softmax of a float16 input is float32)
+FLOAT32_DTYPE_ARG = (
+    "prod", "prod.dim_int", "softmax.int", "log_softmax.int", "cumprod", "cumsum", "linalg_vector_norm",
+    "linalg_matrix_norm", "sum", "sum.dim_IntList",
+)
+# ops whose tensors are cast to the widest floating dtype among them
+PROMOTE = (
+    "addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "grid_sampler", "index_put", "tensordot",
+    "scatter_add", "cat", "stack", "index_copy",
+)
+# refused under autocast, as on CUDA
+BANNED = {
+    "binary_cross_entropy": "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to "
+                            "autocast. Many models use a sigmoid layer right before the binary cross entropy "
+                            "layer. In this case, combine the two layers using "
+                            "torch.nn.functional.binary_cross_entropy_with_logits or torch.nn.BCEWithLogitsLoss. "
+                            "binary_cross_entropy_with_logits and BCEWithLogits are safe to autocast.",
+}
+
+_KEY = "AutocastPrivateUse1"
+_libs: list = []
+
+
+def _eligible(t) -> bool:
+    return (isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+            and t.device.type == torch._C._get_privateuse1_backend_name())
+
+
+def _cast(value, dtype):
+    if _eligible(value):
+        return value.to(dtype) if value.dtype != dtype else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(v, dtype) for v in value)
+    return value
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+
+
+def _widest(args) -> torch.dtype | None:
+    widest = None
+    for t in _tensors(args):
+        if _eligible(t):
+            widest = t.dtype if widest is None else torch.promote_types(widest, t.dtype)
+    return widest
+
+
+def _run(op, args, kwargs):
+    with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, _KEY))):
+        return op(*args, **kwargs)
+
+
+def _lower_precision(op):
+    def kernel(*args, **kwargs):
+        dtype = torch.get_autocast_dtype(torch._C._get_privateuse1_backend_name())
+        return _run(op, _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()})
+    return kernel
+
+
+def _float32(op):
+    def kernel(*args, **kwargs):
+        return _run(op, _cast(args, torch.float32), {k: _cast(v, torch.float32) for k, v in kwargs.items()})
+    return kernel
+
+
+def _float32_dtype_arg(op):
+    names = [a.name for a in op._schema.arguments]
+    if "dtype" not in names:  # another torch's schema: cast to float32 instead
+        return _float32(op)
+    pos = names.index("dtype")
+
+    def kernel(*args, **kwargs):
+        given = args[pos] if len(args) > pos else kwargs.get("dtype")
+        if given is None and args and _eligible(args[0]):
+            if len(args) > pos:
+                args = args[:pos] + (torch.float32,) + args[pos + 1:]
+            else:
+                kwargs = {**kwargs, "dtype": torch.float32}
+        return _run(op, args, kwargs)
+    return kernel
+
+
+def _promote(op):
+    def kernel(*args, **kwargs):
+        dtype = _widest((args, tuple(kwargs.values())))
+        if dtype is None:
+            return _run(op, args, kwargs)
+        return _run(op, _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()})
+    return kernel
+
+
+def _banned(message):
+    def kernel(*args, **kwargs):
+        raise RuntimeError(message)
+    return kernel
+
+
+def _overload(name):
+    """aten OpOverload for "op" or "op.overload"; None where this torch has no such op."""
+    base, _, overload = name.partition(".")
+    packet = getattr(torch.ops.aten, base, None)
+    return None if packet is None else getattr(packet, overload or "default", None)
+
+
+def install():
+    """Register the fallthrough and the policy kernels (once)."""
+    if _libs:
+        return
+    fallback = torch.library.Library("_", "IMPL")
+    try:
+        fallback.fallback(torch.library.fallthrough_kernel, _KEY)
+    except RuntimeError:  # a later torch that registers its own fallthrough for this key
+        pass
+    lib = torch.library.Library("aten", "IMPL")
+    policies = [(LOWER_PRECISION, _lower_precision), (FLOAT32, _float32), (FLOAT32_DTYPE_ARG, _float32_dtype_arg),
+                (PROMOTE, _promote)]
+    for names, make in policies:
+        for name in names:
+            op = _overload(name)
+            if op is not None:
+                lib.impl(name, make(op), _KEY)
+    for name, message in BANNED.items():
+        if _overload(name) is not None:
+            lib.impl(name, _banned(message), _KEY)
+    _libs.extend([fallback, lib])

@@ -1,0 +1,265 @@
+"""The model zoo: models as users bring them (plain torch.nn, torch.optim), each with a factory,
+an input spec, a loss and an optimizer, at two sizes: "tiny" (tests, --quick) and "bench".
+
+Plain torch, no torchvk import and no relative import: the torch CPU/CUDA peers load this file
+by path in a process without torchvk (see peer.py for why). Dropout is 0 everywhere so that
+tvk, torch CPU and the compiled modes draw no random numbers and must give the same losses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    build: Callable[..., nn.Module]          # build(**dims) -> the model (random init: seed first)
+    inputs: Callable[..., tuple]             # inputs(generator, **dims) -> (x, target), CPU tensors
+    loss: Callable                           # loss(model(x), target) -> scalar
+    optimizer: Callable                      # optimizer(params) -> torch.optim optimizer
+    tiny: dict                               # dims for tests and --quick
+    bench: dict                              # dims for the benchmark
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+def adamw(params):
+    return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)
+
+
+def token_loss(logits, target):
+    """Cross-entropy over every position of a (batch, seq, classes) output."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+# ---- inputs ---------------------------------------------------------------------------------------
+
+def images(g, batch, channels, size, classes, **_):
+    return torch.randn(batch, channels, size, size, generator=g), torch.randint(0, classes, (batch,), generator=g)
+
+
+def features(g, batch, width, classes, **_):
+    return torch.randn(batch, width, generator=g), torch.randint(0, classes, (batch,), generator=g)
+
+
+def pixels_to_classes(g, batch, channels, size, classes, **_):
+    return torch.randn(batch, channels, size, size, generator=g), torch.randint(0, classes, (batch, size, size), generator=g)
+
+
+def next_tokens(g, batch, seq, vocab, **_):
+    data = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+    return data[:, :-1], data[:, 1:]
+
+
+def token_sequences(g, batch, seq, vocab, classes, **_):
+    return torch.randint(0, vocab, (batch, seq), generator=g), torch.randint(0, classes, (batch,), generator=g)
+
+
+def unit_features(g, batch, width, **_):
+    x = torch.rand(batch, width, generator=g)
+    return x, x
+
+
+# ---- models ---------------------------------------------------------------------------------------
+
+def mlp(width, hidden, classes, **_):
+    return nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, classes))
+
+
+def lenet(channels, size, classes, c1, c2, hidden, **_):
+    flat = c2 * (((size - 2) // 2 - 2) // 2) ** 2
+    return nn.Sequential(nn.Conv2d(channels, c1, 3), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(c1, c2, 3), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(flat, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+
+
+class BasicBlock(nn.Module):
+    """ResNet's: two 3x3 conv + BatchNorm, a 1x1 conv + BatchNorm shortcut where the shape changes."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+def resnet(channels, classes, width, **_):
+    return nn.Sequential(nn.Conv2d(channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                         BasicBlock(width, width, 1), BasicBlock(width, 2 * width, 2),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, classes))
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2/V3's block: 1x1 expand, 3x3 depthwise (groups=channels), 1x1 project, residual."""
+
+    def __init__(self, c, expand):
+        super().__init__()
+        h = c * expand
+        self.block = nn.Sequential(nn.Conv2d(c, h, 1, bias=False), nn.BatchNorm2d(h), nn.ReLU6(),
+                                   nn.Conv2d(h, h, 3, 1, 1, groups=h, bias=False), nn.BatchNorm2d(h), nn.Hardswish(),
+                                   nn.Conv2d(h, c, 1, bias=False), nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        return x + self.block(x)
+
+
+def mobilenet(channels, classes, width, **_):
+    return nn.Sequential(nn.Conv2d(channels, width, 3, 2, 1, bias=False), nn.BatchNorm2d(width), nn.Hardswish(),
+                         InvertedResidual(width, 4), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, classes))
+
+
+class TinyUNet(nn.Module):
+    """One level down and up: the up path is a ConvTranspose2d, concatenated with the skip."""
+
+    def __init__(self, channels, classes, width, **_):
+        super().__init__()
+
+        def double(cin, cout):
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(), nn.Conv2d(cout, cout, 3, padding=1), nn.ReLU())
+
+        self.down = double(channels, width)
+        self.middle = double(width, 2 * width)
+        self.up = nn.ConvTranspose2d(2 * width, width, 2, stride=2)
+        self.decode = double(2 * width, width)
+        self.head = nn.Conv2d(width, classes, 1)
+
+    def forward(self, x):
+        skip = self.down(x)
+        mid = self.middle(F.max_pool2d(skip, 2))
+        return self.head(self.decode(torch.cat([self.up(mid), skip], dim=1)))
+
+
+class DecoderOnlyTransformer(nn.Module):
+    """GPT-style: token + learned position embeddings, causal TransformerEncoderLayers, LayerNorm, head."""
+
+    def __init__(self, vocab, seq, d, heads, layers, **_):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(1, seq, d) * 0.02)
+        self.layers = nn.ModuleList(nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu",
+                                                               batch_first=True, norm_first=True) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(t, device=idx.device)
+        x = self.tok(idx) + self.pos[:, :t]
+        for layer in self.layers:
+            x = layer(x, src_mask=mask, is_causal=True)
+        return self.head(self.ln(x))
+
+
+class LSTMClassifier(nn.Module):
+    def __init__(self, vocab, classes, d, hidden, **_):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.lstm = nn.LSTM(d, hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, idx):
+        out, _ = self.lstm(self.embed(idx))
+        return self.head(out[:, -1])
+
+
+class GRUTagger(nn.Module):
+    """A sequence model: one prediction per position (next-token here)."""
+
+    def __init__(self, vocab, d, hidden, **_):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.gru = nn.GRU(d, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, idx):
+        out, _ = self.gru(self.embed(idx))
+        return self.head(out)
+
+
+class TinyViT(nn.Module):
+    """Patch embedding (a conv with stride = patch), class token, positions, one transformer layer."""
+
+    def __init__(self, channels, size, patch, classes, d, heads, **_):
+        super().__init__()
+        self.patches = nn.Conv2d(channels, d, patch, stride=patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, d))
+        self.pos = nn.Parameter(torch.randn(1, (size // patch) ** 2 + 1, d) * 0.02)
+        self.layer = nn.TransformerEncoderLayer(d, heads, 2 * d, dropout=0.0, activation="gelu", batch_first=True,
+                                                norm_first=True)
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x):
+        tokens = self.patches(x).flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.cls.expand(x.shape[0], -1, -1), tokens], dim=1) + self.pos
+        return self.head(self.ln(self.layer(tokens))[:, 0])
+
+
+def autoencoder(width, code, **_):
+    return nn.Sequential(nn.Linear(width, 2 * code), nn.ReLU(), nn.Linear(2 * code, code), nn.ReLU(),
+                         nn.Linear(code, 2 * code), nn.ReLU(), nn.Linear(2 * code, width), nn.Sigmoid())
+
+
+# ---- the zoo --------------------------------------------------------------------------------------
+
+ZOO = {m.name: m for m in [
+    ZooModel("mlp", mlp, features, F.cross_entropy, sgd,
+             tiny=dict(batch=4, width=12, hidden=16, classes=5),
+             bench=dict(batch=128, width=784, hidden=512, classes=10)),
+    ZooModel("lenet", lenet, images, F.cross_entropy, sgd,
+             tiny=dict(batch=2, channels=1, size=12, classes=4, c1=3, c2=4, hidden=8),
+             bench=dict(batch=64, channels=1, size=28, classes=10, c1=6, c2=16, hidden=120)),
+    ZooModel("resnet", resnet, images, F.cross_entropy, sgd,
+             tiny=dict(batch=2, channels=3, size=8, classes=4, width=4),
+             bench=dict(batch=64, channels=3, size=32, classes=10, width=32)),
+    ZooModel("mobilenet", mobilenet, images, F.cross_entropy, sgd,
+             tiny=dict(batch=2, channels=3, size=8, classes=4, width=4),
+             bench=dict(batch=64, channels=3, size=32, classes=10, width=32)),
+    ZooModel("unet", TinyUNet, pixels_to_classes, F.cross_entropy, sgd,
+             tiny=dict(batch=2, channels=1, size=8, classes=3, width=4),
+             bench=dict(batch=16, channels=1, size=64, classes=3, width=16)),
+    ZooModel("transformer", DecoderOnlyTransformer, next_tokens, token_loss, adamw,
+             tiny=dict(batch=2, seq=8, vocab=11, d=8, heads=2, layers=1),
+             bench=dict(batch=16, seq=128, vocab=512, d=128, heads=4, layers=2)),
+    ZooModel("lstm", LSTMClassifier, token_sequences, F.cross_entropy, adamw,
+             tiny=dict(batch=2, seq=8, vocab=11, classes=3, d=6, hidden=8),
+             bench=dict(batch=32, seq=64, vocab=1000, classes=4, d=64, hidden=128)),
+    ZooModel("gru", GRUTagger, next_tokens, token_loss, adamw,
+             tiny=dict(batch=2, seq=8, vocab=11, d=6, hidden=8),
+             bench=dict(batch=32, seq=64, vocab=512, d=64, hidden=128)),
+    ZooModel("vit", TinyViT, images, F.cross_entropy, adamw,
+             tiny=dict(batch=2, channels=3, size=8, patch=4, classes=4, d=8, heads=2),
+             bench=dict(batch=64, channels=3, size=32, patch=4, classes=10, d=128, heads=4)),
+    ZooModel("autoencoder", autoencoder, unit_features, F.mse_loss, adamw,
+             tiny=dict(batch=4, width=12, code=4),
+             bench=dict(batch=128, width=784, code=32)),
+]}
+
+
+def build(name: str, size: str = "tiny", seed: int = 0) -> nn.Module:
+    """The model `name` at `size` ("tiny" or "bench"), initialised from `seed` (same weights on any device)."""
+    entry = ZOO[name]
+    torch.manual_seed(seed)
+    return entry.build(**getattr(entry, size))
+
+
+def batches(name: str, steps: int, size: str = "tiny", seed: int = 1) -> list[tuple]:
+    """`steps` (x, target) CPU batches for `name`, the same on every run."""
+    entry = ZOO[name]
+    g = torch.Generator().manual_seed(seed)
+    return [entry.inputs(g, **getattr(entry, size)) for _ in range(steps)]

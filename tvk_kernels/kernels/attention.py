@@ -1,0 +1,251 @@
+"""Fused scaled-dot-product attention, forward and backward (templates/attention.comp).
+
+    attention_forward(device, q, k, v, o, lse, shape, ...)
+    attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, ...)
+
+`shape` is (batch, heads_q, heads_kv, lq, lk, d): q, o, d_o, dq are [batch, heads_q, lq, d],
+k, v, dk, dv [batch, heads_kv, lk, d], all contiguous in one storage dtype (float32 or float16);
+lse is float32 [batch, heads_q, lq]. heads_q must be a multiple of heads_kv (grouped heads).
+mask: None or (address, "bool" | "float", 4 strides over [batch, heads_q, lq, lk] in elements,
+0 where broadcast); an additive mask has the storage dtype. Dropout: p > 0 with `rng` =
+(seed, offset, seed_buffer) and `rng_out` = (seed address, offset address), two int64s the
+forward writes the seed and offset it drew with to; the backward takes them as one 16-byte
+{seed, offset} buffer (`rng_state`), so it regenerates the forward's mask.
+The backward writes the grad of the scores (float32 [batch, heads_q, lq, lk]) to `ds` when
+given (the additive mask's gradient).
+"""
+from __future__ import annotations
+
+import struct
+
+from ..errors import InvalidConfigError
+from .launch import Family, family, grid_1d
+
+_PUSH = struct.Struct("<10Q5I2f4I")
+_DT = {"float32": 0, "float16": 1}
+_MASK = {None: 0, "bool": 1, "float": 2}
+_M64 = (1 << 64) - 1
+MAX_HEAD = 128
+
+
+def head_pad(d: int) -> int:
+    """The compiled head dim: d rounded up to a multiple of 16 (shared tiles are zero past d)."""
+    return max(16, -(-d // 16) * 16)
+
+
+class Attention(Family):
+    def __init__(self, device):
+        super().__init__(device, "attention", "attention.comp")
+
+    def check_config(self, params: dict) -> dict:
+        for tpr in ("TPR", "BTPR"):
+            if 16 % params[tpr]:
+                raise InvalidConfigError(f"attention: {tpr}={params[tpr]} must divide 16 (the head-dim padding)")
+        return params
+
+    def build(self, defines: dict, wg: int, shared_bytes: int):
+        key = ("kernel", tuple(sorted(defines.items())), wg)
+        return self.pipeline(key, lambda: self.device.pipelines.get(
+            self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size, shared_bytes=shared_bytes))
+
+
+def shared_bytes(kernel: int, br: int, bc: int, head: int) -> int:
+    """Shared memory of one kernel of the template (forward 0, dQ 2, dK/dV 3)."""
+    stride = head + 1  # rows padded by one float (bank conflicts)
+    if kernel == 0:
+        return ((br + bc) * stride + br * bc) * 4
+    return (2 * (br + bc) * stride + (1 if kernel == 2 else 2) * br * bc) * 4
+
+
+def kernel_defines(kernel: int, params: dict, head: int, dtype: str = "float32", mask=None, causal=False,
+                   dropout=False, seed_buf=False) -> tuple[dict, int, int]:
+    """(defines, local size, shared bytes) of one kernel of the family."""
+    fwd = kernel in (0, 1)
+    br, bc, tpr = (params["BR"], params["BC"], params["TPR"]) if fwd else (params["BBR"], params["BBC"], params["BTPR"])
+    defines = {"KERNEL": kernel, "DT": _DT[dtype], "HEAD": head, "BR": br, "BC": bc, "TPR": tpr,
+               "MASK": _MASK[mask], "CAUSAL": int(bool(causal)), "DROPOUT": int(bool(dropout)),
+               "SEED_BUF": int(bool(seed_buf))}
+    if kernel == 1:
+        return defines, br * tpr, 0
+    return defines, br * tpr, shared_bytes(kernel, br, bc, head)
+
+
+def _check(device, shape, dtype):
+    b, hq, hkv, lq, lk, d = (int(x) for x in shape)
+    if dtype not in _DT:
+        raise TypeError(f"attention supports float32 and float16 storage, not {dtype}")
+    if dtype == "float16" and not device.facts.features.get("storage_16bit"):
+        raise TypeError(f"{device.facts.name} lacks 16-bit storage for float16 tensors")
+    if not 1 <= d <= MAX_HEAD:
+        raise ValueError(f"attention: head dim {d} is outside 1..{MAX_HEAD}")
+    if hkv < 1 or hq % hkv:
+        raise ValueError(f"attention: {hq} query heads are not a multiple of {hkv} key/value heads")
+    if b > 65535 or hq > 65535 or -(-max(lq, lk) // 8) > device.facts.max_workgroup_count[0]:
+        raise ValueError(f"attention: batch {b}, heads {hq} or length {max(lq, lk)} is over the grid limits")
+    return b, hq, hkv, lq, lk, d
+
+
+def _bucket(d: int) -> str:
+    return "d64" if d <= 64 else "d128"
+
+
+def _resolve(fam, d, params):
+    base, _ = fam.params(_bucket(d))
+    merged = dict(base)
+    if params:
+        merged.update(params)
+        fam.check_config(merged)
+    return merged
+
+
+def _mask_fields(mask):
+    if mask is None:
+        return 0, None, (0, 0, 0, 0)
+    m_addr, kind, strides = mask
+    return int(getattr(m_addr, "address", m_addr)), kind, tuple(int(s) for s in strides)
+
+
+def _a(x) -> int:
+    return 0 if x is None else int(getattr(x, "address", x))
+
+
+def _check_dropout(p, b, hq, lq, lk):
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    if p > 0 and b * hq * lq * lk >= 1 << 32:
+        raise ValueError("attention dropout numbers scores with 32 bits: batch * heads * lq * lk must be under 2**32")
+
+
+def attention_forward(device, q, k, v, o, lse, shape, *, dtype="float32", scale: float, mask=None,
+                      causal: bool = False, dropout_p: float = 0.0, rng=(0, 0, None), rng_out=None,
+                      params: dict | None = None):
+    """o = softmax(q k^T * scale + mask) v (dropout on the probabilities), lse = the rows' logsumexp."""
+    b, hq, hkv, lq, lk, d = _check(device, shape, dtype)
+    if b * hq * lq == 0:
+        return
+    _check_dropout(dropout_p, b, hq, lq, lk)
+    fam = family(device, Attention)
+    prm = _resolve(fam, d, params)
+    m_addr, m_kind, ms = _mask_fields(mask)
+    dropout = dropout_p > 0
+    seed, offset, seed_buffer = rng
+    if seed_buffer is not None:
+        seed = _a(seed_buffer)
+    defines, wg, shared = kernel_defines(0, prm, head_pad(d), dtype, m_kind, causal, dropout, seed_buffer is not None)
+    pipe = fam.build(defines, wg, shared)
+    seed_out, offset_out = rng_out if rng_out is not None else (0, 0)
+    if dropout and not (seed_out and offset_out):
+        raise ValueError("attention dropout needs rng_out: where the forward writes its seed and offset")
+    push = _PUSH.pack(_a(q), _a(k), _a(v), _a(o), _a(lse), m_addr, int(seed) & _M64, _a(seed_out),
+                      int(offset) & _M64, _a(offset_out), lq, lk, d, hq, hq // hkv, float(scale), float(dropout_p), *ms)
+    device.stream.dispatch(pipe, (-(-lq // defines["BR"]), hq, b), push, "attention")
+
+
+def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype="float32", scale: float,
+                       mask=None, causal: bool = False, dropout_p: float = 0.0, rng_state=None, ds=None,
+                       delta=None, params: dict | None = None):
+    """dq, dk, dv from d_o and the forward's o and lse. `delta` is a float32 scratch buffer of
+    batch * heads_q * lq floats; `rng_state` the forward's rng_out (dropout only)."""
+    b, hq, hkv, lq, lk, d = _check(device, shape, dtype)
+    _check_dropout(dropout_p, b, hq, lq, lk)
+    if b * hq * lq * lk == 0:
+        return
+    fam = family(device, Attention)
+    prm = _resolve(fam, d, params)
+    head = head_pad(d)
+    m_addr, m_kind, ms = _mask_fields(mask)
+    dropout = dropout_p > 0
+    rows = b * hq * lq
+    common = (lk, d, hq, hq // hkv, float(scale), float(dropout_p), *ms)
+
+    defines, wg, _ = kernel_defines(1, prm, head, dtype)
+    pre = fam.build(defines, wg, 0)
+    device.stream.dispatch(pre, grid_1d(-(-rows // wg), device.facts.max_workgroup_count[0]),
+                           _PUSH.pack(0, 0, 0, _a(o), 0, 0, 0, _a(d_o), _a(delta), 0, rows, *common),
+                           "attention_backward_delta")
+    defines, wg, shared = kernel_defines(2, prm, head, dtype, m_kind, causal, dropout)
+    pipe = fam.build(defines, wg, shared)
+    device.stream.dispatch(pipe, (-(-lq // defines["BR"]), hq, b),
+                           _PUSH.pack(_a(q), _a(k), _a(v), _a(d_o), _a(lse), m_addr, _a(rng_state), _a(dq),
+                                      _a(delta), _a(ds), lq, *common), "attention_backward_dq")
+    defines, wg, shared = kernel_defines(3, prm, head, dtype, m_kind, causal, dropout)
+    pipe = fam.build(defines, wg, shared)
+    device.stream.dispatch(pipe, (-(-lk // defines["BR"]), hkv, b),
+                           _PUSH.pack(_a(q), _a(k), _a(v), _a(d_o), _a(lse), m_addr, _a(rng_state), _a(dk),
+                                      _a(delta), _a(dv), lq, *common), "attention_backward_dkv")
+
+
+class AttentionTarget:
+    """What tvk-tune needs to tune attention (see tvk_kernels/tune/targets.py): forward and backward.
+    The static RDNA1 path compiles the heaviest kernel, dK/dV at head dim 128 with a mask and
+    dropout (tests/test_attention.py compiles every kernel of the chosen configs)."""
+
+    family = "attention"
+    template = "attention.comp"
+    suites = {
+        "suite": [
+            {"batch": 8, "heads": 8, "lq": 1024, "lk": 1024, "head": 64},
+            {"batch": 4, "heads": 8, "lq": 512, "lk": 512, "head": 128},
+            {"batch": 2, "heads": 4, "lq": 4096, "lk": 4096, "head": 64},
+        ],
+        "tiny": [
+            {"batch": 1, "heads": 2, "lq": 33, "lk": 47, "head": 40},
+            {"batch": 1, "heads": 1, "lq": 20, "lk": 20, "head": 96},
+        ],
+    }
+
+    def prepare(self, device, shape, n_inputs=3, seed=0):
+        """A case runs the forward and the backward (both parameter sets are timed); the check
+        compares O and dV with a float64 reference."""
+        import numpy as np
+
+        from ..tune.targets import Case
+
+        b, h, lq, lk, d = (shape[k] for k in ("batch", "heads", "lq", "lk", "head"))
+        rng = np.random.default_rng(seed)
+        sizes = ((b, h, lq, d), (b, h, lk, d), (b, h, lk, d), (b, h, lq, d))  # q, k, v, dO
+        host = [[rng.standard_normal(s, dtype=np.float32) for s in sizes] for _ in range(n_inputs + 1)]
+        bufs = [[device.upload(a) for a in arrays] for arrays in host]
+        alloc = device.allocator.alloc
+        out, dq = alloc(4 * b * h * lq * d), alloc(4 * b * h * lq * d)
+        dk, dv = alloc(4 * b * h * lk * d), alloc(4 * b * h * lk * d)
+        lse, delta = alloc(4 * b * h * lq), alloc(4 * b * h * lq)
+        geometry, scale = (b, h, h, lq, lk, d), 1.0 / d ** 0.5
+
+        def run(params, i):
+            q, k, v, d_o = bufs[i]
+            attention_forward(device, q, k, v, out, lse, geometry, scale=scale, params=params)
+            attention_backward(device, q, k, v, out, d_o, lse, dq, dk, dv, geometry, scale=scale, delta=delta,
+                               params=params)
+
+        def check(params):
+            run(params, -1)
+            q, k, v, d_o = (a.astype(np.float64) for a in host[-1])
+            s = q @ k.swapaxes(-1, -2) * scale
+            e = np.exp(s - s.max(-1, keepdims=True))
+            probs = e / e.sum(-1, keepdims=True)
+            worst = 0.0
+            for buf, want in ((out, probs @ v), (dv, probs.swapaxes(-1, -2) @ d_o)):
+                got = device.download(buf, np.float32, want.shape).astype(np.float64)
+                worst = max(worst, float(np.max(np.abs(got - want) / (1 + np.abs(want)))))
+            return worst <= 1e-4, worst
+
+        return Case(device, shape, run, check, [bufs, out, dq, dk, dv, lse, delta])
+
+    @staticmethod
+    def work(shape, params) -> dict:
+        b, h, lq, lk, d = (shape[k] for k in ("batch", "heads", "lq", "lk", "head"))
+        br, bc, tpr = params["BR"], params["BC"], params["TPR"]
+        groups = b * h * -(-lq // br)
+        tiles = -(-lk // bc)
+        return {"flops": 4 * b * h * lq * lk * d, "dram_bytes": 4 * b * h * (2 * lq * d + groups // (b * h) * 2 * lk * d),
+                "lds_bytes": groups * tiles * (2 * bc * d * 4 + br * bc * 4) * (1 + d // tpr),
+                "groups": groups, "invocations": br * tpr, "lds_per_group": shared_bytes(0, br, bc, head_pad(d))}
+
+    @staticmethod
+    def static_defines(params) -> tuple[dict, tuple, int | None]:
+        defines, wg, _ = kernel_defines(3, params, MAX_HEAD, "float32", "float", False, True)
+        return defines, (wg, 1, 1), None
+
+
+TUNE_TARGET = AttentionTarget()
