@@ -60,7 +60,8 @@ dist.destroy_process_group()
 
 def _run(backend: str, world: int, width: int, batch: int, steps: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        path = os.environ.get("PYTHONPATH")
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + (os.pathsep + path if path else ""))  # keep the caller's
         procs = [subprocess.Popen([sys.executable, "-c", _WORKER, backend, str(r), str(world), f"{tmp}/init",
                                    str(width), str(batch), str(steps)], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, env=env) for r in range(world)]

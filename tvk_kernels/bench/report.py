@@ -200,6 +200,17 @@ def kernels(r) -> list[str]:
             line += "; worst " + ", ".join(f"{w['label']} {w['dtype']} {w['tvk_over_cuda_time']:.1f}x"
                                            for w in sweep["worst"][:3])
         out.append(line + ".")
+    for a in r.get("sdpa", []):
+        if a.get("tvk_over_cuda_fwd_bwd"):
+            out.append(f"Fused attention (SDPA, batch {a['batch']}, {a['heads']} heads, seq {a['seq']}, head {a['head']}, "
+                       f"{a['dtype']}): forward {a['tvk_fwd_s'] * 1e3:.2f} ms ({a['tvk_over_cuda_fwd']:.1f}x torch CUDA's), "
+                       f"forward+backward {a['tvk_fwd_bwd_s'] * 1e3:.1f} ms ({a['tvk_over_cuda_fwd_bwd']:.1f}x).")
+    ls = r.get("attention_long_sequence")
+    if ls and ls.get("step_s"):
+        out.append(f"A TransformerEncoderLayer training step at seq {ls['seq']} runs under a "
+                   f"{ls['memory_limit_bytes'] >> 20} MiB cap in {ls['step_s'] * 1e3:.1f} ms, peak "
+                   f"{ls['peak_bytes'] / 2**20:.0f} MiB (its fp32 scores alone would be "
+                   f"{ls['scores_bytes_if_materialised'] >> 20} MiB).")
     o = r["per_op_overhead"]
     line = f"Host time per small eager op: tvk {o['tvk_us']:.0f} us"
     if o.get("torch_cuda_us"):
