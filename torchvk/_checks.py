@@ -48,9 +48,13 @@ def _key(x):
     return (t, x)  # the type too: 2 and 2.0 are equal keys but not equal arguments (an int tensor's alpha)
 
 
-def check_call(func, args, kwargs):
-    """Raise torch's exception if torch refuses this call (shapes, dtypes, dims); else return."""
+def check_call(func, args, kwargs, first=None):
+    """Raise torch's exception if torch refuses this call (shapes, dtypes, dims); else return.
+    `first(func, args, kwargs)` (the dispatcher's device check) runs before the meta check on
+    every call not remembered: a remembered signature passed it already."""
     if _never_checked(func):
+        if first is not None:
+            first(func, args, kwargs)
         return
     key = (func, tuple(map(_key, args)), tuple((k, _key(v)) for k, v in kwargs.items()) if kwargs else ())
     try:
@@ -58,6 +62,8 @@ def check_call(func, args, kwargs):
             return
     except TypeError:  # an unhashable argument: check it every time
         key = None
+    if first is not None:
+        first(func, args, kwargs)
     check_now(func, args, kwargs)
     if key is not None:
         if len(_passed) >= _MAX_PASSED:

@@ -121,9 +121,8 @@ def _dispatch(func, args, kwargs):
     if impl is None:
         impl = TABLE.get(func.overloadpacket)
     if impl is not None:
-        if func not in NO_DEVICE_CHECK and func.overloadpacket not in NO_DEVICE_CHECK:
-            check_devices(func, args, kwargs)
-        check_call(func, args, kwargs)
+        cross = func in NO_DEVICE_CHECK or func.overloadpacket in NO_DEVICE_CHECK
+        check_call(func, args, kwargs, None if cross else check_devices)
         name = _names.get(func)
         if name is None:
             name = _names[func] = str(func)
@@ -135,8 +134,7 @@ def _dispatch(func, args, kwargs):
     if decomp is None:
         decomp = _composite(func)
     if decomp is not None:
-        check_devices(func, args, kwargs)
-        check_call(func, args, kwargs)
+        check_call(func, args, kwargs, check_devices)
         return decomp(*args, **kwargs)
     return missing(func, args, kwargs)
 

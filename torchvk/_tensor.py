@@ -176,14 +176,27 @@ def is_tvk(t) -> bool:
     return isinstance(t, TVKTensor)
 
 
+_contiguous_geometry: dict = {}  # (size, dtype) -> (size list, strides, bytes): a fresh output's usual shape
+
+
 def new_tensor(size, dtype, device=None, stride=None, op: str = "aten.empty") -> TVKTensor:
     """Fresh uninitialised tvk tensor (contiguous unless stride is given)."""
+    if stride is None:
+        try:
+            geometry = _contiguous_geometry.get((size if type(size) is tuple else tuple(size), dtype))
+        except TypeError:  # sizes that are not hashable ints (SymInts...): the full path
+            geometry = None
+        if geometry is not None:
+            return TVKTensor(alloc_storage(geometry[2], device or get_device()), geometry[0], geometry[1], 0, dtype)
     check_dtype(dtype, op)
     size = [int(s) for s in size]
-    stride = contiguous_strides(size) if stride is None else [int(s) for s in stride]
+    contiguous = stride is None
+    stride = contiguous_strides(size) if contiguous else [int(s) for s in stride]
     itemsize = torch.tensor([], dtype=dtype).element_size() if dtype not in _ITEMSIZE else _ITEMSIZE[dtype]
     n = span_elements(size, stride)
     storage = alloc_storage(n * itemsize, device or get_device())
+    if contiguous and len(_contiguous_geometry) < 4096:
+        _contiguous_geometry[(tuple(size), dtype)] = (size, stride, n * itemsize)
     return TVKTensor(storage, size, stride, 0, dtype)
 
 

@@ -13,7 +13,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as _KIND, elemen
 from tvk_kernels.kernels import elementwise as E
 
 from .._dispatch import register
-from .._storage import check_dtype
+from .._storage import alloc_storage, check_dtype
 from .._tensor import TVKTensor, new_tensor
 
 aten = torch.ops.aten
@@ -85,16 +85,66 @@ def _device(args):
 
 def run(kop, args, *, out=None, dtype=None, kind=DEFAULT, scalars=(), compute=None):
     """out = kop(*args) (new tensor of the promoted dtype unless out/dtype given)."""
-    vals = [_value(a) for a in args]
     if out is None:
+        key = (kop, dtype, kind, compute, len(scalars)) + tuple(map(_signature, args))
+        launch = _launches.get(key)
+        if launch is not None:
+            return launch(args, scalars)
+    vals = [_value(a) for a in args]
+    fresh = out is None
+    if fresh:
         if dtype is None:
             dtype = promote(args, kind)
         check_dtype(dtype, "aten." + kop)
         out = new_tensor(_shape(vals), dtype, _device(vals))
     if out.numel() == 0:
         return out
-    E.elementwise(_device(vals), kop, tuple(_kernel_arg(v) for v in vals), operand(out), scalars, compute)
+    device = _device(vals)
+    inputs, out_op = tuple(_kernel_arg(v) for v in vals), operand(out)
+    if fresh and len(_launches) < _MAX_LAUNCHES:
+        fam, plan = E.planned(device, kop, inputs, out_op, compute)
+        _launches[key] = _Launch(kop, device, fam, plan, out)
+    E.elementwise(device, kop, inputs, out_op, scalars, compute)
     return out
+
+
+# ------------------------------------------------------------------ the eager fast path
+# An eager op repeats with the same operand geometry: everything run() works out from the
+# geometry (result dtype and shape, the kernel plan) is kept per signature, and a repeated call
+# allocates the output and records the kernel. A new geometry, dtype or scalar type is a miss
+# that takes the full path above (with its checks) once. Design note 23.
+_launches: dict = {}
+_MAX_LAUNCHES = 4096  # a model's distinct eager geometries; a miss beyond it just takes the full path
+
+
+def _signature(x):
+    t = type(x)
+    if t is TVKTensor:
+        return x.shape, x.stride(), x.dtype, x._tvk.device
+    if isinstance(x, torch.Tensor):  # a CPU scalar tensor, pushed as a number
+        return x.device.type, x.dim(), x.dtype
+    return t  # a Python number: its type decides the promotion, its value is pushed
+
+
+class _Launch:
+    __slots__ = ("kop", "device", "fam", "plan", "shape", "stride", "dtype", "nbytes")
+
+    def __init__(self, kop, device, fam, plan, out):
+        self.kop, self.device, self.fam, self.plan = kop, device, fam, plan
+        self.shape, self.stride, self.dtype = list(out.shape), list(out.stride()), out.dtype
+        self.nbytes = out._tvk.nbytes
+
+    def __call__(self, args, scalars):
+        out = TVKTensor(alloc_storage(self.nbytes, self.device), self.shape, self.stride, 0, self.dtype)
+        addrs, numbers = [], []
+        for a in args:
+            if type(a) is TVKTensor:
+                addrs.append(a.tvk_address)
+            else:
+                numbers.append(a.item() if isinstance(a, torch.Tensor) else a)
+        addrs.append(out.tvk_address)
+        E.launch(self.device, self.fam, self.plan, self.kop, addrs, scalars, numbers)
+        return out
 
 
 def run_(kop, self, args, *, kind=DEFAULT, scalars=(), compute=None, opname=""):

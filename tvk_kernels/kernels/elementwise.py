@@ -651,9 +651,23 @@ def elementwise(device, op: str, inputs, out: Operand, scalars=(), compute=None)
     pl = fam.plan(op, inputs, out, compute)
     if pl.n == 0:
         return
-    tensors = [x for x in inputs if isinstance(x, Operand)]
-    svals = _scalar_values(spec, pl.ct, scalars, [x for x in inputs if not isinstance(x, Operand)])
-    addrs = [t.address for t in tensors] + [out.address]
+    addrs = [x.address for x in inputs if isinstance(x, Operand)] + [out.address]
+    launch(device, fam, pl, op, addrs, scalars, [x for x in inputs if not isinstance(x, Operand)])
+
+
+def planned(device, op: str, inputs, out: Operand, compute=None):
+    """(family, plan) of this op on these operand geometries (checked as elementwise() checks
+    them): with launch(), what an eager op repeats on every call (torchvk/aten/elementwise.py)."""
+    fam = family(device, Elementwise)
+    return fam, fam.plan(op, inputs, out, compute)
+
+
+def launch(device, fam, pl, op: str, addrs, scalars, operand_scalars):
+    """Record a planned op: addrs are the tensor operands' and then the output's addresses,
+    scalars the op's own (OPS[op].defaults when empty), operand_scalars the Python numbers
+    among its inputs, in order."""
+    spec = OPS[op]
+    svals = _scalar_values(spec, pl.ct, scalars or spec.defaults, operand_scalars)
     if pl.legacy:
         a, b, o = (_Addr(x) for x in addrs)
         binary(device, op, a, b, o, pl.n, svals[0] if svals else 1.0)

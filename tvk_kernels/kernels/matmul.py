@@ -17,7 +17,7 @@ import operator
 import struct
 import warnings
 
-from ..config import arch_family, search_space
+from ..config import arch_family, generation, search_space
 from ..errors import InvalidConfigError, TVKError
 from ..tune.space import bucket_suffix
 from .launch import Family, family, grid_1d
@@ -306,6 +306,17 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     Records the work on the device stream and returns what ran: {"kernel", "bucket",
     "params", "source", "splits"}.
     """
+    key = None
+    if params is None:  # a repeated tuned-config call skips the checks and choices below: _Prepared
+        key = (device, M, N, K, batch, a_strides, b_strides, out_strides, activation, dtype, split_k,
+               a_addr % 16, b_addr % 16, out_addr % 16, bias_addr % 16, not a_addr, not b_addr, not out_addr,
+               not bias_addr, generation())
+        try:
+            prep = _prepared.get(key)
+        except TypeError:  # strides given as lists: no memo for this call
+            key = prep = None
+        if prep is not None:
+            return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
     dtype = _norm_dtype(dtype)
     dtype_id, esize = DTYPES[dtype]
     M, N, K = (_check_int(n, v) for n, v in (("M", M), ("N", N), ("K", K)))
@@ -403,34 +414,66 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     max_z = facts.max_workgroup_count[2]
     chunk = max(1, max_z // splits)
 
-    scratch = None
+    red = red_wg = None
+    scratch_bytes = 0
     if splits > 1:
         slice_elems = min(batch, chunk) * M * N
         if splits * slice_elems >= _INT31:
             raise ValueError("matmul: the split-K scratch would exceed 2**31 elements; pass split_k=1")
-        scratch = device.allocator.alloc(splits * slice_elems * 4)
-        device.stream.keep_alive(scratch)
+        scratch_bytes = splits * slice_elems * 4
         gemm = fam.gemm(params, dtype_id, _MODE_PARTIAL, a_kmajor, b_nmajor, vec_a, vec_b, act)
         red, red_wg = fam.reduce(dtype_id, act)
     else:
         gemm = fam.gemm(params, dtype_id, _MODE_GEMM, a_kmajor, b_nmajor, vec_a, vec_b, act)
+    prep = _Prepared(M, N, K, batch, sa, sb, sc, esize, chunk, splits, k_chunk, groups, gemm, red, red_wg,
+                     scratch_bytes, {"kernel": "tiled", "bucket": bucket, "params": params, "source": source,
+                                     "splits": splits})
+    if key is not None:
+        if len(_prepared) >= _MAX_PREPARED:
+            _prepared.clear()
+        _prepared[key] = prep
+    return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
 
-    for b0 in range(0, batch, chunk):
-        nb = min(chunk, batch - b0)
-        a0 = a_addr + b0 * sa[0] * esize
-        bb0 = b_addr + b0 * sb[0] * esize
-        c0 = out_addr + b0 * sc[0] * esize
-        if splits == 1:
-            push = _PUSH.pack(a0, bb0, c0, bias_addr, M, N, K, nb, *sa, *sb, *sc, alpha, k_chunk, 1)
-            device.stream.dispatch(gemm, (groups[0], groups[1], nb), push, "matmul")
-        else:
-            push = _PUSH.pack(a0, bb0, scratch.address, 0, M, N, K, nb, *sa, *sb, *sc, 1.0, k_chunk, splits)
-            device.stream.dispatch(gemm, (groups[0], groups[1], nb * splits), push, "matmul_splitk")
-            total = nb * M * N
-            rgroups = grid_1d(math.ceil(total / red_wg), facts.max_workgroup_count[0])
-            push = _PUSH.pack(scratch.address, 0, c0, bias_addr, M, N, K, nb, *sa, *sb, *sc, alpha, k_chunk, splits)
-            device.stream.dispatch(red, rgroups, push, "matmul_splitk_reduce")
-    return {"kernel": "tiled", "bucket": bucket, "params": params, "source": source, "splits": splits}
+
+_prepared: dict = {}  # the checked choices of a tuned-config call, per geometry and alignment
+_MAX_PREPARED = 4096
+
+
+class _Prepared:
+    """Everything matmul() decides for one geometry (checks passed, config, split-K, vector
+    widths, pipelines): a repeated call only records the launches."""
+    __slots__ = ("M", "N", "K", "batch", "sa", "sb", "sc", "esize", "chunk", "splits", "k_chunk", "groups", "gemm",
+                 "red", "red_wg", "scratch_bytes", "info")
+
+    def __init__(self, *values):
+        for name, v in zip(self.__slots__, values):
+            setattr(self, name, v)
+
+    def record(self, device, a_addr, b_addr, out_addr, bias_addr, alpha):
+        M, N, K, sa, sb, sc, esize, splits = self.M, self.N, self.K, self.sa, self.sb, self.sc, self.esize, self.splits
+        alpha = float(alpha)
+        scratch = None
+        if splits > 1:
+            scratch = device.allocator.alloc(self.scratch_bytes)
+            device.stream.keep_alive(scratch)
+        groups = self.groups
+        for b0 in range(0, self.batch, self.chunk):
+            nb = min(self.chunk, self.batch - b0)
+            a0 = a_addr + b0 * sa[0] * esize
+            bb0 = b_addr + b0 * sb[0] * esize
+            c0 = out_addr + b0 * sc[0] * esize
+            if splits == 1:
+                push = _PUSH.pack(a0, bb0, c0, bias_addr, M, N, K, nb, *sa, *sb, *sc, alpha, self.k_chunk, 1)
+                device.stream.dispatch(self.gemm, (groups[0], groups[1], nb), push, "matmul")
+            else:
+                push = _PUSH.pack(a0, bb0, scratch.address, 0, M, N, K, nb, *sa, *sb, *sc, 1.0, self.k_chunk, splits)
+                device.stream.dispatch(self.gemm, (groups[0], groups[1], nb * splits), push, "matmul_splitk")
+                total = nb * M * N
+                rgroups = grid_1d(math.ceil(total / self.red_wg), device.facts.max_workgroup_count[0])
+                push = _PUSH.pack(scratch.address, 0, c0, bias_addr, M, N, K, nb, *sa, *sb, *sc, alpha, self.k_chunk,
+                                  splits)
+                device.stream.dispatch(self.red, rgroups, push, "matmul_splitk_reduce")
+        return dict(self.info)
 
 
 # ------------------------------------------------------------------ cooperative matrix path

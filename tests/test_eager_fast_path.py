@@ -1,0 +1,80 @@
+"""The eager fast path (torchvk/aten/elementwise.py `_launches`, design note 23): a repeated op
+reuses what its first call worked out from the operand geometry; any change of shape, strides,
+dtype, scalar type or device is a miss that takes the full path. Results always equal CPU's."""
+import pytest
+import torch
+
+import torchvk  # noqa: F401
+from torchvk.aten import elementwise as EW
+
+
+def _same(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_repeated_op_is_a_hit_with_fresh_values():
+    EW._launches.clear()
+    a, b = torch.randn(5, 3), torch.randn(5, 3)
+    ta, tb = a.to("tvk"), b.to("tvk")
+    _same(ta + tb, a + b)
+    entries = len(EW._launches)
+    for k in range(3):  # new data each time: the entry keeps geometry, never values
+        a, b = torch.randn(5, 3) * k, torch.randn(5, 3)
+        ta, tb = a.to("tvk"), b.to("tvk")
+        _same(ta + tb, a + b)
+        _same(torch.add(ta, tb, alpha=k + 0.5), torch.add(a, b, alpha=k + 0.5))
+    assert len(EW._launches) == entries  # alpha is a value, not part of the signature: all hits
+
+
+@pytest.mark.parametrize("change", ["shape", "broadcast", "strides", "offset", "dtype", "scalar type",
+                                    "cpu scalar", "bool"])
+def test_each_change_of_geometry_or_type_is_a_miss_with_the_right_result(change):
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4) - 5
+    t = base.to("tvk")
+    _same(t * 3, base * 3)  # fills the entry for a contiguous float32 [3, 4] times an int
+    before = len(EW._launches)
+    if change == "shape":
+        x = torch.randn(4, 3)
+        got, want = x.to("tvk") * 3, x * 3
+    elif change == "broadcast":
+        got, want = t * t[0], base * base[0]
+    elif change == "strides":
+        got, want = t.t() * 3, base.t() * 3
+    elif change == "offset":
+        got, want = t[1:] * 3, base[1:] * 3
+    elif change == "dtype":
+        x = torch.arange(12).reshape(3, 4)
+        got, want = x.to("tvk") * 3, x * 3  # int64 stays int64
+    elif change == "scalar type":
+        got, want = t * 2.5, base * 2.5
+        x = torch.arange(12).reshape(3, 4)
+        _same(x.to("tvk") * 2.5, x * 2.5)  # int64 times a float is float32
+    elif change == "cpu scalar":
+        for v in (2.0, -7.0):  # a 0-dim CPU tensor is pushed as a number: its value each call
+            _same(t * torch.tensor(v), base * torch.tensor(v))
+        got, want = t * torch.tensor(4.0), base * torch.tensor(4.0)
+    else:
+        got, want = (t > 0) * True, (base > 0) * True
+    _same(got, want)
+    assert len(EW._launches) > before
+
+
+def test_errors_stay_torchs_after_hits():
+    t = torch.randn(3, 4).to("tvk")
+    for _ in range(2):
+        t + t
+    with pytest.raises(RuntimeError, match="must match the size"):
+        t + torch.randn(5, 4).to("tvk")
+    with pytest.raises(RuntimeError, match="same device"):
+        t + torch.randn(3, 4)
+    _same(t + t, t.cpu() + t.cpu())  # and the runtime goes on
+
+
+def test_a_view_keeps_its_storage_through_hits():
+    t = torch.randn(6).to("tvk")
+    t + t
+    view = t[1:]
+    view + view
+    del t
+    _same(view + view, view.cpu() * 2)  # the view keeps the storage alive: still correct
