@@ -78,3 +78,19 @@ def test_a_view_keeps_its_storage_through_hits():
     view + view
     del t
     _same(view + view, view.cpu() * 2)  # the view keeps the storage alive: still correct
+
+
+def test_views_reuse_their_geometry_per_signature_and_keep_torchs_errors():
+    base = torch.arange(24.0).reshape(4, 6)
+    t = base.to("tvk")
+    for _ in range(2):  # the second round hits
+        _same(t.view(6, 4), base.view(6, 4))
+        _same(t.view([3, 8]), base.view([3, 8]))
+        _same(t[1:].transpose(0, 1), base[1:].transpose(0, 1))
+        for got, want in zip(t.split([2, 4], dim=1), base.split([2, 4], dim=1)):
+            _same(got, want)
+        _same(t.t()[2], base.t()[2])
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        t.t().view(24)
+    with pytest.raises(RuntimeError, match="invalid for input of size 24"):
+        t.view(5, 5)

@@ -26,10 +26,43 @@ def _wrap_like(src: TVKTensor, m):
     return type(m)(_wrap_like(src, x) for x in m)
 
 
-def _view_op(func):
-    def impl(self, *args, **kwargs):
-        return _wrap_like(self, func(meta_of(self), *args, **kwargs))
+_view_geometry: dict = {}  # (op, geometry, arguments) -> the views' geometry, from torch's meta kernel once
+_MAX_VIEW_GEOMETRY = 8192
 
+
+def _frozen(x):
+    return tuple(map(_frozen, x)) if isinstance(x, (list, tuple)) else x
+
+
+def _geometry(m):
+    if isinstance(m, torch.Tensor):
+        return m.shape, m.stride(), m.storage_offset(), m.dtype
+    return type(m), [_geometry(x) for x in m]
+
+
+def _wrap_geometry(src: TVKTensor, g):
+    if len(g) == 4:
+        return TVKTensor(src._tvk, g[0], g[1], g[2], g[3])
+    return g[0](_wrap_geometry(src, x) for x in g[1])
+
+
+def _view_op(func):
+    """A view's geometry comes from torch's meta kernel (its checks and errors); a repeated
+    call with the same geometry and arguments reuses it (design note 23)."""
+    def impl(self, *args, **kwargs):
+        try:
+            key = (self.shape, self.stride(), self.storage_offset(), self.dtype, self._tvk.nbytes, _frozen(args),
+                   tuple(kwargs.items()) if kwargs else ())
+            g = _geometries.get(key)
+        except TypeError:  # an unhashable argument
+            key = g = None
+        if g is None:
+            g = _geometry(func(meta_of(self), *args, **kwargs))
+            if key is not None and len(_geometries) < _MAX_VIEW_GEOMETRY:
+                _geometries[key] = g
+        return _wrap_geometry(self, g)
+
+    _geometries = _view_geometry.setdefault(func, {})
     return impl
 
 
