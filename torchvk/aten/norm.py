@@ -6,7 +6,7 @@ import torch
 
 from tvk_kernels.kernels import norm as _N
 
-from .._dispatch import register
+from .._dispatch import register, register_decomposition
 from .._tensor import new_tensor
 from ._util import addr, cast, contig, contig_dtype, dev
 
@@ -154,3 +154,7 @@ def batch_norm_relu_functional(input, weight, bias, running_mean, running_var, t
 def batch_norm_relu_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
     """_native_batch_norm_legit_no_training (eval / inference graphs)."""
     return _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps, relu=True)
+
+
+# group norm: the forward is torch's composite of our ops; its backward is torch's decomposition
+register_decomposition(aten.native_group_norm_backward.default)

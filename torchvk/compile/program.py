@@ -23,12 +23,14 @@ from collections import Counter
 
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from tvk_kernels.runtime.lock import locked
 from tvk_kernels.runtime.memory import freed_ordinals
 
 from .. import _dispatch, _rng
 from .._storage import get_device
+from .._tensor import TVKTensor, from_cpu
 
 _aten = torch._ops.OpOverload
 _LITERALS = (int, bool, str, type(None))
@@ -69,6 +71,7 @@ class Program:
         self.name = name
         self.device = device or get_device()
         self.graph = gm.graph
+        self.module = gm  # get_attr nodes (a tensor constant the trace lifted) read it
         self.globals: dict = {}
         self.op_histogram: Counter = Counter()
         self.random = False  # random ops a replay would repeat: never recorded
@@ -122,13 +125,22 @@ class Program:
                     body.append(f"    {names[n]} = {self._expr(n.args[0], names)}[{self._expr(n.args[1], names)}]")
                 else:
                     body.append(f"    {names[n]} = {fn}({args})")
+            elif n.op == "get_attr":  # a constant tensor of the traced code: on the device once, at compile time
+                value = self.module
+                for part in n.target.split("."):
+                    value = getattr(value, part)
+                if isinstance(value, torch.Tensor) and not isinstance(value, TVKTensor):
+                    with unset_fake_temporarily():  # programs are built while the tracer's fake mode is on
+                        value = from_cpu(value.detach().cpu(), self.device)
+                names[n] = self._const(value)
+                continue
             elif n.op == "output":
                 body.append(f"    return {self._expr(list(n.args[0]) if isinstance(n.args[0], (list, tuple)) else [n.args[0]], names)}")
                 continue
             else:
                 raise GraphBreakError(f"compiled graph {self.name}: unsupported node kind {n.op} ({n.format_node()})")
             # liveness: drop what no later node reads, so its buffer is reused
-            dead = [inp for inp in n.all_input_nodes if last_use.get(inp) == i]
+            dead = [inp for inp in n.all_input_nodes if last_use.get(inp) == i and inp.op != "get_attr"]
             if n.op == "call_function" and not n.users:
                 dead.append(n)
             if dead:

@@ -210,6 +210,50 @@ class TinyViT(nn.Module):
         return self.head(self.ln(self.layer(tokens))[:, 0])
 
 
+class GroupNormCNN(nn.Module):
+    """Diffusion/UNet-style blocks: dilated "same" convs, GroupNorm and InstanceNorm, SiLU, an
+    align_corners bilinear upsample, a ceil-mode average pool and adaptive pooling."""
+
+    def __init__(self, channels, classes, width, groups, **_):
+        super().__init__()
+        self.c1 = nn.Conv2d(channels, width, 3, padding="same", dilation=2)
+        self.g1 = nn.GroupNorm(groups, width)
+        self.c2 = nn.Conv2d(width, width, 3, stride=2, padding=1, bias=False)
+        self.n2 = nn.InstanceNorm2d(width, affine=True)
+        self.up = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)
+        self.pool = nn.AdaptiveAvgPool2d((2, 3))
+        self.head = nn.Linear(width * 6, classes)
+
+    def forward(self, x):
+        x = F.silu(self.g1(self.c1(x)))
+        x = F.softplus(self.n2(self.c2(x)))
+        x = F.avg_pool2d(self.up(x), 2, ceil_mode=True)
+        return self.head(self.pool(x).flatten(1))
+
+
+class CrossAttention(nn.Module):
+    """Queries attend to a projected memory of another width (kdim/vdim), with a key padding
+    mask built in forward (the last position is padding), a residual and LayerNorm."""
+
+    def __init__(self, width, memory, heads, outputs, **_):
+        super().__init__()
+        self.memory = nn.Linear(width, memory)
+        self.attn = nn.MultiheadAttention(width, heads, batch_first=True, kdim=memory, vdim=memory)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, outputs)
+
+    def forward(self, x):
+        kv = self.memory(x)
+        pad = torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)
+        pad[:, -1] = True
+        y, _ = self.attn(x, kv, kv, key_padding_mask=pad, need_weights=False)
+        return self.head(self.norm(y + x).mean(1))
+
+
+def sequences_to_values(g, batch, seq, width, outputs, **_):
+    return torch.randn(batch, seq, width, generator=g), torch.randn(batch, outputs, generator=g)
+
+
 def autoencoder(width, code, **_):
     return nn.Sequential(nn.Linear(width, 2 * code), nn.ReLU(), nn.Linear(2 * code, code), nn.ReLU(),
                          nn.Linear(code, 2 * code), nn.ReLU(), nn.Linear(2 * code, width), nn.Sigmoid())
@@ -248,6 +292,12 @@ ZOO = {m.name: m for m in [
     ZooModel("autoencoder", autoencoder, unit_features, F.mse_loss, adamw,
              tiny=dict(batch=4, width=12, code=4),
              bench=dict(batch=128, width=784, code=32)),
+    ZooModel("groupnorm_cnn", GroupNormCNN, images, F.cross_entropy, adamw,
+             tiny=dict(batch=2, channels=3, size=8, classes=5, width=8, groups=2),
+             bench=dict(batch=64, channels=3, size=32, classes=10, width=64, groups=8)),
+    ZooModel("cross_attention", CrossAttention, sequences_to_values, F.smooth_l1_loss, adamw,
+             tiny=dict(batch=2, seq=5, width=12, memory=8, heads=3, outputs=4),
+             bench=dict(batch=64, seq=64, width=128, memory=96, heads=4, outputs=8)),
 ]}
 
 
