@@ -14,6 +14,7 @@ import torch
 
 from .. import _dispatch
 from ..aten.attention import traced_sdpa
+from ..aten.composites import COMPOSED
 from ..aten.one_hot import traced_one_hot
 
 aten = torch.ops.aten
@@ -27,7 +28,8 @@ WHOLE = (
 # (one_hot's range check is missing from torch 2.11's on the fake CPU tensors traced here), or
 # picks a CPU kernel on them (SDPA would trace as aten._scaled_dot_product_flash_attention_for_cpu:
 # ours traces the fused op TorchVK runs, and autograd its backward op)
-REPLACED = {aten.one_hot.default: traced_one_hot, aten.scaled_dot_product_attention.default: traced_sdpa}
+REPLACED = {aten.one_hot.default: traced_one_hot, aten.scaled_dot_product_attention.default: traced_sdpa,
+            **COMPOSED}  # cdist, weight norm, embedding_bag: compositions of our ops (aten/composites.py)
 _IMPLICIT = torch._C.DispatchKey.CompositeImplicitAutograd
 
 

@@ -1,0 +1,97 @@
+"""cdist, weight norm and embedding_bag on tvk (torchvk/aten/composites.py): compositions of our ops
+above autograd, forward and grads against torch CPU, eager and compiled, 0 CPU ops."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchvk
+
+
+def _grads_match(fn, *cpu_inputs, rtol=1e-5, atol=1e-5):
+    cpu = [x.clone().requires_grad_(x.is_floating_point()) for x in cpu_inputs]
+    tvk = [x.to("tvk").requires_grad_(x.is_floating_point()) for x in cpu_inputs]
+    torchvk.reset_op_counts()
+    want, got = fn(*cpu), fn(*tvk)
+    torch.testing.assert_close(got.cpu(), want.detach(), rtol=rtol, atol=atol)
+    cot = torch.randn(want.shape, generator=torch.Generator().manual_seed(3))
+    want.backward(cot)
+    got.backward(cot.to("tvk"))
+    for c, t in zip(cpu, tvk):
+        if c.grad is not None:
+            torch.testing.assert_close(t.grad.cpu(), c.grad, rtol=rtol, atol=atol)
+    assert torchvk.op_counts()["cpu"] == {}
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0, float("inf")])
+def test_cdist(p):
+    g = torch.Generator().manual_seed(0)
+    x1, x2 = torch.randn(2, 5, 3, generator=g), torch.randn(1, 4, 3, generator=g)  # batch broadcast
+    _grads_match(lambda a, b: torch.cdist(a, b, p=p), x1, x2)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_weight_norm(dim):
+    g = torch.Generator().manual_seed(0)
+    v = torch.randn(4, 3, generator=g)
+    gain = torch.rand((4, 1) if dim == 0 else (1, 3) if dim == 1 else (), generator=g) + 0.5
+    _grads_match(lambda a, b: torch._weight_norm(a, b, dim), v, gain)
+
+
+@pytest.mark.parametrize("mode,case", [(m, c) for m in ("sum", "mean", "max")
+                                       for c in ("offsets", "2d", "weights", "padding", "last_offset")
+                                       if c != "weights" or m == "sum"])  # torch takes weights with sum only
+def test_embedding_bag(mode, case):
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(10, 3, generator=g)
+    idx = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 0])
+    offsets = torch.tensor([0, 3, 3, 7])  # the second bag is empty
+    kw = {"mode": mode}
+    if case == "2d":
+        idx, offsets = idx[:8].view(4, 2), None
+    if case == "weights":
+        kw["per_sample_weights"] = torch.rand(9, generator=g)
+    if case == "padding":
+        kw["padding_idx"] = 4
+    if case == "last_offset":
+        offsets = torch.tensor([0, 3, 3, 7, 9])
+        kw["include_last_offset"] = True
+
+    def run(w, *rest):
+        extra = dict(kw)
+        if "per_sample_weights" in extra:
+            extra["per_sample_weights"] = rest[-1]
+        return F.embedding_bag(idx.to(w.device), w, None if offsets is None else offsets.to(w.device), **extra)
+
+    inputs = (weight,) + ((kw["per_sample_weights"],) if "per_sample_weights" in kw else ())
+    _grads_match(run, *inputs)
+
+
+def test_models_with_them_train_compiled():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = torch.nn.EmbeddingBag(20, 6, mode="mean")
+            self.lin = torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(6, 6))
+            self.centers = torch.nn.Parameter(torch.randn(3, 6))
+
+        def forward(self, x):
+            return -torch.cdist(self.lin(self.bag(x)), self.centers)
+
+    torch.manual_seed(0)
+    ref = Net()
+    x, y = torch.randint(0, 20, (4, 5)), torch.tensor([0, 2, 1, 0])
+    for mode in ("eager", "torchvk.compile", "torch.compile"):
+        m = copy.deepcopy(ref).to("tvk")
+        if mode == "torchvk.compile":
+            run = torchvk.compile(m, loss_fn=F.cross_entropy)
+        else:
+            net = torch.compile(m, backend="tvk") if mode == "torch.compile" else m
+            run = lambda a, b: F.cross_entropy(net(a), b)  # noqa: E731
+        torchvk.reset_op_counts()
+        loss = run(x.to("tvk"), y.to("tvk"))
+        loss.backward()
+        want = F.cross_entropy(ref(x), y)
+        torch.testing.assert_close(loss.cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+        assert torchvk.op_counts()["cpu"] == {}, mode

@@ -1,0 +1,94 @@
+"""Ops TorchVK runs as compositions of ops it has, registered above autograd.
+
+`cdist`, `_weight_norm` and `embedding_bag` are composite ops whose CPU/CUDA paths end in kernels
+with their own backward ops (`_cdist_forward`/`_cdist_backward`, `_weight_norm_interface`,
+`_embedding_bag`). Here each is written once with differentiable ops and registered for the
+AutogradPrivateUse1 key (eager mode: autograd differentiates the pieces) and traced the same way
+in compiled mode (compile/whole_ops.py), so no backward op is needed.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+
+def cdist(x1, x2, p=2.0, compute_mode=None):
+    """torch.cdist: the p-norm of every pair of rows (directly, for every compute_mode)."""
+    return torch.linalg.vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), ord=p, dim=-1)
+
+
+def weight_norm(v, g, dim=0):
+    """torch._weight_norm: v scaled to norm g along every dim but `dim` (-1: over all of v)."""
+    if dim == -1:
+        return v * (g / torch.linalg.vector_norm(v))
+    dims = [d for d in range(v.dim()) if d != dim % v.dim()]
+    return v * (g / torch.linalg.vector_norm(v, 2, dim=dims, keepdim=True))
+
+
+_SUM, _MEAN, _MAX = 0, 1, 2
+
+
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    """torch.embedding_bag: (output, offset2bag, bag_size, max_indices), sum/mean/max of each bag's rows."""
+    if scale_grad_by_freq or sparse:
+        raise NotImplementedError("TorchVK: embedding_bag with scale_grad_by_freq or sparse gradients has no "
+                                  "Vulkan implementation; use the defaults (dense gradients)")
+    device = weight.device
+    if indices.dim() == 2:  # fixed-size bags, one per row
+        bags, length = indices.shape
+        offsets = torch.arange(0, bags * length, length, device=device)
+        indices = indices.reshape(-1)
+        if per_sample_weights is not None:
+            per_sample_weights = per_sample_weights.reshape(-1)
+    n = indices.numel()
+    starts = offsets[:-1] if include_last_offset else offsets
+    nbags, dim = starts.numel(), weight.shape[1]
+    offset2bag = torch.searchsorted(starts.contiguous(), torch.arange(n, device=device), right=True) - 1
+    rows = F.embedding(indices, weight)  # index-range checked
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.unsqueeze(1)
+    keep = None
+    if padding_idx is not None and padding_idx >= 0:
+        keep = indices != padding_idx
+        rows = rows * keep.unsqueeze(1).to(rows.dtype)
+    counted = keep.to(torch.int64) if keep is not None else torch.ones(n, dtype=torch.int64, device=device)
+    bag_size = torch.zeros(nbags, dtype=torch.int64, device=device).index_add(0, offset2bag, counted)
+    spread = offset2bag.unsqueeze(1).expand(n, dim)
+    if mode == _MAX:
+        low = torch.full((nbags, dim), float("-inf"), dtype=rows.dtype, device=device)
+        if keep is not None:
+            rows = torch.where(keep.unsqueeze(1), rows, torch.full_like(rows, float("-inf")))
+        best = low.scatter_reduce(0, spread, rows, "amax", include_self=True)
+        empty = (bag_size == 0).unsqueeze(1)
+        out = torch.where(empty, torch.zeros_like(best), best)
+        # the first position holding each bag's maximum, as the CPU reports it (-1: an empty bag)
+        position = torch.arange(n, device=device).unsqueeze(1).expand(n, dim)
+        at_max = torch.where(rows == best.detach()[offset2bag], position, torch.full_like(position, n))
+        first = torch.full((nbags, dim), n, dtype=torch.int64, device=device).scatter_reduce(0, spread, at_max, "amin")
+        max_indices = torch.where(first < n, indices[first.clamp(max=max(n - 1, 0))], torch.full_like(first, -1))
+        return out, offset2bag, bag_size, max_indices
+    out = torch.zeros(nbags, dim, dtype=rows.dtype, device=device).index_add(0, offset2bag, rows)
+    if mode == _MEAN:
+        out = out / bag_size.clamp(min=1).unsqueeze(1).to(rows.dtype)
+    return out, offset2bag, bag_size, torch.zeros(nbags, dtype=torch.int64, device=device)
+
+
+def _embedding_bag_plain(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                         per_sample_weights=None, include_last_offset=False):
+    return embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
+                         include_last_offset, None)
+
+
+aten = torch.ops.aten
+COMPOSED = {  # op -> composition (compile/whole_ops.py traces these too)
+    aten.cdist.default: cdist,
+    aten._weight_norm.default: weight_norm,
+    aten.embedding_bag.padding_idx: embedding_bag,
+    aten.embedding_bag.default: _embedding_bag_plain,
+}
+_lib = torch.library.Library("aten", "IMPL")
+for _op, _fn in COMPOSED.items():
+    _name = _op._schema.name.split("::")[1] + ("" if _op._overloadname == "default" else "." + _op._overloadname)
+    _lib.impl(_name, _fn, "AutogradPrivateUse1")
