@@ -72,6 +72,13 @@ def test_bilinear_matches_cpu(shape, how, align_corners):
                  exact_forward=False)
 
 
+@pytest.mark.parametrize("how", [{"size": 11}, {"scale_factor": 2.5}, {"scale_factor": 0.5}, {"size": 1}])
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "linear", "linear-aligned"])
+def test_one_dimensional_matches_cpu(how, mode):
+    kw = {"mode": "linear", "align_corners": mode == "linear-aligned"} if mode.startswith("linear") else {"mode": mode}
+    _against_cpu(lambda t: F.interpolate(t, **kw, **how), _x(2, 3, 7), exact_forward=not mode.startswith("linear"))
+
+
 def test_nearest_picks_the_cpu_pixels_at_awkward_scales():
     # float32 rounding of o * scale decides the pixel: the index ramp shows any difference
     ramp = torch.arange(29.0).reshape(1, 1, 1, 29).expand(1, 1, 2, 29).contiguous()

@@ -31,22 +31,27 @@ def _vec_size(x, output_size, scale_factors):
     return [int(float(s) * f) for s, f in zip(x.shape[2:], scale_factors)]
 
 
-def _upsample(x, out_hw, mode, op, scales, align_corners=False):
-    x, planes, in_hw = _planes(x, op, 2)
-    out_hw = tuple(int(s) for s in out_hw)
-    out = empty((*x.shape[:-2], *out_hw), x.dtype, dev(x), op=op)
-    s = _scales(mode, in_hw, out_hw, scales, align_corners)
+def _plane_size(size, spatial):
+    """An output or input size's last `spatial` dims as (H, W); 1-d sizes are rows of height 1."""
+    size = tuple(int(s) for s in size[-spatial:])
+    return size if spatial == 2 else (1, size[0])
+
+
+def _upsample(x, out_size, mode, op, scales, align_corners=False, spatial=2):
+    x, planes, in_hw = _planes(x, op, spatial)
+    out_hw = _plane_size(out_size, spatial)
+    out = empty((*x.shape[:-spatial], *out_hw[2 - spatial:]), x.dtype, dev(x), op=op)
+    s = _scales(mode, in_hw, out_hw, scales if spatial == 2 else (None, scales[0]), align_corners)
     _R.forward(dev(x), mode, addr(x), addr(out), planes, in_hw, out_hw, s, align_corners=align_corners)
     return out
 
 
-def _upsample_backward(grad, out_hw, input_size, mode, op, scales, align_corners=False):
-    g, planes, _ = _planes(grad, op, 2)
-    in_hw = tuple(int(s) for s in input_size[-2:])
+def _upsample_backward(grad, out_size, input_size, mode, op, scales, align_corners=False, spatial=2):
+    g, planes, _ = _planes(grad, op, spatial)
+    in_hw, out_hw = _plane_size(input_size, spatial), _plane_size(out_size, spatial)
     gi = empty(tuple(int(s) for s in input_size), g.dtype, dev(g), op=op)
-    s = _scales(mode, in_hw, tuple(out_hw), scales, align_corners)
-    _R.backward(dev(g), mode, addr(g), addr(gi), planes, in_hw, tuple(int(v) for v in out_hw), s,
-                align_corners=align_corners)
+    s = _scales(mode, in_hw, out_hw, scales if spatial == 2 else (None, scales[0]), align_corners)
+    _R.backward(dev(g), mode, addr(g), addr(gi), planes, in_hw, out_hw, s, align_corners=align_corners)
     return gi
 
 
@@ -106,6 +111,58 @@ def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_cor
                                  scales_w=None):
     return _upsample_backward(grad_output, output_size, input_size, _R.BILINEAR, "upsample_bilinear2d_backward",
                               (scales_h, scales_w), align_corners)
+
+
+# 1-d (N, C, L): the same kernels on rows of height 1
+@register(aten.upsample_nearest1d.default)
+def upsample_nearest1d(self, output_size, scales=None):
+    return _upsample(self, output_size, _R.NEAREST, "upsample_nearest1d", (scales,), spatial=1)
+
+
+@register(aten.upsample_nearest1d.vec)
+def upsample_nearest1d_vec(input, output_size, scale_factors):
+    scales = scale_factors if scale_factors is not None else (None,)
+    return upsample_nearest1d(input, _vec_size(input, output_size, scale_factors), *scales)
+
+
+@register(aten.upsample_nearest1d_backward.default)
+def upsample_nearest1d_backward(grad_output, output_size, input_size, scales=None):
+    return _upsample_backward(grad_output, output_size, input_size, _R.NEAREST, "upsample_nearest1d_backward",
+                              (scales,), spatial=1)
+
+
+@register(aten._upsample_nearest_exact1d.default)
+def upsample_nearest_exact1d(self, output_size, scales=None):
+    return _upsample(self, output_size, _R.NEAREST_EXACT, "upsample_nearest_exact1d", (scales,), spatial=1)
+
+
+@register(aten._upsample_nearest_exact1d.vec)
+def upsample_nearest_exact1d_vec(input, output_size, scale_factors):
+    scales = scale_factors if scale_factors is not None else (None,)
+    return upsample_nearest_exact1d(input, _vec_size(input, output_size, scale_factors), *scales)
+
+
+@register(aten._upsample_nearest_exact1d_backward.default)
+def upsample_nearest_exact1d_backward(grad_output, output_size, input_size, scales=None):
+    return _upsample_backward(grad_output, output_size, input_size, _R.NEAREST_EXACT,
+                              "upsample_nearest_exact1d_backward", (scales,), spatial=1)
+
+
+@register(aten.upsample_linear1d.default)
+def upsample_linear1d(self, output_size, align_corners, scales=None):
+    return _upsample(self, output_size, _R.BILINEAR, "upsample_linear1d", (scales,), align_corners, spatial=1)
+
+
+@register(aten.upsample_linear1d.vec)
+def upsample_linear1d_vec(input, output_size, align_corners, scale_factors):
+    scales = scale_factors if scale_factors is not None else (None,)
+    return upsample_linear1d(input, _vec_size(input, output_size, scale_factors), align_corners, *scales)
+
+
+@register(aten.upsample_linear1d_backward.default)
+def upsample_linear1d_backward(grad_output, output_size, input_size, align_corners, scales=None):
+    return _upsample_backward(grad_output, output_size, input_size, _R.BILINEAR, "upsample_linear1d_backward",
+                              (scales,), align_corners, spatial=1)
 
 
 # ------------------------------------------------------------------ padding

@@ -23,6 +23,9 @@ WHOLE = (
     aten.upsample_nearest2d.default, aten.upsample_nearest2d.vec,
     aten._upsample_nearest_exact2d.default, aten._upsample_nearest_exact2d.vec,
     aten.upsample_bilinear2d.default, aten.upsample_bilinear2d.vec,
+    aten.upsample_nearest1d.default, aten.upsample_nearest1d.vec,
+    aten._upsample_nearest_exact1d.default, aten._upsample_nearest_exact1d.vec,
+    aten.upsample_linear1d.default, aten.upsample_linear1d.vec,
 )
 # ops traced through a decomposition of our own: torch's composite differs between versions
 # (one_hot's range check is missing from torch 2.11's on the fake CPU tensors traced here), or
