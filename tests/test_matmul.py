@@ -296,3 +296,17 @@ def test_coopmat_template_compiles():
             pytest.skip("this glslc predates GL_KHR_cooperative_matrix (needs glslang >= 13)")
         raise
     assert spirv[:4] == b"\x03\x02\x23\x07"
+
+
+def test_integer_matmul_is_a_clear_error_also_through_the_operator():
+    """`a @ b` turns a TypeError into Python's bare "unsupported operand type(s)": the error names the dtype."""
+    import torch
+
+    import torchvk  # noqa: F401
+
+    a = torch.arange(6).view(2, 3).to("tvk")
+    for call in (lambda: a @ a.t(), lambda: torch.mm(a, a.t())):
+        with pytest.raises(NotImplementedError, match="int64 operands"):
+            call()
+    cpu = a.cpu().float()
+    assert torch.equal((a.float() @ a.float().t()).cpu(), cpu @ cpu.t())

@@ -18,8 +18,10 @@ def _check(op, *ts):
                            f"{', '.join(str(x.dtype) for x in ts)}; convert one with .to(dtype)")
     for t in ts:
         if t.dtype not in DTYPE_NAME:
-            raise TypeError(f"TorchVK: {op} supports float32/float16/bfloat16 operands of one dtype, "
-                            f"got {', '.join(str(x.dtype) for x in ts)}")
+            # NotImplementedError, as for any op without a kernel: `a @ b` turns a TypeError into
+            # Python's bare "unsupported operand type(s) for @"
+            raise NotImplementedError(f"TorchVK: {op} has no Vulkan kernel for {t.dtype} operands (float32, float16 "
+                                      f"and bfloat16 only); convert with .float() first")
 
 
 def _fix_neg(t):
