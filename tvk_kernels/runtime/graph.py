@@ -51,13 +51,8 @@ class Graph:
         self.broken = False  # a borrowed scratch range outlived the capture: never replay this one
 
     def __del__(self):
-        try:
-            self.wait()
-            self.stream.device.allocator.release_graph_ranges(self.reserved)
-            self.reserved = []
-            dev = self.stream.device.handle
-            lib.vkDestroyFence(dev, self.slot.fence, NULL)
-            lib.vkFreeCommandBuffers(dev, self.stream.pool, 1, ffi.new("VkCommandBuffer[1]", [self.slot.cmd]))
+        try:  # the garbage collector may run this on any thread: free under the runtime lock, or later
+            self.stream.device.allocator._now_or_later(_free_graph, (self.stream, self.slot, self.reserved))
         except Exception:  # interpreter shutdown
             pass
 
@@ -80,6 +75,19 @@ class Graph:
             check(lib.vkResetFences(dev, 1, self.slot.fence_ptr), "vkResetFences")
             self.slot.in_flight = False
         self.stream.graphs_in_flight.discard(self)
+
+
+def _free_graph(parts):
+    """A dropped graph's fence, command buffer and scratch ranges go back. Runs holding the
+    runtime lock: the command pool is the stream's, which another thread may be recording into."""
+    stream, slot, reserved = parts
+    dev = stream.device.handle
+    if slot.in_flight:
+        check(lib.vkWaitForFences(dev, 1, slot.fence_ptr, 1, _UINT64_MAX), "vkWaitForFences")
+        slot.in_flight = False
+    stream.device.allocator._release_graph_ranges(reserved)
+    lib.vkDestroyFence(dev, slot.fence, NULL)
+    lib.vkFreeCommandBuffers(dev, stream.pool, 1, ffi.new("VkCommandBuffer[1]", [slot.cmd]))
 
 
 @contextmanager
