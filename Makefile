@@ -36,7 +36,7 @@ demo: setup
 	$(PY) -m torchvk.demo
 
 test: setup
-	TVK_VALIDATION=1 $(PY) -m pytest -q -n auto --dist loadgroup tests
+	TVK_VALIDATION=1 $(PY) -m pytest -q -n auto --dist loadgroup --durations=15 tests
 
 bench-quick: setup
 	$(PY) -m tvk_kernels.bench.cli all --quick --out benchmarks/results/local
