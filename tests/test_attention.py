@@ -9,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchvk
+from rdna1_check import assert_fits_rdna1, navi10_stats
 
 FUSED = "aten._scaled_dot_product_fused_attention_overrideable.default"
 FUSED_BWD = "aten._scaled_dot_product_fused_attention_overrideable_backward.default"
@@ -191,23 +192,9 @@ def test_kernels_compile_for_rdna1_without_spills(tmp_path):
     """RDNA1's own compiler (Mesa's null Navi 10) on the rdna1 defaults, every kernel at the largest
     head dim of each bucket, with and without mask, causal and dropout: no spills, within AMD's
     32 KiB of shared memory."""
-    import json
-    import subprocess
-    import sys
-
-    from tvk_kernels.tune import rdna1
-
-    icd = rdna1.radv_icd()
-    if icd is None:
-        pytest.skip("Mesa RADV driver not installed")
-    out = subprocess.run([sys.executable, "-c", _RDNA1_STATS], capture_output=True, text=True,
-                         env=rdna1.null_navi10_env(icd, TVK_CACHE_DIR=str(tmp_path)))
-    assert out.returncode == 0, out.stderr
-    stats = json.loads(out.stdout.strip().splitlines()[-1])
+    stats = navi10_stats(_RDNA1_STATS, tmp_path)
     assert len(stats) >= 3 * 2
-    for name, s in stats.items():
-        assert s["Spilled VGPRs"] == 0 and s["Spilled SGPRs"] == 0 and s.get("Scratch size", 0) == 0, name
-        assert s.get("LDS size", 0) <= 32768 and s["VGPRs"] > 0, name
+    assert_fits_rdna1(stats)
 
 
 class _DropoutAttention(nn.Module):

@@ -25,9 +25,10 @@ def _grads_match(fn, *cpu_inputs, rtol=1e-5, atol=1e-5):
 
 
 @pytest.mark.parametrize("p", [1.0, 2.0, 3.0, float("inf")])
-def test_cdist(p):
+@pytest.mark.parametrize("rows", [5, 31])  # more than 25 rows: torch's matmul form for p=2
+def test_cdist(p, rows):
     g = torch.Generator().manual_seed(0)
-    x1, x2 = torch.randn(2, 5, 3, generator=g), torch.randn(1, 4, 3, generator=g)  # batch broadcast
+    x1, x2 = torch.randn(2, rows, 3, generator=g), torch.randn(1, 4, 3, generator=g)  # batch broadcast
     _grads_match(lambda a, b: torch.cdist(a, b, p=p), x1, x2)
 
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import torchvk  # noqa: F401
+from rdna1_check import assert_fits_rdna1, navi10_stats
 
 INF, NAN = math.inf, math.nan
 EDGES = [0.0, -0.0, INF, -INF, NAN]
@@ -208,19 +209,6 @@ print(json.dumps(stats))
 def test_math_helpers_compile_for_rdna1_without_spills(tmp_path):
     """The heaviest helpers (polygamma: loops and coefficient tables; 64-bit integer division) on
     RDNA1's own compiler (Mesa's null Navi 10), strided 6-d: no spills."""
-    import json
-    import subprocess
-    import sys
-
-    from tvk_kernels.tune import rdna1
-
-    icd = rdna1.radv_icd()
-    if icd is None:
-        pytest.skip("Mesa RADV driver not installed")
-    out = subprocess.run([sys.executable, "-c", _RDNA1_STATS], capture_output=True, text=True,
-                         env=rdna1.null_navi10_env(icd, TVK_CACHE_DIR=str(tmp_path)))
-    assert out.returncode == 0, out.stderr
-    stats = json.loads(out.stdout.strip().splitlines()[-1])
+    stats = navi10_stats(_RDNA1_STATS, tmp_path)
     assert len(stats) == 2
-    for name, s in stats.items():
-        assert s["Spilled VGPRs"] == 0 and s["Spilled SGPRs"] == 0 and s.get("Scratch size", 0) == 0, name
+    assert_fits_rdna1(stats)

@@ -5,9 +5,6 @@ where the output tiles are too few to fill the GPU; the GEMM sweep benchmark at 
 Error bound per element, scale = |A| @ |B| (+ |bias|): fp32 1e-5 * scale + 1e-6, fp16
 2e-3 * scale + 1e-3 (fp32 accumulate, fp16 output rounding), as in test_matmul.py.
 """
-import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +13,7 @@ import torch
 import torchvk
 from tvk_kernels.kernels import matmul as mm
 from tvk_kernels.tune.space import bucket_of
+from rdna1_check import assert_fits_rdna1, navi10_stats
 
 TOL = {torch.float32: (1e-5, 1e-6), torch.float16: (2e-3, 1e-3)}
 LAYOUTS = ["nn", "nt", "tn", "tt"]
@@ -217,29 +215,18 @@ for bucket in search_space("matmul")["buckets"]:
         continue
     seen.add(tuple(p.items()))
     for a_k, b_n in ((1, 1), (0, 0)):  # NN and TT: every load path of A and of B
-        if True:
-            d = {"BM": p["BM"], "BN": p["BN"], "BK": p["BK"], "TM": p["TM"], "TN": p["TN"], "UNROLL": p["UNROLL"],
-                 "PAD": p["PAD"], "VEC_A": p["VEC"], "VEC_B": p["VEC"], "A_KMAJOR": a_k, "B_NMAJOR": b_n, "ACT": 0,
-                 "DTYPE": 0, "MODE": 0}
-            pipe = dev.pipelines.get(mm.TEMPLATE, d, local_size=(mm.derived(p)["WG"], 1, 1), push_size=mm._PUSH.size,
-                                     subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
-            stats[f"{bucket}.{mm.layout_name(a_k, b_n)}"] = pipe.stats
+        d = {"BM": p["BM"], "BN": p["BN"], "BK": p["BK"], "TM": p["TM"], "TN": p["TN"], "UNROLL": p["UNROLL"],
+             "PAD": p["PAD"], "VEC_A": p["VEC"], "VEC_B": p["VEC"], "A_KMAJOR": a_k, "B_NMAJOR": b_n, "ACT": 0,
+             "DTYPE": 0, "MODE": 0}
+        pipe = dev.pipelines.get(mm.TEMPLATE, d, local_size=(mm.derived(p)["WG"], 1, 1), push_size=mm._PUSH.size,
+                                 subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
+        stats[f"{bucket}.{mm.layout_name(a_k, b_n)}"] = pipe.stats
 print(json.dumps(stats))
 """
 
 
 def test_static_defaults_compile_for_rdna1_without_spills(tmp_path):
     """Every bucket's static default, NN and TT, on RDNA1's compiler (Mesa's null Navi 10)."""
-    from tvk_kernels.tune import rdna1
-
-    icd = rdna1.radv_icd()
-    if icd is None:
-        pytest.skip("Mesa RADV driver not installed")
-    out = subprocess.run([sys.executable, "-c", _RDNA1], capture_output=True, text=True,
-                         env=rdna1.null_navi10_env(icd, TVK_CACHE_DIR=str(tmp_path)))
-    assert out.returncode == 0, out.stderr
-    stats = json.loads(out.stdout.strip().splitlines()[-1])
+    stats = navi10_stats(_RDNA1, tmp_path)
     assert "batched.tt" in stats and len(stats) >= 2 * 3
-    for name, s in stats.items():
-        assert s["Spilled VGPRs"] == 0 and s["Spilled SGPRs"] == 0 and s.get("Scratch size", 0) == 0, name
-        assert s.get("LDS size", 0) <= 32768 and s["VGPRs"] > 0, name
+    assert_fits_rdna1(stats)

@@ -1,9 +1,6 @@
 """nn.LSTM / GRU / RNN and their cells on tvk, forward and backward, against torch CPU autograd,
 with no op on the CPU. torch's own RNN code runs the layers; the fused gate kernels
 (templates/rnn_cell.comp via torchvk/aten/rnn.py) run each LSTM / GRU step."""
-import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -11,6 +8,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import torchvk
+from rdna1_check import assert_fits_rdna1, navi10_stats
 
 TOL = dict(atol=1e-5, rtol=1e-4)
 I, H, B, T = 3, 4, 2, 4
@@ -220,16 +218,6 @@ print(json.dumps(stats))
 
 def test_cell_kernels_compile_for_rdna1_without_spills(tmp_path):
     """RDNA1's own compiler (Mesa's null Navi 10): no spills, no shared memory over AMD's 32 KiB."""
-    from tvk_kernels.tune import rdna1
-
-    icd = rdna1.radv_icd()
-    if icd is None:
-        pytest.skip("Mesa RADV driver not installed")
-    out = subprocess.run([sys.executable, "-c", _STATS], capture_output=True, text=True,
-                         env=rdna1.null_navi10_env(icd, TVK_CACHE_DIR=str(tmp_path)))
-    assert out.returncode == 0, out.stderr
-    stats = json.loads(out.stdout.strip().splitlines()[-1])
+    stats = navi10_stats(_STATS, tmp_path)
     assert len(stats) == 4 * 4
-    for name, st in stats.items():
-        assert st["Spilled VGPRs"] == 0 and st["Spilled SGPRs"] == 0 and st.get("Scratch size", 0) == 0, name
-        assert st.get("LDS size", 0) <= 32768 and st["VGPRs"] > 0, name
+    assert_fits_rdna1(stats)

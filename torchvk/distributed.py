@@ -138,35 +138,20 @@ class TVKProcessGroup(dist.ProcessGroup):
         return _done(None)
 
 
-    # collectives not staged yet: a clear error instead of c10d's "no backend for device type"
-    def _not_yet(self, name):
+def _not_yet(name):
+    def collective(self, *args, **kwargs):
         raise NotImplementedError(
             f"torchvk.distributed does not implement {name} yet (it has all_reduce, broadcast, all_gather, "
             f"all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor and barrier); use all_reduce, or "
             f"run {name} on CPU copies of the tensors")
+    return collective
 
-    def reduce(self, *args, **kwargs):
-        self._not_yet("reduce")
 
-    def gather(self, *args, **kwargs):
-        self._not_yet("gather")
-
-    def scatter(self, *args, **kwargs):
-        self._not_yet("scatter")
-
-    def send(self, *args, **kwargs):
-        self._not_yet("send")
-
-    def recv(self, *args, **kwargs):
-        self._not_yet("recv")
-
-    def alltoall(self, *args, **kwargs):
-        self._not_yet("all_to_all")
-
-    def alltoall_base(self, *args, **kwargs):
-        self._not_yet("all_to_all_single")
-
-    all_to_all_single = alltoall_base
+# collectives not staged yet: a clear error instead of c10d's "no backend for device type"
+for _method, _name in (("reduce", "reduce"), ("gather", "gather"), ("scatter", "scatter"), ("send", "send"),
+                       ("recv", "recv"), ("alltoall", "all_to_all"), ("alltoall_base", "all_to_all_single"),
+                       ("all_to_all_single", "all_to_all_single")):
+    setattr(TVKProcessGroup, _method, _not_yet(_name))
 
 
 def _create(store, rank, size, timeout):

@@ -14,8 +14,21 @@ import torch.nn.functional as F
 
 
 def cdist(x1, x2, p=2.0, compute_mode=None):
-    """torch.cdist: the p-norm of every pair of rows (directly, for every compute_mode)."""
+    """torch.cdist: the p-norm of every pair of rows. Euclidean distances of more than 25 rows (or
+    with compute_mode="use_mm_for_euclid_dist") go through one matmul, as torch computes them,
+    which also keeps memory at the output's size; other norms take the differences of all pairs."""
+    many = x1.shape[-2] > 25 or x2.shape[-2] > 25
+    if p == 2 and (compute_mode == "use_mm_for_euclid_dist" or (many and compute_mode != "donot_use_mm_for_euclid_dist")):
+        return _euclidean(x1, x2)
     return torch.linalg.vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), ord=p, dim=-1)
+
+
+def _euclidean(x1, x2):
+    """sqrt(|a|^2 + |b|^2 - 2 a.b) for every pair of rows, the products in one matmul (torch's _euclidean_dist)."""
+    n1, n2 = x1.pow(2).sum(-1, keepdim=True), x2.pow(2).sum(-1, keepdim=True)
+    a = torch.cat([-2 * x1, n1, torch.ones_like(n1)], -1)
+    b = torch.cat([x2, torch.ones_like(n2), n2], -1)
+    return (a @ b.mT).clamp_min(0).sqrt()
 
 
 def weight_norm(v, g, dim=0):
