@@ -39,7 +39,7 @@ RANGED = ("Code size", "Instructions", "VGPRs", "SGPRs", "Latency", "Inverse Thr
 def variants(target, facts):
     """[(params, source)]: the default per shape bucket, then EXTRA_CANDIDATES others (deterministic)."""
     from tvk_kernels.config import default_params
-    from tvk_kernels.tune.space import bucket_of, candidates
+    from tvk_kernels.search_space import bucket_of, candidates
 
     chosen = []
     for shape in target.suites["suite"]:

@@ -12,7 +12,7 @@ import torch
 
 import torchvk
 from tvk_kernels.kernels import matmul as mm
-from tvk_kernels.tune.space import bucket_of
+from tvk_kernels.search_space import bucket_of
 from rdna1_check import assert_fits_rdna1, navi10_stats
 
 TOL = {torch.float32: (1e-5, 1e-6), torch.float16: (2e-3, 1e-3)}

@@ -10,7 +10,8 @@ import pytest
 from tvk_kernels import config
 from tvk_kernels.kernels import elementwise
 from tvk_kernels.kernels.launch import _families
-from tvk_kernels.tune import driver, space
+from tvk_kernels import search_space as space
+from tvk_kernels.tune import driver
 from tvk_kernels.tune.targets import Case, ElementwiseTarget
 
 
@@ -44,7 +45,7 @@ def test_tiny_tuning_run_writes_a_config_the_runtime_uses(device, config_dir, tm
         assert prov["trials"] >= 1 and prov["speedup"] >= 1.0 - 1e-9
         assert all(t > 0 for t in prov["default_seconds"])
     # the runtime now picks these parameters, from the user config
-    params, source = config.params_for(device, "elementwise", "large", fam["template_checksum"])
+    params, source = config.lookup(device, "elementwise", "large", fam["template_checksum"])
     assert source.startswith("measured:") and params == {**params, **fam["buckets"]["large"]["params"]}
     # and the kernel still computes the right thing with them
     a = np.arange(70_000, dtype=np.float32)
@@ -101,8 +102,8 @@ def test_corrupt_config_is_ignored_with_one_warning(device, config_dir):
     config._warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        params, source = config.params_for(device, "elementwise", "large")
-        config.params_for(device, "elementwise", "small")
+        params, source = config.lookup(device, "elementwise", "large")
+        config.lookup(device, "elementwise", "small")
     assert source == "default" and params == config.default_params("elementwise", device.facts, "large")
     msgs = [str(w.message) for w in caught if "broken.json" in str(w.message)]
     assert len(msgs) == 1 and "tvk-tune" in msgs[0]
@@ -116,7 +117,7 @@ def test_stale_config_is_ignored_with_a_warning(device, config_dir):
     config._warned.clear()
     checksum = elementwise.family(device, elementwise.Binary).checksum
     with pytest.warns(RuntimeWarning, match="another version of the kernel template"):
-        params, source = config.params_for(device, "elementwise", "large", checksum)
+        params, source = config.lookup(device, "elementwise", "large", checksum)
     assert source == "default"
 
 
@@ -126,7 +127,7 @@ def test_config_for_another_device_does_not_apply(device, config_dir):
     _write(config_dir / "amd.json", {"schema": 1, "device": {**key, "match": "arch"},
                                      "families": {"elementwise": {"template_checksum": checksum,
                                                                   "buckets": {"*": {"params": {"WG": 512}}}}}})
-    _, source = config.params_for(device, "elementwise", "large", checksum)
+    _, source = config.lookup(device, "elementwise", "large", checksum)
     assert source == "default"
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .errors import InvalidConfigError
 from .paths import data_dir
+from .search_space import bucket_of, search_space, violations
 
 SCHEMA_VERSION = 1
 _warned: set = set()
@@ -69,18 +70,26 @@ def device_key_name(facts) -> str:
     return f"{arch}--{driver}--{slug}"
 
 
+def device_classes(facts) -> tuple[str, ...]:
+    """Keys of per-device-class tables, weakest first: generic, vendor, architecture."""
+    return ("generic", facts.vendor.lower(), arch_family(facts))
+
+
+def by_class(table, facts, fallback):
+    """A per-device-class value from a {generic, vendor, arch} table (or a plain value)."""
+    if not isinstance(table, dict):
+        return fallback if table is None else table
+    value = fallback
+    for key in device_classes(facts):
+        value = table.get(key, value)
+    return value
+
+
 # -------------------------------------------------------------- search spaces
-@lru_cache(maxsize=None)
-def search_space(family: str) -> dict:
-    path = data_dir("tuning") / f"{family}.json"
-    with open(path) as f:
-        return json.load(f)
-
-
 def default_params(family: str, facts, bucket: str = "*") -> dict:
     """Defaults for the device class (generic, then vendor, then arch), then per-bucket overrides."""
     space = search_space(family)
-    keys = ("generic", facts.vendor.lower(), arch_family(facts))
+    keys = device_classes(facts)
     params = {}
     for key in keys:
         params.update(space["defaults"].get(key, {}))
@@ -253,11 +262,9 @@ def _param_problems(family: str, params: dict) -> list[str]:
     return out
 
 
-def _constraint_problems(family: str, params: dict, facts) -> list[str]:
+def constraint_problems(family: str, params: dict, facts) -> list[str]:
     """Constraints of tuning/<family>.json (variants' too) that `params` break on this device,
     and local sizes over the device's workgroup limits."""
-    from .tune.space import violations  # tune.space reads search spaces from here
-
     space = search_space(family)
     out = []
     try:
@@ -280,8 +287,9 @@ def _store(device_index: int, facts_id: int):
     return ConfigStore(Device.get(device_index).facts)
 
 
-def params_for(device, family: str, bucket: str = "*", checksum: str | None = None, check=None) -> tuple[dict, str]:
-    """The parameters to run `family` with on `device` for this shape bucket, and where they came from.
+def lookup(device, family: str, shape: dict | str = "*", checksum: str | None = None, check=None) -> tuple[dict, str]:
+    """The parameters to run `family` with on `device` for a shape (a dict of the names its
+    tuning/<family>.json buckets use) or a bucket name, and where they came from.
 
     A tuned entry is used only if its parameters are integers from the search space that keep its
     constraints and the device's limits, and `check(params)` (a family's own rules: raises
@@ -289,11 +297,12 @@ def params_for(device, family: str, bucket: str = "*", checksum: str | None = No
     one warning and the next entry (arch, vendor, shipped config), at last the default, is used.
     """
     facts = device.facts
+    bucket = shape if isinstance(shape, str) else bucket_of(family, shape)
     defaults = default_params(family, facts, bucket)
     for path, key, tuned, source, problem in _store(device.index, id(facts)).entries(family, bucket, checksum):
         problems = [problem] if problem else _param_problems(family, tuned)
         params = {**defaults, **(tuned or {})}
-        problems = problems or _constraint_problems(family, params, facts)
+        problems = problems or constraint_problems(family, params, facts)
         if not problems and check is not None:
             try:
                 params = check(params)

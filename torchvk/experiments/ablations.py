@@ -30,17 +30,17 @@ from tvk_kernels.tune.measure import time_candidate
 
 
 def _family_tuned_vs_default(device, quick):
-    from tvk_kernels.config import default_params, params_for
+    from tvk_kernels.config import default_params, lookup
     from tvk_kernels.runtime.compiler import template_checksum
     from tvk_kernels.tune.measure import time_candidate
-    from tvk_kernels.tune.space import bucket_of
+    from tvk_kernels.search_space import bucket_of
     from tvk_kernels.tune.targets import load_optional_targets
 
     rows = []
     for family, target in sorted(load_optional_targets().items()):
         for shape in target.suites["tiny" if quick else "suite"]:
             bucket = bucket_of(family, shape)
-            tuned, source = params_for(device, family, bucket, template_checksum(target.template))
+            tuned, source = lookup(device, family, bucket, template_checksum(target.template))
             default = default_params(family, device.facts, bucket)
             case = target.prepare(device, shape)
             try:

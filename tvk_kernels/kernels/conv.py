@@ -20,7 +20,7 @@ from .launch import Family, family, grid_1d
 from .reduce import reduce
 from ..config import arch_family, search_space
 from ..errors import InvalidConfigError
-from ..tune.space import bucket_of, candidates as space_candidates, limits, violations, with_derived
+from ..search_space import bucket_of, candidates as space_candidates, limits, violations, with_derived
 
 FAMILY = "conv2d"
 TEMPLATE = "conv2d.comp"

@@ -1,8 +1,22 @@
-"""Helpers shared by kernel families: grid shapes and the per-device pipeline memo."""
+"""The one shape of a kernel family: config lookup, checked parameters, memoized pipelines.
+
+Every family is a `Family` subclass naming its tuning/<family>.json and templates/<template>:
+
+    fam = family(device, Softmax)                    # one per device, memoized
+    params = fam.resolve({"n": rows * cols}, params)  # bucket from the JSON, tuned/default config,
+                                                      # explicit keys on top, checked once
+    pipe = fam.variant(defines, params["WG"], PUSH.size, shared_bytes=...)  # built once
+    device.stream.dispatch(pipe, grid_1d(groups), push, "softmax")
+"""
 from __future__ import annotations
 
-from ..config import generation, params_for
+import operator
+from functools import lru_cache
+
+from ..config import constraint_problems, generation, lookup
+from ..errors import InvalidConfigError
 from ..runtime.compiler import template_checksum
+from ..search_space import bucket_of, search_space, with_derived
 
 
 def grid_1d(groups: int, max_x: int = 65535) -> tuple[int, int, int]:
@@ -14,38 +28,111 @@ def grid_1d(groups: int, max_x: int = 65535) -> tuple[int, int, int]:
     return ((groups + y - 1) // y, y, 1)
 
 
+def pow2ceil(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def address(x) -> int:
+    """A device address from an int or anything with `.address` (a Buffer)."""
+    return int(getattr(x, "address", x))
+
+
+@lru_cache(maxsize=8192)  # a training step asks for the same few shapes every time
+def _bucket(family: str, shape: tuple) -> str:
+    return bucket_of(family, dict(shape))
+
+
 class Family:
     """One kernel family on one device: its config lookup and compiled variants, memoized."""
 
-    def __init__(self, device, family: str, template: str):
-        self.device, self.family, self.template = device, family, template
-        self.checksum = template_checksum(template)
-        self._params: dict = {}
+    family = ""    # tuning/<family>.json: search space, buckets, defaults
+    template = ""  # templates/<template>: the tuned configs' checksum is this file's (and its includes')
+
+    def __init__(self, device, family: str | None = None, template: str | None = None):
+        self.device = device
+        if family is not None:  # transition: families not yet converted pass their names
+            self.family, self.template = family, template
+        self.checksum = template_checksum(self.template)
         self._generation = generation()
+        self._params: dict = {}    # bucket -> (params, source)
+        self._resolved: dict = {}  # (bucket, explicit items) -> checked params with derived values
         self._pipelines: dict = {}
+
+    def bucket(self, shape: dict) -> str:
+        """The shape's bucket: the first of tuning/<family>.json's "buckets" whose expression holds."""
+        return _bucket(self.family, tuple(sorted(shape.items())))
 
     def params(self, bucket: str = "*") -> tuple[dict, str]:
         """(params, source) of a shape bucket: the first tuned config that passes the checks, else the default."""
         if self._generation != generation():  # config.reload() ran: configs may have changed
             self._params.clear()
+            self._resolved.clear()
             self._generation = generation()
         p = self._params.get(bucket)
         if p is None:
-            p = self._params[bucket] = params_for(self.device, self.family, bucket, self.checksum, self.check_config)
+            p = self._params[bucket] = lookup(self.device, self.family, bucket, self.checksum, self.check_config)
         return p
+
+    def resolve(self, shape: dict | str, explicit: dict | None = None) -> dict:
+        """The parameters of a launch: the bucket's config (`shape` is a dict of the bucket
+        expressions' names, or a bucket name), an explicit candidate's keys on top (the tuner,
+        ablations, tests), checked once; derived values of the search space (WG, shared_bytes, ...)
+        included. Raises InvalidConfigError for explicit parameters this device cannot run."""
+        bucket = shape if isinstance(shape, str) else self.bucket(shape)
+        key = (bucket, tuple(sorted(explicit.items())) if explicit else None)
+        p = self._resolved.get(key)
+        if p is None or self._generation != generation():
+            base = self.params(bucket)[0]
+            merged = {**base, **explicit} if explicit else dict(base)
+            if explicit:
+                merged = self.validate(merged)
+            p = self._resolved[key] = with_derived(search_space(self.family), merged)
+        return p
+
+    def validate(self, params: dict) -> dict:
+        """Explicit parameters: integers, within the search space's constraints and the device's
+        limits, and the family's own rules (check_config); returns them completed."""
+        for name, value in params.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                try:
+                    value = operator.index(value)
+                except TypeError:
+                    raise InvalidConfigError(f"{self.family}: parameter {name}={value!r} must be an integer") from None
+            if value < 0:
+                raise InvalidConfigError(f"{self.family}: parameter {name}={value} must not be negative")
+        problems = constraint_problems(self.family, params, self.device.facts)
+        if problems:
+            raise InvalidConfigError(f"{self.family} parameters {params} do not fit {self.device.facts.name}: "
+                                     + "; ".join(problems))
+        return self.check_config(params)
 
     def check_config(self, params: dict) -> dict:
         """A family's own rules beyond its search space (raise InvalidConfigError); returns `params` completed."""
         return params
 
+    def variant(self, defines: dict, local_size, push_size: int, shared_bytes: int = 0, spec: dict | None = None,
+                subgroup_size: int | None = None, template: str | None = None):
+        """The family's template (or another of its templates) with these defines, specialization
+        constants and workgroup (an int: 1-D), device limits checked, built once."""
+        if isinstance(local_size, int):
+            local_size = (local_size, 1, 1)
+        key = (template, tuple(sorted(defines.items())), local_size, push_size, shared_bytes,
+               tuple(sorted(spec.items())) if spec else (), subgroup_size)
+        p = self._pipelines.get(key)
+        if p is None:
+            pipelines = self.device.pipelines
+            pipelines.check_limits(local_size, shared_bytes=shared_bytes, subgroup_size=subgroup_size,
+                                   push_size=push_size)
+            p = self._pipelines[key] = pipelines.get(template or self.template, defines, local_size=local_size,
+                                                     push_size=push_size, spec=spec, subgroup_size=subgroup_size)
+        return p
+
+    # transition: removed once every family uses resolve/variant
     def workgroup_variant(self, defines: dict, wg: int, push_size: int, shared_bytes: int = 0):
-        """The family's template with these defines and a 1-D workgroup of `wg`, limits checked, built once."""
-        key = ("variant", tuple(sorted(defines.items())), wg)
-        return self.pipeline(key, lambda: self.device.pipelines.get(
-            self.template, defines, local_size=(wg, 1, 1), push_size=push_size, shared_bytes=shared_bytes))
+        return self.variant(defines, wg, push_size, shared_bytes)
 
     def pipeline(self, key, build):
-        """`build()` runs once per key and returns a Pipeline."""
         p = self._pipelines.get(key)
         if p is None:
             p = self._pipelines[key] = build()
@@ -56,6 +143,7 @@ _families: dict = {}
 
 
 def family(device, cls):
+    """The device's one instance of a Family subclass."""
     key = (device.index, cls)
     f = _families.get(key)
     if f is None:

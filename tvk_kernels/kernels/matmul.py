@@ -19,7 +19,7 @@ import warnings
 
 from ..config import arch_family, generation, search_space
 from ..errors import InvalidConfigError, TVKError
-from ..tune.space import bucket_suffix
+from ..search_space import bucket_suffix
 from .launch import Family, family, grid_1d
 
 FAMILY = "matmul"
@@ -144,7 +144,7 @@ def validate_params(device, params: dict) -> dict:
 @functools.lru_cache(maxsize=4096)  # per op call otherwise: a training step asks for the same shapes
 def shape_bucket(M: int, N: int, K: int, batch: int = 1, layout: str = "nn") -> str:
     """The config key of a GEMM: its size bucket (tuning/matmul.json "buckets"), then ".nt", ".tn"
-    or ".tt" for a transposed operand layout (same as tune.space.bucket_of)."""
+    or ".tt" for a transposed operand layout (same as search_space.bucket_of)."""
     space = search_space(FAMILY)
     env = {"M": M, "N": N, "K": K, "batch": batch}
     size = next((name for name, expr in space["buckets"].items() if eval(expr, _SAFE, env)), "large")
@@ -175,7 +175,7 @@ class Matmul(Family):
             params, source = self.params(bucket)
             if source != "default":
                 return params, source
-        return self.params(size)  # config.params_for applies bucket_defaults, check_config completes them
+        return self.params(size)  # config.lookup applies bucket_defaults, check_config completes them
 
     def check_config(self, params: dict) -> dict:
         """A tuned entry must be a tiled candidate this device runs (a failing one falls back)."""

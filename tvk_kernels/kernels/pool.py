@@ -17,7 +17,7 @@ import struct
 from .conv import _addr, _pair, check_params
 from .launch import Family, family, grid_1d
 from ..errors import InvalidConfigError
-from ..tune.space import bucket_of, candidates as space_candidates
+from ..search_space import bucket_of, candidates as space_candidates
 
 FAMILY = "pool"
 OPS = {"max_fwd": 1, "max_bwd": 2, "avg_fwd": 3, "avg_bwd": 4, "adaptive_fwd": 5, "adaptive_bwd": 6}

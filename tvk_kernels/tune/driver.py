@@ -33,7 +33,7 @@ from ..config import SCHEMA_VERSION, default_params, device_key, device_key_name
 from ..errors import InvalidConfigError, ShaderCompileError, VulkanError
 from ..runtime.compiler import template_checksum
 from .measure import MIN_REPEATS, OutOfTime, time_candidate
-from .space import bucket_of, param_values, violations
+from ..search_space import bucket_of, param_values, violations
 
 # A shape is tuned only if this many of its minimal measurements fit its study's share of the
 # budget: the default, one trial, the default again.

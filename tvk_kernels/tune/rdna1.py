@@ -97,7 +97,7 @@ def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
     """Compile up to `trials` candidates (the default first), keep those that fit, rank by the model."""
     from ..config import default_params
     from ..errors import InvalidConfigError, ShaderCompileError
-    from .space import bucket_of, candidates
+    from ..search_space import bucket_of, candidates
 
     facts = dataclasses.replace(device.facts, max_shared_memory=shared_limit)
     bucket = bucket_of(target.family, shapes[0])
@@ -135,7 +135,7 @@ def static_tune(device, families, suite, trials, out_dir):
     from pathlib import Path
 
     from .driver import write_config
-    from .space import bucket_of
+    from ..search_space import bucket_of
     from .targets import TARGETS
 
     paths = []

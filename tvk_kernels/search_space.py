@@ -1,11 +1,21 @@
-"""Search spaces (tuning/<family>.json) as data: enumerate, derive, constrain, bucket."""
+"""Search spaces (tuning/<family>.json) as data: load, evaluate, derive, constrain, enumerate, bucket.
+
+The one expression evaluator: the tuner, the config lookup and every kernel family read
+buckets, derived values and constraints through it."""
 from __future__ import annotations
 
 import itertools
 import math
+import json
 from functools import lru_cache
 
-from ..config import search_space
+from .paths import data_dir
+
+@lru_cache(maxsize=None)
+def search_space(family: str) -> dict:
+    with open(data_dir("tuning") / f"{family}.json") as f:
+        return json.load(f)
+
 
 _SAFE = {"min": min, "max": max, "abs": abs, "math": math, "True": True, "False": False}
 
