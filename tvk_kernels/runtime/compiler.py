@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,12 +82,26 @@ def _glslang_compile(glslang: str, path: Path, define_args: list[str]):
         return (out.read_bytes() if proc.returncode == 0 else None), proc.stdout.decode(errors="replace")
 
 
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.M)
+
+
+def _included(path: Path, seen: dict) -> dict:
+    """path and every file it #includes (quoted, relative to the including file), recursively."""
+    if path not in seen:
+        text = seen[path] = path.read_bytes()
+        for name in _INCLUDE.findall(text):
+            _included((path.parent / name.decode()).resolve(), seen)
+    return seen
+
+
 def _template_hash(path: Path) -> str:
-    """Hash of the template and every template it may #include (they share a folder)."""
-    h = hashlib.sha256(path.read_bytes())
-    for inc in sorted(path.parent.glob("*.glsl")):
+    """Hash of the template and the files it #includes: an include edit makes stale only the
+    tuned configs of the templates that use it."""
+    files = _included(path.resolve(), {})
+    h = hashlib.sha256(files.pop(path.resolve()))
+    for inc in sorted(files):
         h.update(inc.name.encode())
-        h.update(inc.read_bytes())
+        h.update(files[inc])
     return h.hexdigest()
 
 
