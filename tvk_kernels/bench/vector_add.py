@@ -96,7 +96,7 @@ def host_cost_per_dispatch(device, count: int = 10_000) -> dict:
     push = _PUSH.pack(A.address, B.address, C.address, 1024, 1.0)
     stream = device.stream
     device.synchronize()
-    saved, stream.batch = stream.batch, count + 1
+    saved, stream.batch, stream.early_submit = (stream.batch, stream.early_submit), count + 1, 0
     try:
         t0 = time.perf_counter()
         for _ in range(count):
@@ -112,7 +112,7 @@ def host_cost_per_dispatch(device, count: int = 10_000) -> dict:
         call = (time.perf_counter() - t0) / count
         device.synchronize()
     finally:
-        stream.batch = saved
+        stream.batch, stream.early_submit = saved
     for buf in (A, B, C):
         buf.free()
     return {"dispatches": count, "raw_dispatch_us": raw * 1e6, "add_call_us": call * 1e6, "submit_us": submit * 1e6}

@@ -130,7 +130,7 @@ class Family:
 
     # transition: removed once every family uses resolve/variant
     def workgroup_variant(self, defines: dict, wg: int, push_size: int, shared_bytes: int = 0):
-        return self.variant(defines, wg, push_size, shared_bytes)
+        return Family.variant(self, defines, wg, push_size, shared_bytes)
 
     def pipeline(self, key, build):
         p = self._pipelines.get(key)

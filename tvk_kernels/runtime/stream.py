@@ -4,6 +4,11 @@ Sync points: a readback, `synchronize()`, or the batch threshold (TVK_BATCH disp
 default 256). TVK_LAUNCH_BLOCKING=1 submits and waits after every dispatch, so an error
 surfaces at the op that caused it.
 
+Early submit: every TVK_EARLY_SUBMIT dispatches (default 16; 0 never) the stream looks whether
+the GPU has finished everything submitted; if so, what is recorded is submitted at once, so the
+GPU works while Python records the rest (the host and the GPU overlap). A busy GPU is left to
+work: its queue is fed at the batch threshold or the next sync point, as before.
+
 Every recording and submitting entry holds the runtime lock (lock.py): one thread at a time.
 
 The per-dispatch path (bind, push constants, dispatch, barrier) calls the raw cffi
@@ -62,6 +67,8 @@ class Stream:
         self.device = device
         self.blocking = os.environ.get("TVK_LAUNCH_BLOCKING", "") not in ("", "0")
         self.batch = int(os.environ.get("TVK_BATCH", "256"))
+        self.early_submit = int(os.environ.get("TVK_EARLY_SUBMIT", "16"))
+        self.early_submits = 0  # submits made because the GPU was idle
         keep: list = []
         pinfo = new("VkCommandPoolCreateInfo", keep, queueFamilyIndex=device.queue_family,
                     flags=lib.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT)
@@ -136,6 +143,14 @@ class Stream:
             self.synchronize()
         elif self.count >= self.batch:
             self.submit()
+        elif self.early_submit and self.count % self.early_submit == 0 and not self.capturing and self._gpu_idle():
+            self.early_submits += 1
+            self.submit()
+
+    def _gpu_idle(self) -> bool:
+        """Whether the last submitted command buffer has completed (the queue runs them in order)."""
+        slot = self.slots[self.current - 1]
+        return not slot.in_flight or lib.vkGetFenceStatus(self.device.handle, slot.fence) == lib.VK_SUCCESS
 
     def _timed_dispatch(self, cmd, pipeline, groups, label):
         slot = self.slots[self.current]
