@@ -27,6 +27,7 @@ import torch
 
 from tvk_kernels.bench.common import environment, installed_size, md_table, median, write_result
 from tvk_kernels.tune.measure import time_candidate
+from .overlap import step_overlap_ms
 
 
 def _family_tuned_vs_default(device, quick):
@@ -346,6 +347,7 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
         "compiled_first_step_cold_serial": {} if quick else _compile_cold_warm(device, True, env={"TVK_PARALLEL_COMPILE": "0"}),
         "compiled_first_step_cold_no_spirv_opt": {} if quick else _compile_cold_warm(device, True, env={"TVK_SPIRV_OPT": "0"}),
         "compiled_step_breakdown": _compiled_step_breakdown(device, steps, batch),
+        "early_submit_overlap": step_overlap_ms(device, steps, batch, _mnist_setup, _time_steps),
         "eager_vs_graph_replay_ms": dict(zip(("replay", "kernels"), _replay_step_ms(device, steps, batch)),
                                          eager=_training_step_ms(device, False, True, steps, batch)),
         "installed_size": installed_size(),
@@ -384,6 +386,14 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
     gr = results["eager_vs_graph_replay_ms"]
     rows.append([f"eager vs graph replay, step ms ({gr['kernels']} kernels, torchvk.graph)", gr["eager"], gr["replay"],
                  gr["eager"] / gr["replay"]])
+    ov = results["early_submit_overlap"]
+    rows.append(["eager step wall ms, submit at sync vs early submit to an idle GPU", ov["off"]["wall_ms"],
+                 ov["on"]["wall_ms"], ov["off"]["wall_ms"] / ov["on"]["wall_ms"]])
+    for name in ("off", "on"):
+        o = ov[name]
+        if o["gpu_ms"] is not None:
+            rows.append([f"eager step, early submit {name}: host ms + GPU ms vs wall ms (overlap when wall < sum)",
+                         o["host_ms"] + o["gpu_ms"], o["wall_ms"], None])
     ec = results["eager_vs_compiled_ms"]
     rows.append(["eager vs compiled, step ms (torchvk.compile)", ec["eager"], ec["compiled"], ec["eager"] / ec["compiled"]])
     if "torch_compile" in ec:
