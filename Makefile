@@ -5,7 +5,8 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
-APT_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers
+# postgresql: the tests start a throwaway server of their own (tvk-tune --storage postgresql+psycopg://...)
+APT_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers postgresql
 export XDG_RUNTIME_DIR ?= /tmp
 
 .PHONY: setup system-deps demo test bench-quick clean
@@ -16,7 +17,7 @@ system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if ! command -v apt-get >/dev/null 2>&1; then \
-	    echo "Missing system packages:$$missing. Install a Vulkan loader, a Vulkan driver and glslc (see README)."; exit 1; \
+	    echo "Missing system packages:$$missing. Install a Vulkan loader, a Vulkan driver, glslc and PostgreSQL (see README)."; exit 1; \
 	  elif [ "$$(id -u)" = 0 ]; then \
 	    echo "Installing:$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else \

@@ -4,12 +4,14 @@
 // MODE 0, unscale: grad[i] *= inv_scale for n elements, and found_inf = 1.0 when one of them
 //   is inf or NaN (every invocation that sees one writes the same 1.0: no atomics needed, as
 //   in CUDA's kernel). A fixed grid strides over the elements. DTYPE: the grad's storage,
-//   0 float32, 1 float16, 2 bfloat16 (raw 16-bit words); the product is taken in float32.
+//   float32, float16 or bfloat16 (common/dtypes.glsl, common/bf16.glsl); the product is taken in float32.
 // MODE 1, update scale (one invocation): CUDA's rule. An inf backs the scale off and resets the
 //   tracker; otherwise the tracker counts clean steps and at `interval` the scale grows (when
 //   the grown scale is finite) and the tracker restarts.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
+#extension GL_GOOGLE_include_directive : require
+#include "common/dtypes.glsl"
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
@@ -17,9 +19,9 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define MODE 0
 #endif
 #ifndef DTYPE
-#define DTYPE 0
+#define DTYPE TVK_DT_FLOAT32
 #endif
-#if DTYPE != 0
+#if DTYPE != TVK_DT_FLOAT32
 #extension GL_EXT_shader_16bit_storage : require
 #endif
 
@@ -27,19 +29,15 @@ layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer IBuf { int v[]; };
 
 #if MODE == 0
-#if DTYPE == 1
+#if DTYPE == TVK_DT_FLOAT16
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer GBuf { float16_t v[]; };
 #define LOAD(x) float(x)
 #define STORE(f) float16_t(f)
-#elif DTYPE == 2
+#elif DTYPE == TVK_DT_BFLOAT16
+#include "common/bf16.glsl"
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer GBuf { uint16_t v[]; };
-#define LOAD(x) uintBitsToFloat(uint(x) << 16)
-#define STORE(f) uint16_t(bf16_bits(f))
-uint bf16_bits(float f) {  // round to nearest even, NaN stays NaN
-    uint u = floatBitsToUint(f);
-    if (isnan(f)) return (u >> 16) | 0x40u;
-    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
+#define LOAD(x) tvk_bf16_float(uint(x))
+#define STORE(f) uint16_t(tvk_bf16_bits(f))
 #else
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer GBuf { float v[]; };
 #define LOAD(x) (x)

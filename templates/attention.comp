@@ -26,10 +26,12 @@
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
+#extension GL_GOOGLE_include_directive : require
+#include "common/dtypes.glsl"
 #ifndef DT
-#define DT 0
+#define DT TVK_DT_FLOAT32
 #endif
-#if DT == 1
+#if DT == TVK_DT_FLOAT16
 #extension GL_EXT_shader_16bit_storage : require
 #define STYPE float16_t
 #define ESIZE 2

@@ -16,10 +16,13 @@
 //
 // Tunables (defines): BM, BN, BK tile; TM, TN outputs per thread; PAD shared-row padding
 // (floats); WG must equal the local size (specialization constant 0) = (BM/TM)*(BN/TN).
-// ACT (DIR 0 only, not tuned): 1 applies ReLU after the bias (compiled mode's relu(conv2d)).
+// ACT (DIR 0 only, not tuned): the activation applied after the bias, as a GLSL expression in x
+// (common/activation.glsl; compiled mode's act(conv2d)); absent: none.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
+#extension GL_GOOGLE_include_directive : require
+#include "common/activation.glsl"
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
@@ -302,10 +305,7 @@ void main() {
                     if ((p.flags & 1u) != 0u) {
                         v += Bias.v[g * ocg + col];
                     }
-#if defined(ACT) && ACT == 1
-                    v = max(v, 0.0);
-#endif
-                    C.v[base + col * ohw] = v;
+                    C.v[base + col * ohw] = activation(v);
                 }
             }
         }

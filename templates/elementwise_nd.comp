@@ -10,8 +10,8 @@
 //             fit the 128-byte push block, in a small device buffer (META_BUF=1).
 // Defines from the host:
 //   NT              tensor inputs (0..3); tensor slot NT is the output
-//   DT0 DT1 DT2 DTO storage dtype codes: 0 float32, 1 float16, 2 int64, 3 int32, 4 bool (uint8),
-//                   5 bfloat16 (raw 16-bit words, computed in float32)
+//   DT0 DT1 DT2 DTO storage dtype codes (common/dtypes.glsl): float32, float16, int64, int32,
+//                   bool (uint8), bfloat16 (raw 16-bit words, computed in float32)
 //   CT_KIND         compute type: 0 float, 1 int, 2 int64_t
 //   NS              scalars in push constants, of the compute type, read as S(k)
 //   IN_A IN_B IN_C  what the op sees as a, b, c: x0/x1/x2 (tensor slot values) or S(k)
@@ -30,6 +30,10 @@
 #if USE_U8
 #extension GL_EXT_shader_8bit_storage : require
 #endif
+#extension GL_GOOGLE_include_directive : require
+#include "common/dtypes.glsl"
+#include "common/bf16.glsl"
+#include "common/activation.glsl"  // the activations' helpers, erf, math
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
@@ -88,6 +92,8 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 // ---------------------------------------------------------------- dtype tables
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
+// Indexed by dtype code (common/dtypes.glsl: 0 float32, 1 float16, 2 int64, 3 int32, 4 bool,
+// 5 bfloat16); token pasting needs the numbers.
 // storage scalar type, storage vector prefix, wide (32/64-bit) scalar, wide vector prefix, bytes
 #define ST_0 float
 #define ST_1 float16_t
@@ -127,13 +133,13 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define TOW_4(r) ((r) != CT(0) ? 1u : 0u)
 #define TOW_5(r) float(r)
 // storage value(s) -> wide value(s) of type W (U: the unsigned type of the same width); bfloat16
-// is the high half of a float32, so its bits are shifted, not converted
+// is the high half of a float32, so its bits are shifted, not converted (common/bf16.glsl)
 #define LDW_0(W, U, v) W(v)
 #define LDW_1(W, U, v) W(v)
 #define LDW_2(W, U, v) W(v)
 #define LDW_3(W, U, v) W(v)
 #define LDW_4(W, U, v) W(v)
-#define LDW_5(W, U, v) uintBitsToFloat(U(v) << 16)
+#define LDW_5(W, U, v) tvk_bf16_float(U(v))
 // wide value(s) -> storage type T; bfloat16 rounds to nearest even, NaN stays NaN
 #define STW_0(T, w) T(w)
 #define STW_1(T, w) T(w)
@@ -141,13 +147,6 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define STW_3(T, w) T(w)
 #define STW_4(T, w) T(w)
 #define STW_5(T, w) T(tvk_bf16_bits(w))
-#define TVK_BF16_BITS(F, U, B) U tvk_bf16_bits(F f) { \
-    U u = floatBitsToUint(f); \
-    return mix((u + 0x7fffu + ((u >> 16) & 1u)) >> 16, (u >> 16) | 0x40u, B(isnan(f))); }
-TVK_BF16_BITS(float, uint, bool)
-TVK_BF16_BITS(vec2, uvec2, bvec2)
-TVK_BF16_BITS(vec3, uvec3, bvec3)
-TVK_BF16_BITS(vec4, uvec4, bvec4)
 
 #define STYPE(dt) CAT(ST_, dt)
 #define WTYPE(dt) CAT(W_, dt)
@@ -212,40 +211,9 @@ layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer Met
 #endif
 
 // --------------------------------------------------------------- op helpers
-#define TVK_INF uintBitsToFloat(0x7f800000u)
-#define TVK_NAN uintBitsToFloat(0x7fc00000u)
+// (the activations' helpers, erf and the shared float helpers come from the common/ includes)
 #define B2CT(e) ((e) ? CT(1) : CT(0))
 
-// erfc(z) for z >= 0: Chebyshev-fitted form, fractional error < 1.2e-7 for all z >= 0.
-float tvk_erfc_pos(float z) {
-    float t = 1.0 / (1.0 + 0.5 * z);
-    float r = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806
-            + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
-    return t * exp(r - z * z);
-}
-// standard normal CDF, accurate in both tails
-float tvk_ncdf(float x) {
-    float h = 0.5 * tvk_erfc_pos(abs(x) * 0.70710678118654752);
-    return x >= 0.0 ? 1.0 - h : h;
-}
-float tvk_sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
-float tvk_tanh(float x) { return abs(x) > 15.0 ? sign(x) : tanh(x); }  // no inf/inf for large |x|
-float tvk_gelu_tanh(float x) {
-    float inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-    return 0.5 * x * (1.0 + tvk_tanh(inner));
-}
-float tvk_gelu_grad(float x) {  // d/dx x*Phi(x) = Phi(x) + x*phi(x)
-    return tvk_ncdf(x) + x * 0.3989422804014327 * exp(-0.5 * x * x);
-}
-float tvk_gelu_tanh_grad(float x) {
-    const float k = 0.7978845608028654, kappa = 0.044715;
-    float t = tvk_tanh(k * (x + kappa * x * x * x));
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * kappa * x * x);
-}
-float tvk_silu_grad(float x) {
-    float s = tvk_sigmoid(x);
-    return s * (1.0 + x * (1.0 - s));
-}
 float tvk_pow(float x, float y) {  // torch semantics: negative bases with integral exponents
     if (y == 2.0) return x * x;
     if (y == 1.0) return x;
@@ -287,29 +255,14 @@ CT tvk_ipow(CT x, CT y) {
 
 // --------------------------------------------------------------- math helpers of the OPS table
 // Float helpers compute in float32; the CT-typed ones (division family, fmax/fmin, signbit)
-// exist per compute type. (Inline, not an #include: every *.glsl in templates/ is part of every
-// template's checksum, so an include would retire the tuned configs of all kernels.)
-// They follow torch's CPU kernels (ATen/native/Math.h and the cpu/*Kernel.cpp files), edge
+// exist per compute type. Those other templates share are in common/*.glsl. They follow torch's CPU kernels (ATen/native/Math.h and the cpu/*Kernel.cpp files), edge
 // values included. Several are derived from the Cephes Math Library through ATen's Math.h:
 // Copyright (c) 2018, Steven Moshier, 3-clause BSD (see the note in ATen/native/Math.h).
 
 #define TVK_PI 3.14159265358979323846
 #define TVK_LN2 0.69314718055994530942
-#define TVK_2_SQRTPI 1.12837916709551257390   // 2 / sqrt(pi)
 
-float tvk_copysign(float x, float s) {
-    return uintBitsToFloat((floatBitsToUint(x) & 0x7fffffffu) | (floatBitsToUint(s) & 0x80000000u));
-}
-
-// log(1 + x) and exp(x) - 1 without cancellation near 0: a series there, the plain form elsewhere
-float tvk_log1p(float x) {
-    if (x > -0.3 && x < 0.5) {
-        float s = x / (2.0 + x), s2 = s * s;  // log1p(x) = 2 atanh(s)
-        return 2.0 * s * (1.0 + s2 * (1.0 / 3.0 + s2 * (1.0 / 5.0 + s2 * (1.0 / 7.0 + s2 * (1.0 / 9.0
-                + s2 * (1.0 / 11.0 + s2 * (1.0 / 13.0)))))));
-    }
-    return log(1.0 + x);
-}
+// exp(x) - 1 without cancellation near 0: a series there, the plain form elsewhere
 float tvk_expm1(float x) {
     if (abs(x) < 0.5) {
         return x * (1.0 + x * (1.0 / 2.0 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x * (1.0 / 120.0 + x * (1.0 / 720.0
@@ -394,20 +347,7 @@ float tvk_acos(float x) {
     return abs(x) > 1.0 ? TVK_NAN : tvk_atan2(sqrt((1.0 - x) * (1.0 + x)), x);
 }
 
-// erf: its series below 0.5 (relative accuracy where erf is small), 1 - erfc above
-float tvk_erf(float x) {
-    if (abs(x) < 0.5) {
-        float z = x * x;
-        return x * (1.1283791670955126 + z * (-0.37612638903183754 + z * (0.11283791670955126
-                + z * (-0.026866170645131252 + z * (0.005223977625442188 + z * (-0.0008548327023450852
-                + z * (0.00012055332981789664 + z * -1.492565035840625e-05)))))));
-    }
-    float r = 1.0 - tvk_erfc_pos(abs(x));
-    return tvk_copysign(r, x);
-}
-float tvk_erfc(float x) {
-    return x < 0.5 ? 1.0 - tvk_erf(x) : tvk_erfc_pos(x);
-}
+// erf's family beyond tvk_erf and tvk_erfc (common/erf.glsl)
 float tvk_erfcx(float x) {  // exp(x^2) erfc(x); tvk_erfc_pos's form without its exp(-x^2)
     float z = abs(x);
     float t = 1.0 / (1.0 + 0.5 * z);
@@ -747,17 +687,7 @@ CT tvk_remainder(CT a, CT b) {  // the sign follows the divisor
     return (m != CT(0) && ((b < CT(0)) != (m < CT(0)))) ? m + b : m;
 }
 
-// activations and their derivatives (torch's CPU formulas)
-float tvk_relu6(float x) { return isnan(x) ? x : (x <= 0.0 ? 0.0 : (x >= 6.0 ? 6.0 : x)); }  // a min/max would drop nan
-float tvk_mish_grad(float x) {
-    float s = 1.0 / (1.0 + exp(-x));
-    float t = tvk_tanh(tvk_log1p(exp(x)));
-    return t + x * s * (1.0 - t * t);
-}
-float tvk_log_sigmoid_grad(float x) {
-    float z = exp(-abs(x));
-    return x < 0.0 ? 1.0 - z / (1.0 + z) : z / (1.0 + z);
-}
+// logit's derivative (torch's CPU formula); the activations' are in common/activation.glsl
 float tvk_logit_grad(float dy, float x, float eps) {
     if (eps < 0.0) return (x < 0.0 || x > 1.0) ? TVK_NAN : dy / (x * (1.0 - x));
     return (x < eps || x > 1.0 - eps) ? 0.0 : dy / (x * (1.0 - x));

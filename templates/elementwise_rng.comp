@@ -6,14 +6,16 @@
 // MODE 0 uniform: out = lo + (hi - lo) * u, u in [0, 1)
 // MODE 1 normal:  out = mean + std * z (Box-Muller on word pairs)
 // MODE 2 dropout: keep = u >= p; out = keep ? x * scale : 0; mask (uint8) = keep (if mask != 0)
-// DT: 0 float32, 1 float16 data.
+// DT: float32 or float16 data (common/dtypes.glsl).
 // SEED_BUF 1: `seed` is the address of {uvec2 seed; uvec2 offset} and `offset` is added to that
 // offset: a recorded command buffer (compiled mode's replay) draws new numbers on every replay
 // because the host rewrites those 16 bytes before each one.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
-#if DT == 1
+#extension GL_GOOGLE_include_directive : require
+#include "common/dtypes.glsl"
+#if DT == TVK_DT_FLOAT16
 #extension GL_EXT_shader_16bit_storage : require
 #endif
 #if MODE == 2
@@ -26,12 +28,12 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define MODE 0
 #endif
 #ifndef DT
-#define DT 0
+#define DT TVK_DT_FLOAT32
 #endif
 #ifndef SEED_BUF
 #define SEED_BUF 0
 #endif
-#if DT == 1
+#if DT == TVK_DT_FLOAT16
 #define STYPE float16_t
 #define ESIZE 2
 #else

@@ -17,18 +17,21 @@
 // VEC_A, VEC_B (vector width of global loads along the contiguous dimension: 1, 2, 4),
 // A_KMAJOR (A is contiguous along K, else along M), B_NMAJOR (B contiguous along N,
 // else along K), UNROLL (inner-product unroll over BK), PAD (shared-memory row padding,
-// in floats), ACT (epilogue activation), DTYPE (storage: 0 fp32, 1 fp16, 2 bf16).
+// in floats), ACT (the epilogue activation: common/activation.glsl), DTYPE (storage: fp32, fp16
+// or bf16, codes of common/dtypes.glsl).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
+#extension GL_GOOGLE_include_directive : require
+#include "common/dtypes.glsl"
 
 #ifndef DTYPE
-#define DTYPE 0
+#define DTYPE TVK_DT_FLOAT32
 #endif
-#if DTYPE == 1
+#if DTYPE == TVK_DT_FLOAT16
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#elif DTYPE == 2
+#elif DTYPE == TVK_DT_BFLOAT16
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
 #endif
@@ -71,12 +74,8 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef PAD
 #define PAD 0
 #endif
-#ifndef ACT
-#define ACT 0
-#endif
-
 // ------------------------------------------------------------------ storage types
-#if DTYPE == 0
+#if DTYPE == TVK_DT_FLOAT32
 #define T float
 #define T2 vec2
 #define T4 vec4
@@ -85,7 +84,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define TO_F2(x) (x)
 #define TO_F4(x) (x)
 #define FROM_F(x) (x)
-#elif DTYPE == 1
+#elif DTYPE == TVK_DT_FLOAT16
 #define T float16_t
 #define T2 f16vec2
 #define T4 f16vec4
@@ -94,24 +93,20 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define TO_F2(x) vec2(x)
 #define TO_F4(x) vec4(x)
 #define FROM_F(x) float16_t(x)
-#else  // bfloat16 kept as raw 16-bit words: the high half of an fp32
+#else  // bfloat16 (common/bf16.glsl)
+#define TVK_BF16_WORD uint16_t
+#include "common/bf16.glsl"
 #define T uint16_t
 #define T2 u16vec2
 #define T4 u16vec4
 #define ESHIFT 1u
-#define TO_F(x) uintBitsToFloat(uint(x) << 16)
-#define TO_F2(x) uintBitsToFloat(uvec2(x) << 16)
-#define TO_F4(x) uintBitsToFloat(uvec4(x) << 16)
-#define FROM_F(x) f32_to_bf16(x)
-uint16_t f32_to_bf16(float f) {  // round to nearest even, NaN stays NaN
-    uint u = floatBitsToUint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return uint16_t(u >> 16);
-}
+#define TO_F(x) tvk_bf16_float(uint(x))
+#define TO_F2(x) tvk_bf16_float(uvec2(x))
+#define TO_F4(x) tvk_bf16_float(uvec4(x))
+#define FROM_F(x) tvk_bf16_bits(x)
 #endif
 
-#if DTYPE == 0
+#if DTYPE == TVK_DT_FLOAT32
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer SBuf { T v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer V2Buf { T2 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer V4Buf { T4 v[]; };
@@ -150,35 +145,7 @@ uvec2 offset_addr(uvec2 base, uint idx, uint stride, uint shift) {
 }
 
 // ------------------------------------------------------------------ epilogue
-float erf_approx(float x) {  // Abramowitz & Stegun 7.1.26, |error| < 1.5e-7
-    float s = sign(x), ax = abs(x);
-    float t = 1.0 / (1.0 + 0.3275911 * ax);
-    float y = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
-    return s * (1.0 - y * exp(-ax * ax));
-}
-
-float tanh_safe(float x) {  // no inf/inf for large |x|
-    float e = exp(-2.0 * abs(x));
-    return sign(x) * (1.0 - e) / (1.0 + e);
-}
-
-float activation(float v) {
-#if ACT == 1
-    return max(v, 0.0);
-#elif ACT == 2
-    return 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752));
-#elif ACT == 3
-    return 0.5 * v * (1.0 + tanh_safe(0.79788456080286536 * (v + 0.044715 * v * v * v)));
-#elif ACT == 4
-    return v / (1.0 + exp(-v));
-#elif ACT == 5
-    return 1.0 / (1.0 + exp(-v));
-#elif ACT == 6
-    return tanh_safe(v);
-#else
-    return v;
-#endif
-}
+#include "common/activation.glsl"
 
 #if MODE == 2
 // ------------------------------------------------------------------ split-K reduce

@@ -24,14 +24,16 @@
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_KHR_shader_subgroup_basic : require
+#extension GL_GOOGLE_include_directive : require
+#include "common/dtypes.glsl"
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
 #ifndef DTYPE
-#define DTYPE 1
+#define DTYPE TVK_DT_FLOAT16
 #endif
-#if DTYPE != 1
-#error matmul_coopmat.comp supports fp16 storage only (DTYPE 1)
+#if DTYPE != TVK_DT_FLOAT16
+#error matmul_coopmat.comp supports fp16 storage only (DTYPE TVK_DT_FLOAT16)
 #endif
 #ifndef MS
 #define MS 16
@@ -75,9 +77,6 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef B_NMAJOR
 #define B_NMAJOR 1
 #endif
-#ifndef ACT
-#define ACT 0
-#endif
 #ifndef STAGES
 #define STAGES 2
 #endif
@@ -113,35 +112,7 @@ uvec2 offset_addr(uvec2 base, uint idx, uint stride, uint shift) {
     return uvec2(rlo, base.y + hi + carry);
 }
 
-float erf_approx(float x) {  // Abramowitz & Stegun 7.1.26, |error| < 1.5e-7
-    float s = sign(x), ax = abs(x);
-    float t = 1.0 / (1.0 + 0.3275911 * ax);
-    float y = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
-    return s * (1.0 - y * exp(-ax * ax));
-}
-
-float tanh_safe(float x) {
-    float e = exp(-2.0 * abs(x));
-    return sign(x) * (1.0 - e) / (1.0 + e);
-}
-
-float activation(float v) {
-#if ACT == 1
-    return max(v, 0.0);
-#elif ACT == 2
-    return 0.5 * v * (1.0 + erf_approx(v * 0.70710678118654752));
-#elif ACT == 3
-    return 0.5 * v * (1.0 + tanh_safe(0.79788456080286536 * (v + 0.044715 * v * v * v)));
-#elif ACT == 4
-    return v / (1.0 + exp(-v));
-#elif ACT == 5
-    return 1.0 / (1.0 + exp(-v));
-#elif ACT == 6
-    return tanh_safe(v);
-#else
-    return v;
-#endif
-}
+#include "common/activation.glsl"  // activation(v): the epilogue's ACT
 
 // 8 halves (an "octet", packed in a uvec4) from element e along a dimension of stride
 // `stride`, element q valid while pos + q < lim, zero past the edge. VEC > 1 needs

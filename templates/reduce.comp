@@ -13,10 +13,12 @@
 // range; pass 1 writes per-chunk partials, pass 2 (IN_IDX for arg-ops) reduces them.
 // Tunables: local size (spec constant 0, = WG), COLS, ITEMS (unrolled loads per thread
 // and step), SUBGROUP. OP: 0 sum, 1 prod, 2 max, 3 min, 4 argmax, 5 argmin.
-// IN_F16: the input's storage: 0 float32, 1 float16, 2 bfloat16 (raw 16-bit words); all read as float.
+// IN_F16: the input's storage: float32, float16 or bfloat16 (common/dtypes.glsl); all read as float.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
+#extension GL_GOOGLE_include_directive : require
+#include "common/dtypes.glsl"
 #ifndef SUBGROUP
 #define SUBGROUP 0
 #endif
@@ -26,9 +28,9 @@
 #extension GL_KHR_shader_subgroup_vote : require
 #endif
 #ifndef IN_F16
-#define IN_F16 0
+#define IN_F16 TVK_DT_FLOAT32
 #endif
-#if IN_F16
+#if IN_F16 != TVK_DT_FLOAT32
 #extension GL_EXT_shader_16bit_storage : require
 #endif
 
@@ -68,10 +70,11 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define IDENT INF_F
 #endif
 
-#if IN_F16 == 2  // bfloat16: the high half of a float32
+#if IN_F16 == TVK_DT_BFLOAT16
+#include "common/bf16.glsl"
 layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer InBuf { uint16_t v[]; };
-#define IN_FLOAT(v) uintBitsToFloat(uint(v) << 16)
-#elif IN_F16
+#define IN_FLOAT(v) tvk_bf16_float(uint(v))
+#elif IN_F16 == TVK_DT_FLOAT16
 layout(buffer_reference, std430, buffer_reference_align = 2) readonly buffer InBuf { float16_t v[]; };
 #define IN_FLOAT(v) float(v)
 #else

@@ -242,3 +242,27 @@ def test_inputs_the_kernel_does_not_take_use_the_math_path_or_a_clear_error():
         torch.ops.aten._scaled_dot_product_fused_attention_overrideable(wide, wide, wide)
     torch.testing.assert_close(F.scaled_dot_product_attention(wide, wide, wide).cpu(),
                                F.scaled_dot_product_attention(*(wide.cpu(),) * 3), atol=1e-5, rtol=1e-5)
+
+
+def test_head_dim_bucket_comes_from_tuning_json(device, monkeypatch):
+    """The kernels look a head dim up in tuning/attention.json's buckets, the ones the tuner groups
+    shapes by: moving the d64 boundary there moves what runs (no threshold of the runtime's own)."""
+    from tvk_kernels.kernels import attention as A, launch
+    from tvk_kernels.search_space import search_space
+
+    chosen = []
+    bucket = A.Attention.bucket
+    monkeypatch.setattr(A.Attention, "bucket", lambda self, shape: chosen.append(bucket(self, shape)) or chosen[-1])
+    monkeypatch.setitem(search_space("attention"), "buckets", {"d64": "head <= 32", "d128": "True"})
+    launch._bucket.cache_clear()
+    bufs = [device.allocator.alloc(4 * 2 * 48) for _ in range(5)]
+    try:
+        for d in (40, 24):
+            A.attention_forward(device, *bufs, (1, 1, 1, 2, 2, d), scale=1.0)
+        device.synchronize()
+    finally:
+        monkeypatch.undo()
+        launch._bucket.cache_clear()
+        for buf in bufs:
+            buf.free()
+    assert chosen == ["d128", "d64"]

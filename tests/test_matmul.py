@@ -15,6 +15,7 @@ import torch
 
 from tvk_kernels.errors import InvalidConfigError, ShaderCompileError
 from tvk_kernels.kernels import matmul as mm
+from tvk_kernels.search_space import candidates, search_space, with_derived
 
 TOL = {"float32": (1e-5, 1e-6), "float16": (2e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}
 ACTS = [None, "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"]
@@ -185,36 +186,51 @@ EXPLICIT = [
 
 @pytest.mark.parametrize("params", EXPLICIT, ids=lambda p: f"{p['BM']}x{p['BN']}x{p['BK']}-{p['TM']}x{p['TN']}")
 def test_explicit_candidates(device, rng, params):
-    mm.validate_params(device, params)
     info = check(device, rng, 67, 45, 52, params=params)
     assert info["params"] == params and info["source"] == "explicit"
     check(device, rng, 64, 64, 64, params=params, a_layout="km", b_layout="nk", bias=True, activation="relu")
 
 
 def test_candidates_list(device):
-    cands = mm.candidates(device)
+    cands = candidates("matmul", device.facts)
     assert len(cands) > 100
     f = device.facts
     for p in cands:
-        d = mm.derived(p)
+        d = with_derived(search_space("matmul"), p)
         assert d["WG"] <= f.max_workgroup_invocations and d["shared_bytes"] <= f.max_shared_memory
         assert p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0
     assert {(p["BM"], p["BN"]) for p in cands} >= {(16, 16), (64, 64)}
-    for p in cands[:: max(1, len(cands) // 50)]:  # a sample passes the full check
-        mm.validate_params(device, p)
+    fam = mm.family(device, mm.Matmul)
+    for p in cands[:: max(1, len(cands) // 50)]:  # a sample passes the full check (the family's own rules too)
+        assert mm.tiled_params(fam.resolve("small", p)) == p
+
+
+def test_partial_explicit_params_complete_from_the_bucket_config(device, rng):
+    """Explicit keys go on top of the shape bucket's config (the tuner, ablations)."""
+    fam = mm.family(device, mm.Matmul)
+    base, _ = fam.params("small")
+    bm = 16 if base["BM"] != 16 else 32
+    info = check(device, rng, 20, 12, 24, params={"BM": bm})
+    assert info["bucket"] == "small" and info["source"] == "explicit"
+    assert info["params"] == {**base, "BM": bm}
 
 
 def test_invalid_config(device, rng):
     too_much_shared = {"BM": 128, "BN": 128, "BK": 256, "TM": 8, "TN": 8, "VEC": 4, "UNROLL": 4, "PAD": 0}
-    with pytest.raises(InvalidConfigError, match="shared memory"):
+    with pytest.raises(InvalidConfigError, match="shared_bytes <= max_shared_memory"):
         check(device, rng, 8, 8, 8, params=too_much_shared)
     too_many_threads = {"BM": 128, "BN": 128, "BK": 8, "TM": 1, "TN": 1, "VEC": 1, "UNROLL": 1, "PAD": 0}
     with pytest.raises(InvalidConfigError, match="invocations"):
         check(device, rng, 8, 8, 8, params=too_many_threads)
-    with pytest.raises(InvalidConfigError, match="multiple"):
-        mm.validate_params(device, {"BM": 48, "BN": 64, "BK": 16, "TM": 5, "TN": 4, "VEC": 1, "UNROLL": 1, "PAD": 0})
-    with pytest.raises(InvalidConfigError, match="lack"):
-        mm.validate_params(device, {"BM": 64})
+    cases = [({"BM": 48, "BN": 64, "TM": 5, "TN": 4}, r"matmul.*BM % TM == 0"),
+             ({"BK": 0}, "matmul parameter BK=0 must be a positive integer"),
+             ({"VEC": 8}, "matmul VEC=8 must be 1, 2 or 4"),
+             ({"UNROLL": 2.5}, "matmul: parameter UNROLL=2.5 must be an integer"),
+             ({"Bm": 32}, "matmul: unknown parameter 'Bm'; the tiled kernel takes BM, BN")]  # a typo never runs silently
+    for params, message in cases:
+        with pytest.raises(InvalidConfigError, match=message):
+            check(device, rng, 8, 8, 8, params=params)
+    check(device, rng, 8, 8, 8)  # the family still runs its config afterwards
 
 
 def test_validation_errors(device):

@@ -114,17 +114,34 @@ def test_transposed_operand_runs_no_copy(case):
     assert not any(n.split(".")[1] in ("clone", "copy_", "contiguous", "_to_copy") for n in ops), ops
 
 
-def test_bucket_key_holds_layout_and_batch():
-    assert mm.shape_bucket(512, 2048, 2048) == bucket_of("matmul", {"M": 512, "N": 2048, "K": 2048, "batch": 1})
-    size = mm.shape_bucket(512, 2048, 2048)
+def test_bucket_key_holds_layout_and_batch(device):
+    fam = mm.family(device, mm.Matmul)
+    size = fam.bucket({"M": 512, "N": 2048, "K": 2048, "batch": 1})
+    assert size == fam.bucket({"M": 512, "N": 2048, "K": 2048, "batch": 1, "layout": "nn"}) == "large"
     for layout in ("nt", "tn", "tt"):
-        shape = {"M": 512, "N": 2048, "K": 2048, "batch": 1, "layout": layout}
-        assert mm.shape_bucket(512, 2048, 2048, 1, layout) == bucket_of("matmul", shape) == f"{size}.{layout}"
-    assert mm.shape_bucket(64, 64, 32, 256, "nt") == "batched.nt"
-    for suite in mm.TUNE_TARGET.suites.values():  # the tuner groups its suites by the same keys
-        for s in suite:
-            assert bucket_of("matmul", s) == mm.shape_bucket(s["M"], s["N"], s["K"], s["batch"],
-                                                             s.get("layout", "nn"))
+        assert fam.bucket({"M": 512, "N": 2048, "K": 2048, "batch": 1, "layout": layout}) == f"{size}.{layout}"
+    assert fam.bucket({"M": 64, "N": 64, "K": 32, "batch": 256, "layout": "nt"}) == "batched.nt"
+    assert fam.bucket({"M": 16, "N": 16, "K": 4096, "batch": 1}) == "skinny"
+
+
+def test_kernel_runs_the_bucket_the_tuner_keys_its_shape_by(device):
+    """The tuner groups its suites by bucket_of; the kernel reports (and looks up) the same key."""
+    fam = mm.family(device, mm.Matmul)
+    for s in mm.TUNE_TARGET.suites["tiny"]:
+        a_t, b_t = (c == "t" for c in s.get("layout", "nn"))
+        M, N, K, batch = s["M"], s["N"], s["K"], s["batch"]
+        sa = (M * K, 1, M) if a_t else (M * K, K, 1)
+        sb = (K * N, 1, K) if b_t else (K * N, N, 1)
+        ab, bb, out = (device.allocator.alloc(4 * batch * n) for n in (M * K, K * N, M * N))
+        try:
+            info = mm.matmul(device, ab.address, bb.address, out.address, M, N, K, batch=batch, a_strides=sa,
+                             b_strides=sb)
+        finally:
+            device.synchronize()
+            for buf in (ab, bb, out):
+                buf.free()
+        assert info["bucket"] == bucket_of("matmul", s) == fam.bucket(s), (s, info)
+        assert info["params"] == fam.params(info["bucket"])[0]
 
 
 def test_kernel_reports_layout_bucket_and_batched_config(device):
@@ -143,7 +160,7 @@ def test_kernel_reports_layout_bucket_and_batched_config(device):
         for buf in (A, B, out):
             buf.free()
     fam = mm.family(device, mm.Matmul)
-    params, _ = fam.config("batched.nt")
+    params, _ = fam.params("batched.nt")
     assert (params["BM"], params["BN"]) == (32, 32)  # the small attention tile, not the large default
 
 
@@ -208,17 +225,16 @@ from tvk_kernels import get_device
 from tvk_kernels.config import default_params, search_space
 from tvk_kernels.kernels import matmul as mm
 dev = get_device(0)
+fam = mm.family(dev, mm.Matmul)
 stats, seen = {}, set()
 for bucket in search_space("matmul")["buckets"]:
-    p = mm.validate_params(dev, default_params("matmul", dev.facts, bucket))
+    p = fam.resolve(bucket, default_params("matmul", dev.facts, bucket))  # the static default, checked
     if tuple(p.items()) in seen:
         continue
     seen.add(tuple(p.items()))
     for a_k, b_n in ((1, 1), (0, 0)):  # NN and TT: every load path of A and of B
-        d = {"BM": p["BM"], "BN": p["BN"], "BK": p["BK"], "TM": p["TM"], "TN": p["TN"], "UNROLL": p["UNROLL"],
-             "PAD": p["PAD"], "VEC_A": p["VEC"], "VEC_B": p["VEC"], "A_KMAJOR": a_k, "B_NMAJOR": b_n, "ACT": 0,
-             "DTYPE": 0, "MODE": 0}
-        pipe = dev.pipelines.get(mm.TEMPLATE, d, local_size=(mm.derived(p)["WG"], 1, 1), push_size=mm._PUSH.size,
+        d = mm.defines(p, a_kmajor=a_k, b_nmajor=b_n)
+        pipe = dev.pipelines.get(fam.template, d, local_size=(p["WG"], 1, 1), push_size=128,  # as tvk-tune
                                  subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
         stats[f"{bucket}.{mm.layout_name(a_k, b_n)}"] = pipe.stats
 print(json.dumps(stats))

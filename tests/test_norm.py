@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from tvk_kernels.kernels import norm
+from tvk_kernels.kernels.launch import family
 
 
 def up(device, a):
@@ -151,12 +152,13 @@ SPLIT = {"TARGET_GROUPS": 16, "SPLIT_ROWS": 64}
 @pytest.mark.parametrize("shape,params", [
     ((8, 3, 40, 40), {}),                                   # tuned WG / ITEMS
     ((4, 3, 13, 17), {"WG": 32, "ITEMS": 2}),               # chunks and WG not aligned to the planes
-    ((64, 2), {"WG": 8, "ITEMS": 2, "SPLIT_ROWS": 8}),      # (N, C): inner = 1
+    ((64, 2), {"WG": 8, "ITEMS": 2, "SPLIT_ROWS": 8, "SUBGROUP": 0}),  # (N, C): inner = 1 (8 threads: no
+                                                                        # subgroups, tuning/norm.json's rule)
     ((3, 5, 70), {"WG": 64, "ITEMS": 1}),                   # WG < inner, WG / inner = 0
 ])
 def test_batch_norm_split(device, rng, shape, params, training):
     prm = dict(SPLIT, **params)
-    assert norm._bn_chunks(norm._params(device, int(np.prod(shape)), prm), shape[1],
+    assert norm._bn_chunks(family(device, norm.Norm).resolve({"n": int(np.prod(shape))}, prm), shape[1],
                            int(np.prod(shape)) // shape[1]) is not None
     batch_norm_case(device, rng, shape, training, prm)
     batch_norm_case(device, rng, shape, training, prm, affine=False, momentum=0.3, eps=1e-3)
@@ -212,7 +214,7 @@ def test_batch_norm_split_partial_outputs(device, rng):
 def test_batch_norm_relu(device, rng, shape, params, training):
     """relu=True (compiled mode's bn + relu fusion) writes relu(batch_norm(x)), same stats, one path or split."""
     c = shape[1]
-    prm = norm._params(device, int(np.prod(shape)), params)
+    prm = family(device, norm.Norm).resolve({"n": int(np.prod(shape))}, params)
     assert (norm._bn_chunks(prm, c, int(np.prod(shape)) // c) is not None) == (params is not None)
     x = (2 * rng.standard_normal(shape) + 0.5).astype(np.float32)
     w, b = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)

@@ -189,7 +189,8 @@ def test_fused_adam_reads_steps_on_the_device(device, rng, decoupled):
         opt.step()
         gb = [device.upload(g) for g in grads]
         steps = [device.upload(np.full(1, step, np.float32)) for _ in sizes]
-        entries = [(pb[i], gb[i], st[i][0], st[i][1], st[i][2], steps[i], n) for i, n in enumerate(sizes)]
+        entries = [(pb[i], gb[i], st[i][0], st[i][1], st[i][2], steps[i]) for i in range(len(sizes))]
+        entries = tuple(tuple(b.address for b in col) for col in zip(*entries)) + (tuple(sizes),)  # one tuple per role
         O.fused_adam(device, entries, 0.5, 0.9, 0.999, 1e-8, 0.1, amsgrad=True, decoupled=decoupled, found_inf=inf)
         O.fused_adam(device, entries, 0.5, 0.9, 0.999, 1e-8, 0.1, amsgrad=True, decoupled=decoupled, lr_addr=lr)
         _check_params(device, pb, ps, sizes)

@@ -9,6 +9,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tvk_kernels import InvalidConfigError
 from tvk_kernels.kernels.reduce import output_shape, reduce
 
 OPS = ["sum", "mean", "prod", "max", "min", "argmax", "argmin"]
@@ -224,3 +225,14 @@ def test_property_sweep(device, data):
     base = np.random.default_rng(seed).integers(-8, 8, shape).astype(np.float32)  # ties are common
     x = base.transpose(perm)
     check(op, run(device, op, x, dims, keepdim, base=base), x, dims, keepdim)
+
+
+def test_bad_explicit_params_raise_a_clear_error(device):
+    """A WG that is not a power of two, or that breaks the search space's constraints, is an
+    InvalidConfigError naming the family and the parameter; the next call runs."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with pytest.raises(InvalidConfigError, match="reduce: WG=48 must be a power of two"):
+        run(device, "sum", x, 1, params={"WG": 48})
+    with pytest.raises(InvalidConfigError, match="reduce.*WG \\* 8 <= max_shared_memory"):
+        run(device, "sum", x, 1, params={"WG": device.facts.max_shared_memory})
+    np.testing.assert_array_equal(run(device, "sum", x, 1, params={"WG": 32}), x.sum(1))

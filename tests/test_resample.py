@@ -165,9 +165,8 @@ stats = {}
 for mode in R.NAMES:
     for backward in (0, 1):
         for align in ((0, 1) if mode == R.BILINEAR else (0,)):
-            defines = {"MODE": mode, "BACKWARD": backward, "ALIGN_CORNERS": align}
-            pipe = dev.pipelines.get("resample.comp", defines, local_size=(R.WG, 1, 1), push_size=128,
-                                     capture_stats=True)
+            pipe = dev.pipelines.get(R.Resample.template, R.defines(mode, backward, align), local_size=(R.WG, 1, 1),
+                                     push_size=128, capture_stats=True)
             stats[f"{R.NAMES[mode]} backward={backward} align={align}"] = pipe.stats
 print(json.dumps(stats))
 """

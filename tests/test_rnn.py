@@ -209,8 +209,9 @@ from tvk_kernels.kernels import rnn_cell as K
 dev = get_device(0)
 stats = {}
 for cell, code in K.CELLS.items():
-    for wg in search_space(K.FAMILY)["params"]["WG"]["values"]:
-        pipe = dev.pipelines.get(K.TEMPLATE, {"CELL": code}, local_size=(wg, 1, 1), push_size=128, capture_stats=True)
+    for wg in search_space(K.RnnCell.family)["params"]["WG"]["values"]:
+        pipe = dev.pipelines.get(K.RnnCell.template, {"CELL": code}, local_size=(wg, 1, 1), push_size=128,
+                                 capture_stats=True)
         stats[f"{cell} WG={wg}"] = pipe.stats
 print(json.dumps(stats))
 """

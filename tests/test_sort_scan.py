@@ -306,3 +306,22 @@ def test_out_and_inplace_variants():
     y = xt.clone()
     y.cumprod_(1)
     assert torch.allclose(y.cpu(), x.cumprod(1), atol=1e-6)
+
+
+def test_bad_explicit_params_raise_a_clear_error(device):
+    """Explicit parameters a kernel cannot run are an InvalidConfigError naming the family and the
+    rule; the next call runs."""
+    from tvk_kernels import InvalidConfigError
+    from tvk_kernels.kernels.scan import scan
+    from tvk_kernels.kernels.sort import sort
+
+    x = np.arange(8, dtype=np.float32)
+    buf, out, idx = device.upload(x), device.allocator.alloc(32), device.allocator.alloc(64)
+    with pytest.raises(InvalidConfigError, match="scan: WG=48 must be a power of two"):
+        scan(device, "sum", buf.address, out.address, 1, 8, 1, params={"WG": 48})
+    with pytest.raises(InvalidConfigError, match="sort: ELEMS=24 must be a power of two"):
+        sort(device, buf.address, out.address, idx.address, 1, 8, params={"ELEMS": 24, "WG": 8})
+    with pytest.raises(InvalidConfigError, match="sort.*ELEMS >= 2 \\* WG"):
+        sort(device, buf.address, out.address, idx.address, 1, 8, params={"ELEMS": 16, "WG": 16})
+    scan(device, "sum", buf.address, out.address, 1, 8, 1, params={"WG": 32})
+    np.testing.assert_array_equal(device.download(out, np.float32, (8,)), np.cumsum(x))

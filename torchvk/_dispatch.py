@@ -1,11 +1,11 @@
-"""The aten op table and the dispatch path.
+"""The dispatch path: how an aten op on tvk tensors finds what runs it.
 
 Every op on a tvk tensor reaches `TVKTensor.__torch_dispatch__` (the Python dispatch
 key sits below autograd, so autograd runs first as for any backend) and comes here:
 
   0. torch's own argument checks (`_checks.py`: meta kernels, remembered per signature);
-  1. the op table: `TABLE[OpOverload]` or `TABLE[OpOverloadPacket]`, filled by the
-     modules in `torchvk/aten/` with the `@register(...)` decorator; each entry calls
+  1. the op table (`_glue.py`): `TABLE[OpOverload]` or `TABLE[OpOverloadPacket]`, filled by
+     the modules in `torchvk/aten/` with the `@register(...)` decorator; each entry calls
      tvk_kernels kernels with byte addresses, sizes and strides;
   2. a decomposition into other aten ops (torch._decomp), for a chosen list of
      composite ops whose pieces are all in the table (runs on Vulkan, op by op);
@@ -25,46 +25,14 @@ import torch
 
 from ._autograd import in_backward_node, stop_node
 from ._checks import check_call
-from ._tensor import TVKTensor
+from ._glue import DECOMPOSE, NO_DEVICE_CHECK, TABLE, hooks
+from ._tensor import TVKTensor, from_cpu, to_cpu
 
 log = logging.getLogger("torchvk")
-
-TABLE: dict = {}
-DECOMPOSE: dict = {}   # OpOverload -> python decomposition (runs through the table)
-NO_DEVICE_CHECK: set = set()  # ops that take CPU and tvk tensors on purpose (copies)
 
 _counts = {"vulkan": defaultdict(int), "cpu": defaultdict(int)}
 _fallback = [os.environ.get("TVK_CPU_FALLBACK", "").strip().lower() in ("1", "true", "yes", "on")]
 _logged: set = set()
-
-
-def register(*ops, cross_device: bool = False):
-    """Decorator: the function implements these aten ops (OpOverload or OpOverloadPacket)."""
-
-    def deco(fn):
-        for op in ops:
-            TABLE[op] = fn
-            if cross_device:
-                NO_DEVICE_CHECK.add(op)
-        return fn
-
-    return deco
-
-
-def register_decomposition(*ops):
-    """Run torch's own decomposition of these ops (their pieces must be in the table)."""
-    from torch._decomp import decomposition_table
-
-    for op in ops:
-        overloads = [getattr(op, o) for o in op.overloads()] if isinstance(op, torch._ops.OpOverloadPacket) else [op]
-        for ov in overloads:
-            fn = decomposition_table.get(ov)
-            if fn is not None:
-                DECOMPOSE[ov] = fn
-
-
-def implemented(op) -> bool:
-    return op in TABLE or getattr(op, "overloadpacket", None) in TABLE or op in DECOMPOSE
 
 
 # --------------------------------------------------------------------- public knobs
@@ -85,6 +53,19 @@ def op_counts() -> dict:
 def reset_op_counts():
     for v in _counts.values():
         v.clear()
+
+
+def restore_op_counts(saved: dict):
+    """Put the counts back to `saved` (an op_counts() result): a dry run leaves no trace."""
+    for kind, counts in _counts.items():
+        counts.clear()
+        counts.update(saved.get(kind, {}))
+
+
+def count_vulkan_ops(histogram: dict):
+    """Count ops that ran without passing through dispatch (a compiled program's nodes): {name: n}."""
+    for name, n in histogram.items():
+        _vk_counts[name] += n
 
 
 # --------------------------------------------------------------------- dispatch
@@ -139,6 +120,28 @@ def _dispatch(func, args, kwargs):
     return missing(func, args, kwargs)
 
 
+def implementation(op):
+    """The function that runs `op` on tvk tensors (compiled mode calls it per node): its table
+    entry, else the dispatch path (a decomposition, an out=/in-place variant, torch's composite
+    kernel), else None."""
+    fn = TABLE.get(op) or TABLE.get(op.overloadpacket)
+    if fn is not None:
+        return fn
+    if op in DECOMPOSE or _variant(op) is not None or _composite(op) is not None:
+        return lambda *a, _op=op, **k: _dispatch(_op, a, k)
+    return None
+
+
+# The copy an out= or in-place variant ends with is the table's copy_ (aten/copies.py), looked
+# up when it runs: the op modules sit above this one (foreach.py calls `missing`), so importing
+# them here would close a ring.
+_aten_copy, _aten_resize = _aten.copy_.default, _aten.resize_.default
+
+
+def _copy_into(dst, src):
+    TABLE[_aten_copy](dst, src)
+
+
 _variants: dict = {}
 
 
@@ -177,17 +180,13 @@ def _variant(func):
             call = _lookup(functional)
             if call is not None and outs:
                 def fn(*args, _call=call, _outs=outs, **kwargs):
-                    from .aten.copies import copy_into
-
                     dsts = [kwargs.pop(n) for n in _outs]
                     res = _call(*args, **kwargs)
                     res_t = res if isinstance(res, (tuple, list)) else (res,)
                     for d, r in zip(dsts, res_t):
                         if tuple(d.shape) != tuple(r.shape):
-                            from .aten.copies import resize_
-
-                            resize_(d, r.shape)
-                        copy_into(d, r)
+                            TABLE[_aten_resize](d, r.shape)
+                        _copy_into(d, r)
                     return dsts[0] if len(dsts) == 1 else tuple(dsts)
         elif name.endswith("_") and not name.startswith("_"):
             base = getattr(torch.ops.aten, name[:-1], None)
@@ -200,9 +199,7 @@ def _variant(func):
                     return self
             elif call is not None:
                 def fn(self, *args, _call=call, **kwargs):
-                    from .aten.copies import copy_into
-
-                    copy_into(self, _call(self, *args, **kwargs))
+                    _copy_into(self, _call(self, *args, **kwargs))
                     return self
     except AttributeError:
         fn = None
@@ -216,8 +213,10 @@ _set_geometry = torch._C.TensorBase.data.__set__
 
 _composites: dict = {}
 _CEA = torch._C.DispatchKey.CompositeExplicitAutograd
-# composite kernels that would hide a missing kernel behind a CPU round trip or a wrong result
-_NO_COMPOSITE = set()
+
+
+def _has_kernel(func, key: str) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
 
 
 def _composite(func):
@@ -225,25 +224,14 @@ def _composite(func):
     fn = _composites.get(func, False)
     if fn is False:
         fn = None
-        if func.namespace == "aten" and str(func) not in _NO_COMPOSITE and \
-                torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd"):
+        if func.namespace == "aten" and _has_kernel(func, "CompositeExplicitAutograd"):
             def fn(*args, _f=func, **kwargs):
                 return _f._op_dk(_CEA, *args, **kwargs)
-        elif func.namespace == "aten" and str(func) not in _NO_COMPOSITE and \
-                torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        elif func.namespace == "aten" and _has_kernel(func, "CompositeImplicitAutograd"):
             def fn(*args, _f=func, **kwargs):
                 return _f.decompose(*args, **kwargs)
         _composites[func] = fn
     return fn
-
-
-def _devices_of(x, out: list):
-    if isinstance(x, _Tensor):
-        out.append(x)
-    elif isinstance(x, (list, tuple)):
-        for y in x:
-            if isinstance(y, _Tensor):
-                out.append(y)
 
 
 def check_devices(func, args, kwargs):
@@ -251,14 +239,14 @@ def check_devices(func, args, kwargs):
     for x in list(args) + list(kwargs.values()):
         if isinstance(x, _Tensor):
             if type(x) is not TVKTensor and not (x.device.type == "cpu" and x.dim() == 0):
-                _raise_mixed(func, x)
+                raise_mixed_devices(func, x)
         elif isinstance(x, (list, tuple)):
             for y in x:
                 if isinstance(y, _Tensor) and type(y) is not TVKTensor and not (y.device.type == "cpu" and y.dim() == 0):
-                    _raise_mixed(func, y)
+                    raise_mixed_devices(func, y)
 
 
-def _raise_mixed(func, other):
+def raise_mixed_devices(func, other):
     raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
                        f"tvk:0 and {other.device}! (op {func}: a {other.device} tensor of shape "
                        f"{tuple(other.shape)} was passed with tvk tensors; move it with .to('tvk') first)")
@@ -294,8 +282,6 @@ def missing(func, args, kwargs):
 
 
 def run_on_cpu(func, args, kwargs):
-    from ._tensor import from_cpu, to_cpu
-
     name = str(func)
     if name not in _logged:
         _logged.add(name)
@@ -321,8 +307,6 @@ def run_on_cpu(func, args, kwargs):
     out = func(*cargs, **ckwargs)
 
     # write results of in-place / out= ops back into the tvk tensors they mutated
-    from .aten.copies import copy_into
-
     schema = func._schema
     mutated = {}
     for i, arg in enumerate(schema.arguments):
@@ -332,7 +316,7 @@ def run_on_cpu(func, args, kwargs):
             else:
                 orig, new = args[i], cargs[i]
             if type(orig) is TVKTensor:
-                copy_into(orig, new)
+                _copy_into(orig, new)
                 mutated[id(new)] = orig
 
     def up(x):
@@ -345,3 +329,6 @@ def run_on_cpu(func, args, kwargs):
         return x
 
     return up(out)
+
+
+hooks.dispatch = dispatch  # TVKTensor.__torch_dispatch__ calls it (_glue.py)

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import torch
 
+from tvk_kernels import list_devices
+
 from . import memory as _memory
 from . import _rng
-from ._storage import _current, current_index, get_device, supported_dtypes
+from ._storage import current_index, get_device, set_current_index, supported_dtypes
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -52,7 +54,7 @@ class TVKModule:
     def set_device(device) -> None:
         idx = torch.device(device).index if isinstance(device, (str, torch.device)) else int(device)
         get_device(idx)
-        _current[0] = idx
+        set_current_index(idx)
 
     class device:
         """`with torch.tvk.device(i):` makes device i current inside the block, as torch.cuda.device."""
@@ -66,7 +68,7 @@ class TVKModule:
             TVKModule.set_device(self.index)
 
         def __exit__(self, *exc):
-            _current[0] = self.previous
+            set_current_index(self.previous)
             return False
 
     @staticmethod
@@ -143,8 +145,6 @@ def is_available() -> bool:
 
 def device_count() -> int:
     try:
-        from tvk_kernels import list_devices
-
         return len(list_devices())
     except Exception:
         return 0

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import random
+from contextlib import contextmanager
 
+import numpy as np
 import torch
+
+from ._storage import upload_bytes
 
 _state = {"seed": 67280421310721, "offset": 0}
 
@@ -28,6 +32,15 @@ def get_rng_state(device=None) -> torch.Tensor:
 def set_rng_state(state, device=None) -> None:
     s = [int(x) for x in state.tolist()]
     _state["seed"], _state["offset"] = s[0], s[1]
+
+
+def snapshot() -> dict:
+    """The seed and counter, for restore() (a dry run that must not advance them)."""
+    return dict(_state)
+
+
+def restore(saved: dict) -> None:
+    _state.update(saved)
 
 
 def next_offset(n: int) -> tuple[int, int]:
@@ -55,15 +68,23 @@ class RecordedRandomness:
     def next_base(self, first: bool) -> None:
         """Before a replay: write the (seed, offset) eager mode would use now, and advance the counter
         (the recording itself already advanced it for the first replay)."""
-        import numpy as np
-
-        from ._storage import upload_bytes
-
         if first:
             seed_, base = _state["seed"], self.base
         else:
             seed_, base = next_offset(self.draws)
         upload_bytes(self.storage, np.array([seed_, base], dtype=np.uint64))
+
+
+@contextmanager
+def recording(rec: RecordedRandomness | None):
+    """Random kernels launched inside take their seed from rec's buffer; rec None: eager mode's seeds."""
+    if rec is not None:
+        _recording.append(rec)
+    try:
+        yield
+    finally:
+        if rec is not None:
+            _recording.pop()
 
 
 def kernel_seed(n: int):

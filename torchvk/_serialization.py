@@ -13,6 +13,8 @@ import re
 
 import torch
 
+from ._module import device_count, is_available
+
 _TVK_LOCATION = re.compile(r"tvk(:(\d+))?$")
 
 
@@ -22,8 +24,6 @@ def _keep_on_cpu_for_rebuild(storage, location: str):
     match = _TVK_LOCATION.match(location) if isinstance(location, str) else None
     if match is None:
         return None
-    from ._module import device_count, is_available
-
     index = int(match.group(2) or 0)
     if not is_available() or index >= device_count():
         raise RuntimeError(

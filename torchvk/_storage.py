@@ -74,6 +74,10 @@ def current_index() -> int:
     return _current[0]
 
 
+def set_current_index(index: int) -> None:
+    _current[0] = index
+
+
 def get_device(index: int | None = None) -> Device:
     return Device.get(current_index() if index is None else index)
 

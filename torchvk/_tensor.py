@@ -8,10 +8,12 @@ import torch
 
 from tvk_kernels.runtime.lock import runtime_lock
 
+from ._glue import TABLE, hooks
 from ._storage import (Storage, alloc_storage, check_dtype, download_bytes, get_device, np_dtype, span_elements,
                        torch_device, upload_bytes)
 
 _make_wrapper = torch.Tensor._make_wrapper_subclass
+_fill = torch.ops.aten.fill_.Scalar  # the table's fill_ (aten/copies.py)
 _data_descr = torch._C.TensorBase.data
 
 
@@ -64,17 +66,13 @@ class TVKTensor(torch.Tensor):
         implicit gradient of one is made here with one fill: torch's ones_like took two
         dispatched ops (empty_like, fill_), 77 us against 16 us on this machine."""
         if gradient is None and self.requires_grad and self.numel() == 1:
-            from .aten.copies import fill_scalar
-
-            gradient = fill_scalar(new_tensor(self.shape, self.dtype, self._tvk.device), 1.0)
+            gradient = TABLE[_fill](new_tensor(self.shape, self.dtype, self._tvk.device), 1.0)
         return super().backward(gradient, retain_graph, create_graph, inputs=inputs)
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from ._dispatch import dispatch
-
         with runtime_lock:  # an op's steps are not interleaved with another thread's (runtime/lock.py)
-            return dispatch(func, args, kwargs or {})
+            return hooks.dispatch(func, args, kwargs or {})  # _dispatch.dispatch
 
     # torch.compile: Dynamo traces tensor subclasses that flatten into inner tensors. A tvk tensor
     # flattens into its geometry (a `meta` tensor: shape, strides, dtype, no data); Dynamo fakes it
@@ -84,9 +82,7 @@ class TVKTensor(torch.Tensor):
 
     @staticmethod
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        from .compile.fake import FakeTVKTensor
-
-        return FakeTVKTensor.around(inner["_geometry"], ctx, outer_size, outer_stride)
+        return hooks.fake_tensor.around(inner["_geometry"], ctx, outer_size, outer_stride)
 
     @property
     def _geometry(self) -> torch.Tensor:

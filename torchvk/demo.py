@@ -9,6 +9,15 @@ import argparse
 import sys
 import time
 
+from tqdm import tqdm
+
+import torchvk
+from tvk_kernels.info import describe
+from tvk_kernels.runtime import get_device
+
+from .experiments import data, models
+from .experiments.train import train
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m torchvk.demo", description=__doc__)
@@ -18,14 +27,6 @@ def main(argv=None) -> int:
     ap.add_argument("--compiled", action="store_true",
                     help="train through torchvk.compile(model, loss_fn=cross_entropy) instead of eagerly")
     args = ap.parse_args(argv)
-
-    import torchvk
-    from tvk_kernels.runtime import get_device
-    from tvk_kernels.info import describe
-
-    from .experiments import data, models
-    from .experiments.train import train
-
     dev = get_device(args.device)
     print(describe(dev.facts))
     on_cpu_vulkan = dev.facts.device_type == "CPU"
@@ -44,8 +45,6 @@ def main(argv=None) -> int:
           + (" (a subset: this device is Vulkan on the CPU)" if subset else ""))
     torchvk.reset_op_counts()
     t0 = time.perf_counter()
-    from tqdm import tqdm
-
     with tqdm(total=len(x) // 64, unit="step") as bar:
         r = train(lambda: models.build(model), (x, y, xt, yt), f"tvk:{dev.index}", epochs=1, batch=64, lr=0.01,
                   progress=bar, compiled=args.compiled)

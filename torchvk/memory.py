@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import numbers
 
+import torch
+
+from tvk_kernels.runtime.memory import parse_bytes
+
 from ._storage import get_device
 
 
 def _alloc(device=None):
-    import torch
-
     if isinstance(device, (torch.device, str)):
         device = torch.device(device).index
     return get_device(device).allocator
@@ -17,8 +19,6 @@ def _alloc(device=None):
 def set_memory_limit(nbytes=None, device=None):
     """Cap the bytes TorchVK reserves from the driver (None: no cap). Also TVK_MEMORY_LIMIT."""
     if isinstance(nbytes, str):
-        from tvk_kernels.runtime.memory import parse_bytes
-
         nbytes = parse_bytes(nbytes)
     if nbytes is not None:
         if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real):

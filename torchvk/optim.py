@@ -11,7 +11,8 @@ SGD, Adam and AdamW are torch.optim's own classes, kept under these names for ol
 """
 from __future__ import annotations
 
-from torch.optim import SGD, Adam, AdamW
+from torch.optim import SGD, Adam, AdamW, optimizer
+from torch.utils import _foreach_utils
 
 from ._tensor import TVKTensor
 
@@ -21,9 +22,6 @@ __all__ = ["SGD", "Adam", "AdamW"]
 def _allow_multi_tensor_paths():
     """Let torch.optim and clip_grad_norm_ choose foreach / fused for tvk tensors (the lists are
     torch's, in torch 2.11 through 2.13)."""
-    from torch.optim import optimizer
-    from torch.utils import _foreach_utils
-
     for module in (optimizer, _foreach_utils):
         types = getattr(module, "_foreach_supported_types", None)
         if types is not None and TVKTensor not in types:

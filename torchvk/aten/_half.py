@@ -6,7 +6,7 @@ import functools
 
 import torch
 
-from ._util import cast
+from .copies import cast
 
 HALF = (torch.float16, torch.bfloat16)
 

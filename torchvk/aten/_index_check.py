@@ -6,7 +6,8 @@ import torch
 
 from tvk_kernels.kernels import index_check as _IC
 
-from ._util import addr, contig_dtype, dev
+from ._util import addr, dev
+from .copies import contig_dtype
 
 
 def check_index_range(indices, bound: int, op: str, kind: str, dim: int | None = None, ignore: int | None = None):

@@ -1,12 +1,12 @@
-"""Small helpers shared by the op modules."""
+"""Small helpers shared by the op modules (they import nothing above _tensor)."""
 from __future__ import annotations
 
 import torch
 
-from .._storage import check_dtype
+from tvk_kernels.kernels import elementwise as E
+
 from .._tensor import TVKTensor, new_tensor
 
-FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 DTYPE_NAME = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
@@ -22,38 +22,22 @@ def empty(size, dtype, device, op="aten") -> TVKTensor:
     return new_tensor(size, dtype, device, op=op)
 
 
-def contig(t: TVKTensor) -> TVKTensor:
-    if t.is_contiguous():
-        return t
-    from .copies import contiguous
-
-    return contiguous(t)
+_EW_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.int64: "int64", torch.int32: "int32",
+              torch.bool: "bool", torch.bfloat16: "bfloat16"}
 
 
-def cast(t: TVKTensor, dtype) -> TVKTensor:
-    if t.dtype == dtype:
-        return t
-    from .copies import device_copy
-
-    out = new_tensor(t.shape, dtype, t._tvk.device)
-    return device_copy(out, t)
-
-
-def contig_dtype(t: TVKTensor, dtype) -> TVKTensor:
-    return contig(cast(t, dtype))
+def operand(t: TVKTensor) -> E.Operand:
+    """t as an operand of the elementwise kernels (tvk_kernels.kernels.elementwise)."""
+    name = _EW_DTYPES.get(t.dtype)
+    if name is None:
+        raise TypeError(f"TorchVK elementwise kernels do not support dtype {t.dtype}")
+    return E.Operand.trusted(t.tvk_address, tuple(t.shape), t.stride(), name)
 
 
 def need_float(t: TVKTensor, op: str, allowed=(torch.float32,)):
     if t.dtype not in allowed:
         names = ", ".join(str(d).replace("torch.", "") for d in allowed)
         raise TypeError(f"TorchVK: {op} does not support dtype {t.dtype} (supported: {names})")
-
-
-def scalar(x):
-    """A Python number from a number or a 0-dim (CPU or tvk) tensor."""
-    if isinstance(x, torch.Tensor):
-        return x.item()
-    return x
 
 
 def norm_dims(ndim: int, dims) -> list:

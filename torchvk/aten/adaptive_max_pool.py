@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .._dispatch import register
+from .._glue import register
 
 aten = torch.ops.aten
 

@@ -15,13 +15,14 @@ torch does on MPS (exact for the default power-of-two scales).
 from __future__ import annotations
 
 import torch
+from torch.amp.grad_scaler import GradScaler, OptState
 
 from tvk_kernels.kernels import amp as _K
 
-from .._dispatch import register
+from .._glue import register
 from .._tensor import TVKTensor
-from ._util import DTYPE_NAME, addr, contig, dev
-from .copies import device_copy
+from ._util import DTYPE_NAME, addr, dev
+from .copies import contig, device_copy
 
 aten = torch.ops.aten
 
@@ -64,8 +65,6 @@ def amp_update_scale_(scale, growth_tracker, found_inf, scale_growth_factor, sca
 
 def install_grad_scaler_fix():
     """GradScaler.unscale_ on tvk: the inverse scale in float32 (tvk has no float64), the rest torch's."""
-    from torch.amp.grad_scaler import GradScaler, OptState
-
     if getattr(GradScaler.unscale_, "_tvk", False):
         return
     torch_unscale = GradScaler.unscale_

@@ -24,9 +24,10 @@ import torch
 from tvk_kernels.kernels import attention as _A
 
 from .. import _rng
-from .._dispatch import register
+from .._glue import register
 from .._tensor import TVKTensor, alias, new_tensor
-from ._util import addr, cast, contig, dev
+from ._util import addr, dev
+from .copies import cast, contig, device_copy, fill
 
 aten = torch.ops.aten
 _DT = {torch.float32: "float32", torch.float16: "float16"}
@@ -87,8 +88,6 @@ def _matching_layout(src: TVKTensor, like) -> TVKTensor:
     order = sorted(range(like.dim()), key=lambda i: like.stride()[i], reverse=True)
     phys = new_tensor([src.shape[i] for i in order], src.dtype, dev(src))
     out = phys.permute([order.index(i) for i in range(like.dim())])
-    from .copies import device_copy
-
     return device_copy(out, src)
 
 
@@ -170,13 +169,9 @@ def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_
     rng_state = None
     if dropout_p > 0:  # the kernel reads {seed, offset} as 16 contiguous bytes
         rng_state = new_tensor((2,), torch.int64, d)
-        from .copies import device_copy
-
         device_copy(alias(rng_state, (), (), 0), philox_seed)
         device_copy(alias(rng_state, (), (), 1), philox_offset)
     if lk == 0 or lq == 0:
-        from .copies import fill
-
         for t in (dq, dk, dv) + ((ds,) if ds is not None else ()):
             fill(t, 0.0)
     else:

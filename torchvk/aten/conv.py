@@ -11,10 +11,11 @@ import torch
 
 from tvk_kernels.kernels import conv as _C
 
-from .._dispatch import register
+from .._glue import register
 from .._tensor import new_tensor
 from ._half import float32_compute
-from ._util import addr, contig, dev
+from ._util import addr, dev
+from .copies import contig
 
 aten = torch.ops.aten
 _ACT_OPS = {"relu": aten.relu.default}  # compiled mode's epilogues, as separate ops

@@ -6,17 +6,15 @@ import types
 
 import torch
 
-from .._dispatch import register
+from tvk_kernels.kernels import elementwise as E
+
+from .._glue import register
 from .._storage import alloc_storage, check_dtype, get_device, span_elements
 from .._tensor import (is_dense, TVKTensor, contiguous_strides, from_cpu, itemsize, new_tensor, to_cpu,
                        upload_into)
-from .. import _kernels as K
+from ._util import operand
 
 aten = torch.ops.aten
-
-
-def _is_dense_contig(t) -> bool:
-    return t.is_contiguous()
 
 
 def _range(t):
@@ -38,7 +36,7 @@ def device_copy(dst: TVKTensor, src: TVKTensor):
         dev = dst._tvk.device
         dev.stream.copy(_range(src), _range(dst), dst.numel() * itemsize(dst.dtype))
         return dst
-    K.copy(dst, src)
+    E.copy(dst._tvk.device, operand(src), operand(dst))  # broadcast, cast, any strides
     return dst
 
 
@@ -149,11 +147,24 @@ def clone(self, *, memory_format=None):
     return device_copy(out, self)
 
 
-def contiguous(t: TVKTensor) -> TVKTensor:
+def contig(t: TVKTensor) -> TVKTensor:
+    """t if it is contiguous, else a contiguous copy of it."""
     if t.is_contiguous():
         return t
     out = new_tensor(t.shape, t.dtype, t._tvk.device)
     return device_copy(out, t)
+
+
+def cast(t: TVKTensor, dtype) -> TVKTensor:
+    """t in dtype (t itself if it has that dtype already)."""
+    if t.dtype == dtype:
+        return t
+    out = new_tensor(t.shape, dtype, t._tvk.device)
+    return device_copy(out, t)
+
+
+def contig_dtype(t: TVKTensor, dtype) -> TVKTensor:
+    return contig(cast(t, dtype))
 
 
 # ------------------------------------------------------------------ fill / zero
@@ -194,7 +205,7 @@ def fill(t: TVKTensor, value):
     if rng is not None and pat is not None and rng.offset % 4 == 0 and nbytes % 4 == 0:
         t._tvk.device.stream.fill(rng, pat, nbytes)
         return t
-    K.fill(t, value)
+    E.fill(t._tvk.device, operand(t), value)
     return t
 
 

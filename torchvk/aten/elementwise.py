@@ -10,23 +10,17 @@ from __future__ import annotations
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as _KIND, elementwise_dtypes as _edt
 
+from tvk_kernels.kernels import activations
 from tvk_kernels.kernels import elementwise as E
 
-from .._dispatch import register
+from .._glue import register
 from .._storage import alloc_storage, check_dtype
 from .._tensor import TVKTensor, new_tensor
+from ._util import operand
+from .copies import clone
 
 aten = torch.ops.aten
 DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL = _KIND.DEFAULT, _KIND.INT_TO_FLOAT, _KIND.ALWAYS_BOOL
-_EW_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.int64: "int64", torch.int32: "int32",
-              torch.bool: "bool", torch.bfloat16: "bfloat16"}
-
-
-def operand(t: TVKTensor) -> E.Operand:
-    name = _EW_DTYPES.get(t.dtype)
-    if name is None:
-        raise TypeError(f"TorchVK elementwise kernels do not support dtype {t.dtype}")
-    return E.Operand.trusted(t.tvk_address, tuple(t.shape), t.stride(), name)
 
 
 def _value(x):
@@ -163,17 +157,6 @@ def _can_cast(src, dst) -> bool:
     return torch.can_cast(src, dst)
 
 
-def _out_into(result, out):
-    """Copy a result into a user-given out= tensor."""
-    from .copies import device_copy
-
-    if tuple(out.shape) != tuple(result.shape):
-        from .copies import resize_
-
-        resize_(out, result.shape)
-    return device_copy(out, result)
-
-
 # ------------------------------------------------------------------ helpers for other modules
 def add_into(out, other, alpha=1.0):
     return run("add", (out, other), out=out, scalars=(alpha,))
@@ -191,12 +174,6 @@ def ew(kop, *args, dtype=None, kind=DEFAULT, scalars=()):
 
 
 # ------------------------------------------------------------------ binary arithmetic
-def _alpha_check(self, other, alpha):
-    if alpha is None:
-        return 1
-    return alpha
-
-
 @register(aten.add.Tensor, aten.add.Scalar)
 def add(self, other, *, alpha=1):
     return run("add", (self, other), scalars=(alpha,))
@@ -274,8 +251,6 @@ def pow_ts(self, exponent):
     if exponent == 2:
         return run("square", (self,), dtype=promote((self, exponent)))
     if exponent == 1:
-        from .copies import clone
-
         return clone(self)
     if exponent == 0.5:
         return run("sqrt", (self,), dtype=promote((self, exponent)))
@@ -310,9 +285,7 @@ def _unary(kop, kind=DEFAULT):
 
 for _name, _kop, _kind in [("neg", "neg", DEFAULT), ("abs", "abs", DEFAULT), ("exp", "exp", INT_TO_FLOAT),
                            ("log", "log", INT_TO_FLOAT), ("sqrt", "sqrt", INT_TO_FLOAT),
-                           ("rsqrt", "rsqrt", INT_TO_FLOAT), ("relu", "relu", DEFAULT),
-                           ("sigmoid", "sigmoid", INT_TO_FLOAT), ("tanh", "tanh", INT_TO_FLOAT),
-                           ("reciprocal", "reciprocal", INT_TO_FLOAT), ("silu", "silu", DEFAULT)]:
+                           ("rsqrt", "rsqrt", INT_TO_FLOAT), ("reciprocal", "reciprocal", INT_TO_FLOAT)]:
     _f, _f_ = _unary(_kop, _kind)
     register(getattr(aten, _name).default)(_f)
     if hasattr(aten, _name + "_"):
@@ -324,34 +297,51 @@ def square(self):
     return run("square", (self,), dtype=promote((self, 2)))
 
 
-@register(aten.gelu.default)
-def gelu(self, *, approximate="none"):
-    return run("gelu_tanh" if approximate == "tanh" else "gelu", (self,))
+# ------------------------------------------------------------------ activations: from their table
+# Every activation of tvk_kernels/kernels/activations.py with an aten op registers that op, its
+# in-place form and its backward where torch has them (relu's backward is threshold_backward).
+# Entries sharing an aten op (gelu and gelu_tanh) share the registration: select() picks one per call.
+def _activation_forward(name):
+    def forward(self, **kwargs):
+        act = activations.select(name, kwargs)
+        if act.ints == "refuse":
+            require_floating(name, self)
+        return run(act.name, (self,), kind=INT_TO_FLOAT if act.ints == "float" else DEFAULT)
+
+    return forward
 
 
-@register(aten.gelu_.default)
-def gelu_(self, *, approximate="none"):
-    return run("gelu_tanh" if approximate == "tanh" else "gelu", (self,), out=self)
+def _activation_inplace(name):
+    def forward_(self, **kwargs):
+        act = activations.select(name, kwargs)
+        if act.ints == "refuse":
+            require_floating(name + "_", self)
+        return run_(act.name, self, (self,), kind=INT_TO_FLOAT if act.ints == "float" else DEFAULT,
+                    opname=name + "_")
+
+    return forward_
 
 
-@register(aten.gelu_backward.default)
-def gelu_backward(grad_output, self, *, approximate="none"):
-    return run("gelu_tanh_backward" if approximate == "tanh" else "gelu_backward", (grad_output, self))
+def _activation_backward(name):
+    def backward(grad_output, self_or_output, **kwargs):
+        return run(activations.select(name, kwargs).name + "_backward", (grad_output, self_or_output))
+
+    return backward
 
 
-@register(aten.silu_backward.default)
-def silu_backward(grad_output, self):
-    return run("silu_backward", (grad_output, self))
+def _register_activation(act):
+    if act.aten is None:
+        return
+    register(getattr(aten, act.aten).default)(_activation_forward(act.aten))
+    inplace = getattr(aten, act.aten + "_", None)
+    if inplace is not None:
+        register(inplace.default)(_activation_inplace(act.aten))
+    backward = getattr(aten, act.aten + "_backward", None)
+    if act.grad and backward is not None:
+        register(backward.default)(_activation_backward(act.aten))
 
 
-@register(aten.sigmoid_backward.default)
-def sigmoid_backward(grad_output, output):
-    return run("sigmoid_backward", (grad_output, output))
-
-
-@register(aten.tanh_backward.default)
-def tanh_backward(grad_output, output):
-    return run("tanh_backward", (grad_output, output))
+activations.each(_register_activation)  # the table's entries now, and any added later
 
 
 @register(aten.threshold_backward.default)
@@ -440,20 +430,19 @@ def sign(self):
 
 # ------------------------------------------------------------------ comparisons and logic
 def _cmp(kop):
+    """Registers aten.<kop> and aten.<kop>_ (Tensor and Scalar overloads); returns the out-of-place one."""
     def impl(self, other):
         return run(kop, (self, other), dtype=torch.bool)
 
     def impl_(self, other):
         return run(kop, (self, other), out=self)
 
-    return impl, impl_
+    register(getattr(aten, kop).Tensor, getattr(aten, kop).Scalar)(impl)
+    register(getattr(aten, kop + "_").Tensor, getattr(aten, kop + "_").Scalar)(impl_)
+    return impl
 
 
-for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
-    _f, _f_ = _cmp(_name)
-    register(getattr(aten, _name).Tensor, getattr(aten, _name).Scalar)(_f)
-    register(getattr(aten, _name + "_").Tensor, getattr(aten, _name + "_").Scalar)(_f_)
-    globals()[_name] = _f
+eq, ne, lt, le, gt, ge = (_cmp(_name) for _name in ("eq", "ne", "lt", "le", "gt", "ge"))
 
 
 @register(aten.logical_not.default)
@@ -598,7 +587,7 @@ def round_decimals(self, *, decimals):
 
 @register(aten.frac.default)
 def frac(self):
-    _floating("frac", self)
+    require_floating("frac", self)
     return run("frac", (self,))
 
 
@@ -639,7 +628,7 @@ def logit_backward(grad_output, self, eps=None):
     return run("logit_backward", (grad_output, self), scalars=(-1.0 if eps is None else eps,))
 
 
-def _floating(opname, *tensors):
+def require_floating(opname, *tensors):
     """torch's error for an op that has no integer kernel."""
     for t in tensors:
         if isinstance(t, TVKTensor) and not t.dtype.is_floating_point:
@@ -662,7 +651,7 @@ _FLOAT_ONLY = {"hypot", "logaddexp", "logaddexp2", "nextafter"}
 def _binary(name, kop, kind):
     def impl(self, other):
         if name in _FLOAT_ONLY:
-            _floating(name, self, other)
+            require_floating(name, self, other)
         return run(kop, (self, other), kind=kind)
 
     def impl_(self, other):
@@ -748,7 +737,7 @@ def logical_xor(self, other):
 # ------------------------------------------------------------------ activations and their backward ops
 @register(aten.elu.default)
 def elu(self, alpha=1, scale=1, input_scale=1):
-    _floating("elu", self)
+    require_floating("elu", self)
     return run("elu", (self,), scalars=(alpha * scale, scale, input_scale))
 
 
@@ -765,7 +754,7 @@ def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_resu
 
 @register(aten.softplus.default)
 def softplus(self, beta=1, threshold=20):
-    _floating("softplus", self)
+    require_floating("softplus", self)
     return run("softplus", (self,), scalars=(beta, threshold))
 
 
@@ -776,13 +765,13 @@ def softplus_backward(grad_output, self, beta, threshold):
 
 @register(aten.hardshrink.default)
 def hardshrink(self, lambd=0.5):
-    _floating("hardshrink", self)
+    require_floating("hardshrink", self)
     return run("hardshrink", (self,), scalars=(lambd,))
 
 
 @register(aten.softshrink.default)
 def softshrink(self, lambd=0.5):
-    _floating("softshrink", self)
+    require_floating("softshrink", self)
     if lambd < 0:
         raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
     return run("softshrink", (self,), scalars=(lambd,))
@@ -791,27 +780,6 @@ def softshrink(self, lambd=0.5):
 @register(aten.hardshrink_backward.default, aten.softshrink_backward.default)
 def shrink_backward(grad_out, self, lambd):
     return run("shrink_backward", (grad_out, self), scalars=(lambd,))
-
-
-def _activation(name, kop):
-    def impl(self):
-        _floating(name, self)
-        return run(kop, (self,))
-
-    def impl_(self):
-        return run(kop, (self,), out=self)
-
-    def backward(grad_output, self):
-        return run(kop + "_backward", (grad_output, self))
-
-    return impl, impl_, backward
-
-
-for _name in ("hardsigmoid", "hardswish", "mish"):
-    _f, _f_, _fb = _activation(_name, _name)
-    register(getattr(aten, _name).default)(_f)
-    register(getattr(aten, _name + "_").default)(_f_)
-    register(getattr(aten, _name + "_backward").default)(_fb)
 
 
 @register(aten.threshold.default)
@@ -826,7 +794,7 @@ def threshold_(self, threshold, value):
 
 @register(aten.log_sigmoid_forward.default)
 def log_sigmoid_forward(self):
-    _floating("log_sigmoid_forward", self)
+    require_floating("log_sigmoid_forward", self)
     buffer = new_tensor((0,), self.dtype, _device((self,)))  # as on CUDA: the backward needs none
     return run("log_sigmoid", (self,)), buffer
 
@@ -848,26 +816,6 @@ def prelu_kernel_backward(grad_output, self, weight):
             run("prelu_backward_weight", (grad_output, self), dtype=grad_output.dtype))
 
 
-@register(aten.rrelu_with_noise.default)
-def rrelu_with_noise(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
-    if not training:
-        return run("leaky_relu", (self,), dtype=self.dtype, scalars=((lower + upper) / 2,))
-    from .rng import uniform_
-
-    _floating("rrelu_with_noise", self)
-    slopes = uniform_(new_tensor(tuple(self.shape), self.dtype, _device((self,))), lower, upper,
-                      generator=generator)
-    run("where", (gt(self, 0), 1.0, slopes), out=noise)  # noise: 1 where x > 0, else the slope drawn
-    return mul(self, noise)
-
-
-@register(aten.rrelu_with_noise_backward.default)
-def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, self_is_result):
-    if training and upper - lower > 1e-6:
-        return mul(grad_output, noise)
-    return run("leaky_relu_backward", (grad_output, self), dtype=grad_output.dtype, scalars=((lower + upper) / 2,))
-
-
 def _glu_halves(self, dim):
     dim = dim % self.dim()
     if self.shape[dim] % 2:
@@ -878,7 +826,7 @@ def _glu_halves(self, dim):
 
 @register(aten.glu.default)
 def glu(self, dim=-1):
-    _floating("glu", self)
+    require_floating("glu", self)
     first, gate, _, _ = _glu_halves(self, dim)
     return run("glu", (first, gate))
 

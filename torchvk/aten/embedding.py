@@ -5,10 +5,11 @@ import torch
 
 from tvk_kernels.kernels import embedding as _Em
 
-from .._dispatch import register, register_decomposition
+from .._glue import register
 from .._tensor import new_tensor
 from ._index_check import check_index_range
-from ._util import addr, cast, contig, contig_dtype, dev
+from ._util import addr, dev
+from .copies import cast, contig, contig_dtype
 
 aten = torch.ops.aten
 

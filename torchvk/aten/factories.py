@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import TABLE, register
+from .._glue import TABLE, register
 from .._storage import current_index, get_device
-from .._tensor import is_dense, new_tensor
+from .._tensor import from_cpu, is_dense, new_tensor
+from .copies import copy_into, resize_
 
 aten = torch.ops.aten
 _lib = torch.library.Library("aten", "IMPL")
@@ -81,8 +82,6 @@ def _host_const(fn):
     def impl(*args, dtype=None, layout=None, device=None, pin_memory=None, **kw):
         _check_layout(layout, "aten.arange")
         cpu = fn(*args, dtype=dtype, **kw)
-        from .._tensor import from_cpu
-
         return from_cpu(cpu, _device_of(device))
 
     return impl
@@ -107,17 +106,11 @@ TABLE[aten.arange.start_step] = _arange
 @register(aten.arange.start_out)
 def arange_start_out(start, end, step=1, *, out):
     cpu = torch.arange(start, end, step, dtype=out.dtype)
-    from .copies import copy_into
-
     if tuple(out.shape) != tuple(cpu.shape):
-        from .copies import resize_
-
         resize_(out, cpu.shape)
     return copy_into(out, cpu)
 
 
 @register(aten.linspace.out)
 def linspace_out(start, end, steps, *, out):
-    from .copies import copy_into
-
     return copy_into(out, torch.linspace(start, end, steps, dtype=out.dtype))

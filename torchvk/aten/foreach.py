@@ -4,7 +4,9 @@
 The multi-tensor kernels take float32 tensors that are dense and share their strides within
 each position of the call; any other call (other dtypes, broadcasting, tensor weights) runs
 per tensor on the implementation registered before this module (elementwise.py, reductions.py),
-which raises NotImplementedError where no kernel exists.
+which raises NotImplementedError where no kernel exists. Those checks and the tensors' addresses
+are remembered per list between optimizer steps (_tensor_lists.py), and the kernels' device
+tables per set of addresses (optim.py): a repeated step packs its scalars and records a dispatch.
 """
 from __future__ import annotations
 
@@ -15,37 +17,33 @@ import torch
 from tvk_kernels.kernels import optim as K
 
 from .. import _checks
-from .._dispatch import TABLE, missing, register
+from .._dispatch import check_devices, missing
+from .._glue import TABLE, register
 from .._tensor import TVKTensor, alias, from_cpu, is_dense, new_tensor
+from ._tensor_lists import checked, remember_outputs
+from .copies import copy_into
 
 aten = torch.ops.aten
 _F32 = torch.float32
 
 
-def _all_fit(self, *lists) -> bool:
-    """The multi-tensor kernels take these lists: equal lengths; float32 tvk tensors on one device,
-    those of self dense, each other tensor of self[i]'s shape and strides and not overlapping
-    another tensor of self (one dispatch runs all tensors at once: a tensor read at position i while
-    position j writes it would race). Runs once per op on the optimizer's path: kept cheap."""
-    n = len(self)
-    if any(len(lst) != n for lst in lists) or type(self[0]) is not TVKTensor:
-        return False
-    dev = self[0]._tvk.device
-    for t in self:
-        if type(t) is not TVKTensor or t.dtype != _F32 or t._tvk.device is not dev or \
-                not (t.is_contiguous() or is_dense(t)):
-            return False
-    written = {id(t._tvk) for t in self} if lists else ()
-    for lst in lists:
-        for o, t in zip(lst, self):
-            if o is t:
-                continue
-            if type(o) is not TVKTensor or o.dtype != _F32 or o._tvk.device is not dev or o.shape != t.shape or \
-                    (o.stride() != t.stride() and o.numel() > 1):
-                return False
-            if id(o._tvk) in written and not (o._tvk is t._tvk and o.storage_offset() == t.storage_offset()):
-                return False  # shares memory with a tensor of self: per tensor, in order
-    return True
+def _fit(self, *others):
+    """(self's remembered checks, [the addresses of self's tensors, then of each other list's]) when
+    one multi-tensor launch takes them, else None. It takes equal lengths of float32 tvk tensors on
+    one device, those of self dense and not sharing memory, each other tensor of self[i]'s shape and
+    strides and not overlapping another tensor of self (one dispatch runs all tensors at once: a
+    tensor read at position i while position j writes it would race). Runs once per op on the
+    optimizer's path: a list seen before is not read again (_tensor_lists.py)."""
+    a = checked(self)
+    if a is None or not a.dense or not a.disjoint:
+        return None
+    addresses = [a.addresses(self)]
+    for lst in others:
+        b = a if lst is self else checked(lst)
+        if b is None or not a.fits(b):
+            return None
+        addresses.append(addresses[0] if b is a else b.addresses(lst))
+    return None if None in addresses else (a, addresses)
 
 
 def _real(x) -> bool:
@@ -57,25 +55,25 @@ def _flat_scalar(t) -> bool:
     return type(t) is TVKTensor and t.dtype == _F32 and t.numel() == 1
 
 
-def _run(kop, self, bs, cs, value, values, b_scalar, inplace):
-    outs = self if inplace else [new_tensor(t.shape, t.dtype, t._tvk.device, stride=t.stride()) for t in self]
-    n = len(self)
-    bs = bs if bs is not None else [None] * n
-    cs = cs if cs is not None else [None] * n
-    K.foreach_pointwise(self[0]._tvk.device, kop,
-                        [(o.tvk_address, t.tvk_address, b.tvk_address if b is not None else 0,
-                          c.tvk_address if c is not None else 0, t.numel())
-                         for o, t, b, c in zip(outs, self, bs, cs)],
-                        value=value, values=values, b_scalar=b_scalar)
-    return None if inplace else outs
+def _run(kop, self, fit, b, c, value, values, b_scalar, inplace):
+    """One launch of kernel op `kop` over self (fit: from _fit) and operands b, c (address tuples or
+    None), into self or into new tensors; those are remembered, as the next op often takes them."""
+    a, src = fit[0], fit[1][0]
+    outs, dst = None, src
+    if not inplace:
+        outs = [new_tensor(s, _F32, a.device) for s in a.shapes] if a.contiguous else \
+            [new_tensor(s, _F32, a.device, stride=st) for s, st in zip(a.shapes, a.strides)]
+        dst = remember_outputs(outs, a).addresses(outs)
+    K.foreach_pointwise(a.device, kop, (dst, src, b, c, a.numels), value=value, values=values, b_scalar=b_scalar)
+    return outs
 
 
 def _values(vs, sign=1.0, n=None):
     """A ScalarList as the kernel's per-tensor values; one shared value when all are equal."""
-    if (n is not None and len(vs) != n) or not all(_real(v) for v in vs):
+    if (n is not None and len(vs) != n) or not (set(map(type, vs)) <= {float, int} or all(map(_real, vs))):
         return None
-    vs = [sign * float(v) for v in vs]
-    return (vs[0], None) if all(v == vs[0] for v in vs) else (0.0, vs)
+    vs = list(map(float, vs)) if sign == 1.0 else [sign * float(v) for v in vs]  # maps: one per step, 60 values
+    return (vs[0], None) if vs.count(vs[0]) == len(vs) else (0.0, vs)
 
 
 def _plan(name, ov, n, args, kwargs):
@@ -145,12 +143,16 @@ def _foreach(name, ov, inplace, per_tensor):
             kop, bs, cs, value, values, b_scalar = plan
             if b_scalar:
                 other = args[0] if args else kwargs["other"]
-                fit = _all_fit(self) and other._tvk.device is self[0]._tvk.device
-                bs = [other] * len(self)
+                fit = _fit(self)
+                if fit is not None and other._tvk.device is fit[0].device:
+                    return _run(kop, self, fit, (other.tvk_address,) * len(self), None, value, values, True, inplace)
             else:
-                fit = _all_fit(self, *(lst for lst in (bs, cs) if lst is not None))
-            if fit:
-                return _run(kop, self, bs, cs, value, values, b_scalar, inplace)
+                fit = _fit(self, *(lst for lst in (bs, cs) if lst is not None))
+                if fit is not None:
+                    operands = iter(fit[1][1:])
+                    b = next(operands) if bs is not None else None
+                    c = next(operands) if cs is not None else None
+                    return _run(kop, self, fit, b, c, value, values, False, inplace)
         _checks.check_now(op, (self,) + args, kwargs)
         if per_tensor is None:
             return missing(op, (self,) + args, kwargs)
@@ -160,7 +162,7 @@ def _foreach(name, ov, inplace, per_tensor):
     register(op, cross_device=name in ("addcmul", "addcdiv") and ov == "Tensor")(impl)
     # the dispatcher's argument check remembers calls by their values too, and optimizers pass new
     # ones every step (Adam's bias corrections, a schedule's lr): its meta kernels would run on every
-    # step (~1 ms for 60 tensors). The kernels' own conditions (_all_fit, _plan) are checked above;
+    # step (~1 ms for 60 tensors). The kernels' own conditions (_fit, _plan) are checked above;
     # a call they do not take gets torch's check there.
     _checks.skip_check(op)
 
@@ -236,8 +238,6 @@ _OVERLOADS = {
 def _in_place_by_copy(functional):
     """Per-tensor in-place fallback where only the out-of-place op has one: compute, then copy."""
     def impl(self, *args, **kwargs):
-        from .copies import copy_into
-
         for d, r in zip(self, functional(self, *args, **kwargs)):
             copy_into(d, r)
 
@@ -265,11 +265,11 @@ _per_tensor_norm = TABLE.get(aten._foreach_norm.Scalar)
 @register(aten._foreach_norm.Scalar)
 def _foreach_norm(self, ord=2, dtype=None):
     ord_f = float(ord) if _real(ord) else None
-    if len(self) and ord_f in (2.0, float("inf")) and dtype in (None, _F32) and _all_fit(self) and \
-            (ord_f == 2.0 or all(t.numel() for t in self)):
-        dev = self[0]._tvk.device
-        out = new_tensor([len(self)], _F32, dev)
-        K.foreach_norms(dev, [(t.tvk_address, t.numel()) for t in self], out.tvk_address, ord_f)
+    fit = _fit(self) if len(self) and ord_f in (2.0, float("inf")) and dtype in (None, _F32) else None
+    if fit is not None and (ord_f == 2.0 or 0 not in fit[0].numels):
+        a, (addresses,) = fit
+        out = new_tensor([len(self)], _F32, a.device)
+        K.foreach_norms(a.device, (addresses, a.numels), out.tvk_address, ord_f)
         return [alias(out, [], [], i) for i in range(len(self))]
     if _per_tensor_norm is None:
         return missing(aten._foreach_norm.Scalar, (self, ord), {"dtype": dtype})
@@ -282,15 +282,27 @@ def _not_fusable(op: str, what: str):
                               f"Use the optimizer without fused=True (its foreach path, the default) for these.")
 
 
-def _check_fusable(op, self, *lists):
-    """lists: those the kernel reads (None: one it does not)."""
+def _overload(packet, lr):
+    return packet.tensor_lr if isinstance(lr, torch.Tensor) else packet.default
+
+
+def _fusable(op, self, *lists):
+    """_fit of a fused optimizer's lists (lists: those the kernel reads; None: one it does not), or
+    its error: torch's for a tensor on another device (the dispatcher's check, skipped for these
+    ops), else NotImplementedError."""
     lists = tuple(lst for lst in lists if lst is not None)
-    if not _all_fit(self, *lists):
+    fit = _fit(self, *lists)
+    if fit is None:
+        check_devices(op, (self,) + lists, {})
+        name = op.overloadpacket.__name__
         bad = [t for lst in (self,) + lists for t in lst
                if type(t) is not TVKTensor or t.dtype != _F32 or not is_dense(t)]
-        _not_fusable(op, f"got a {bad[0].dtype} tensor of shape {list(bad[0].shape)} on {bad[0].device}" if bad else
+        if bad and not isinstance(bad[0], torch.Tensor):
+            _not_fusable(name, f"got {type(bad[0]).__name__} in a list of tensors")
+        _not_fusable(name, f"got a {bad[0].dtype} tensor of shape {list(bad[0].shape)} on {bad[0].device}" if bad else
                      "got lists of other lengths than the parameters', or grads or states whose shapes or strides "
-                     "differ from their parameters'")
+                     "differ from their parameters', or tensors that share memory")
+    return fit
 
 
 def _device_scalar(t, op, name, device) -> int:
@@ -311,59 +323,68 @@ def _lr(lr, op, device):
     return float(lr.item() if isinstance(lr, torch.Tensor) else lr), 0
 
 
-@register(aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr)
+@register(aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr, cross_device=True)
 def _fused_sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize,
                 is_first_step, grad_scale=None, found_inf=None):
+    op = _overload(aten._fused_sgd_, lr)
+    # the dispatcher's device check of what _fusable does not see: a list the kernel does not read, the scalars
+    check_devices(op, (momentum_buffer_list if momentum == 0 else (),),
+                  {"lr": lr, "grad_scale": grad_scale, "found_inf": found_inf})
     if not self:
+        check_devices(op, (self, grads, momentum_buffer_list), {})
         return
-    _check_fusable("_fused_sgd_", self, grads, momentum_buffer_list if momentum != 0 else None)
-    dev = self[0]._tvk.device
-    lr_v, lr_addr = _lr(lr, "_fused_sgd_", dev)
-    bufs = momentum_buffer_list if momentum != 0 else [None] * len(self)
-    K.fused_sgd(dev,
-                [(p.tvk_address, g.tvk_address, b.tvk_address if b is not None else 0, p.numel())
-                 for p, g, b in zip(self, grads, bufs)],
+    a, addresses = _fusable(op, self, grads, momentum_buffer_list if momentum != 0 else None)
+    dev = a.device
+    name = "_fused_sgd_"
+    lr_v, lr_addr = _lr(lr, name, dev)
+    bufs = addresses[2] if momentum != 0 else None
+    K.fused_sgd(dev, (addresses[0], addresses[1], bufs, a.numels),
                 lr_v, momentum, dampening, weight_decay, nesterov, maximize, bool(is_first_step) and momentum != 0,
-                lr_addr=lr_addr, grad_scale=_device_scalar(grad_scale, "_fused_sgd_", "grad_scale", dev),
-                found_inf=_device_scalar(found_inf, "_fused_sgd_", "found_inf", dev))
+                lr_addr=lr_addr, grad_scale=_device_scalar(grad_scale, name, "grad_scale", dev),
+                found_inf=_device_scalar(found_inf, name, "found_inf", dev))
 
 
-def _fused_adam(op, decoupled, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2,
-                weight_decay, eps, amsgrad, maximize, grad_scale, found_inf):
+def _fused_adam(name, decoupled, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1,
+                beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf):
+    op = _overload(getattr(aten, name), lr)  # device check of what _fusable does not see, as in _fused_sgd_
+    check_devices(op, (max_exp_avg_sqs if not amsgrad else (),),
+                  {"lr": lr, "grad_scale": grad_scale, "found_inf": found_inf})
     if not self:
+        check_devices(op, (self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps), {})
         return
-    _check_fusable(op, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs if amsgrad else None)
-    if len(state_steps) != len(self) or not all(_flat_scalar(s) for s in state_steps):
-        _not_fusable(op, "each step count must be a float32 tvk tensor of one element "
+    a, addresses = _fusable(op, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs if amsgrad else None)
+    steps = checked(state_steps)
+    step_addresses = steps.addresses(state_steps) if steps is not None and steps.float32 and \
+        steps.device is a.device and steps.numels.count(1) == len(self) else None
+    if step_addresses is None:
+        check_devices(op, (state_steps,), {})
+        _not_fusable(name, "each step count must be a float32 tvk tensor of one element on the parameters' device "
                          "(torch.optim makes them so for fused=True)")
-    dev = self[0]._tvk.device
-    lr_v, lr_addr = _lr(lr, op, dev)
-    mxs = max_exp_avg_sqs if amsgrad else [None] * len(self)
-    K.fused_adam(dev,
-                 [(p.tvk_address, g.tvk_address, m.tvk_address, v.tvk_address, mx.tvk_address if mx is not None else 0,
-                   s.tvk_address, p.numel())
-                  for p, g, m, v, mx, s in zip(self, grads, exp_avgs, exp_avg_sqs, mxs, state_steps)],
+    dev = a.device
+    lr_v, lr_addr = _lr(lr, name, dev)
+    K.fused_adam(dev, (*addresses[:4], addresses[4] if amsgrad else None, step_addresses, a.numels),
                  lr_v, beta1, beta2, eps, weight_decay, amsgrad, decoupled, maximize, lr_addr=lr_addr,
-                 grad_scale=_device_scalar(grad_scale, op, "grad_scale", dev),
-                 found_inf=_device_scalar(found_inf, op, "found_inf", dev))
+                 grad_scale=_device_scalar(grad_scale, name, "grad_scale", dev),
+                 found_inf=_device_scalar(found_inf, name, "found_inf", dev))
 
 
-@register(aten._fused_adam_.default, aten._fused_adam_.tensor_lr)
+@register(aten._fused_adam_.default, aten._fused_adam_.tensor_lr, cross_device=True)
 def _fused_adam_(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
                  weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
     _fused_adam("_fused_adam_", False, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1,
                 beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)
 
 
-@register(aten._fused_adamw_.default, aten._fused_adamw_.tensor_lr)
+@register(aten._fused_adamw_.default, aten._fused_adamw_.tensor_lr, cross_device=True)
 def _fused_adamw_(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr, beta1, beta2,
                   weight_decay, eps, amsgrad, maximize, grad_scale=None, found_inf=None):
     _fused_adam("_fused_adamw_", True, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1,
                 beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)
 
 
-# checked by _check_fusable (the kernel's conditions), not by the dispatcher's remembered meta check:
-# lr changes every step under a schedule, and the check's key alone costs ~0.3 ms for 60 parameters
+# checked by _fusable (the kernel's conditions and, for lists it does not take, the device check),
+# not by the dispatcher's remembered meta check: lr changes every step under a schedule, and the
+# check's key alone costs ~0.3 ms for 60 parameters
 for _op in (aten._fused_sgd_, aten._fused_adam_, aten._fused_adamw_):
     for _ov in ("default", "tensor_lr"):
         _checks.skip_check(getattr(_op, _ov))

@@ -15,11 +15,13 @@ import torch
 
 from tvk_kernels.kernels import dim_index as _D
 
-from .._dispatch import register
+from .._glue import register
 from .._tensor import TVKTensor, new_tensor
-from .copies import clone
+from .copies import cast, clone, contig, contig_dtype
 from ._index_check import check_index_range
-from ._util import addr, cast, contig, contig_dtype, dev
+from ._util import addr, dev
+from .embedding import embedding_dense_backward, index_select
+from .misc import index_vector
 
 aten = torch.ops.aten
 # dtypes moved as raw bits; narrower ones travel as int32 or float32 (exact both ways)
@@ -109,8 +111,6 @@ def gather(self, dim, index, *, sparse_grad=False):
 
 def _coordinate(n: int, k: int, ndim: int, device):
     """int64 [0, n) laid along dim k of an ndim-dim broadcastable shape."""
-    from .misc import index_vector
-
     shape = [1] * ndim
     shape[k] = n
     return index_vector(n, device).view(shape)
@@ -120,8 +120,6 @@ def _add_rows(self_rows, rows, values, op):
     """self_rows [P, R] + the sum of values[i] (rows [N, R]) into row rows[i] (int64 [N]), in a
     fixed order: float32 on the embedding backward kernel, int64 and int32 (exact) through
     scatter_reduce's segmented sum."""
-    from .embedding import embedding_dense_backward
-
     if values.dtype in (torch.int64, torch.int32) and values.dtype == self_rows.dtype:
         width = self_rows.shape[1]
         dest = rows.view(-1, 1) * width + _coordinate(width, 1, 2, dev(rows))
@@ -217,8 +215,6 @@ def index_tensor(self, indices):
     if all(i is None for i in indices):
         return clone(self)
     rows, lin, perm, B, front, dims = _index_plan(self, indices, "index")
-    from .embedding import index_select
-
     rest_sizes = [self.shape[d] for d in perm[len(dims):]]
     picked = index_select(rows, 0, lin).view(B + rest_sizes)
     order = _result_order(len(B), dims, len(rest_sizes), front)
@@ -279,7 +275,7 @@ def index_fill(self, dim, index, value):
 
 
 # ------------------------------------------------------------------ sync ops: the output size depends on data
-def _compaction(mask_flat):
+def compaction(mask_flat):
     """(count, target) for a flat bool mask: target[i] is the output slot of a set mask[i] (its
     rank among the set ones) and `count` (out of range: the kernel writes nothing) elsewhere.
     One sync: count is read back."""
@@ -288,7 +284,7 @@ def _compaction(mask_flat):
     return count, torch.where(mask_flat, ranks - 1, count)
 
 
-def _compact(values_2d, target, count, fill=None):
+def compact(values_2d, target, count, fill=None):
     """out [count, W]: row target[i] of out = row i of values_2d [N, W] (rows whose target is
     `count` or more are dropped); rows no target reaches hold `fill` (None: left unset)."""
     n, w = values_2d.shape
@@ -317,11 +313,11 @@ def nonzero(self):
     """The coordinates [count, ndim] of the non-zero elements, in row-major order. A sync op: one
     read of the count sizes the output, then kernels only."""
     mask = self if self.dtype == torch.bool else aten.ne.Scalar(self, 0)
-    count, target = _compaction(mask.reshape(-1))
+    count, target = compaction(mask.reshape(-1))
     ndim = self.dim()
     if ndim == 0:
         return new_tensor([count, 0], torch.int64, dev(self))
-    return _compact(_coordinates(self), target, count)
+    return compact(_coordinates(self), target, count)
 
 
 @register(aten.nonzero_static.default)
@@ -335,7 +331,7 @@ def nonzero_static(self, *, size, fill_value=-1):
     if ndim == 0 or flat.numel() == 0:
         return torch.full([size, ndim], fill_value, dtype=torch.int64, device=self.device)
     target = torch.where(flat, torch.cumsum(flat, 0) - 1, size)
-    return _compact(_coordinates(self), target, size, fill_value)
+    return compact(_coordinates(self), target, size, fill_value)
 
 
 @register(aten.masked_select.default)
@@ -345,8 +341,8 @@ def masked_select(self, mask):
     if mask.dtype != torch.bool:
         raise RuntimeError(f"masked_select: expected BoolTensor for mask, got {mask.dtype}")
     x, m = torch.broadcast_tensors(self, mask)
-    count, target = _compaction(m.reshape(-1))
-    return _compact(x.reshape(-1, 1), target, count).view(count)
+    count, target = compaction(m.reshape(-1))
+    return compact(x.reshape(-1, 1), target, count).view(count)
 
 
 @register(aten.masked_scatter.default)
@@ -371,8 +367,6 @@ def masked_scatter(self, mask, source):
 
 def index_select_flat(values, index):
     """values[index] for 1-D tvk tensors, index int64 in range."""
-    from .embedding import index_select
-
     return index_select(values, 0, index)
 
 

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import torch
+from torch._decomp import decomposition_table
 
 from tvk_kernels.kernels import loss as _L
 
-from .._dispatch import register, register_decomposition
+from .._glue import register, register_decomposition
 from .._tensor import new_tensor
 from ._index_check import check_index_range
-from ._util import addr, cast, contig, contig_dtype, dev
+from ._util import addr, dev
+from .copies import cast, contig_dtype, fill
 
 aten = torch.ops.aten
 _RED = {0: "none", 1: "mean", 2: "sum"}
@@ -37,8 +39,6 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
     _L.nll_loss_forward(dev(self), addr(x), addr(t), addr(out), addr(total), N, C,
                         weight=addr(w) if w is not None else None, reduction=red, ignore_index=ignore_index)
     if red == "none":
-        from .copies import fill
-
         fill(total, 0.0)
     return cast(out, self.dtype), cast(total, self.dtype)
 
@@ -74,8 +74,6 @@ def cross_entropy_backward_from_log_probs(grad_output, log_probs, target, weight
 @register(aten.nll_loss2d_forward.default)
 def nll_loss2d_forward(self, target, weight, reduction, ignore_index):
     """torch's decomposition (a gather and a where), after the target check of nll_loss."""
-    from torch._decomp import decomposition_table
-
     check_index_range(target, self.shape[1], "nll_loss2d", "target", ignore=ignore_index)
     return decomposition_table[aten.nll_loss2d_forward.default](self, target, weight, reduction, ignore_index)
 

@@ -5,8 +5,10 @@ import torch
 
 from tvk_kernels.kernels import matmul as _mm
 
-from .._dispatch import register
+from .._glue import register
 from ._util import DTYPE_NAME, addr, dev, empty
+from .copies import contig, fill
+from .elementwise import add_into, axpby_into
 
 aten = torch.ops.aten
 
@@ -26,8 +28,6 @@ def _check(op, *ts):
 
 def _fix_neg(t):
     if any(s < 0 for s in t.stride()):
-        from ._util import contig
-
         return contig(t)
     return t
 
@@ -61,12 +61,8 @@ def gemm(a, b, out, *, bias=None, alpha=1.0, activation=None):
     if M * N * batch == 0:
         return out
     if K == 0:
-        from .copies import fill
-
         fill(out, 0)
         if bias is not None:
-            from .elementwise import add_into
-
             add_into(out, bias)
         return out
     _mm.matmul(dev(a), addr(a), addr(b), addr(out), M, N, K, batch=batch, a_strides=sa, b_strides=sb,
@@ -95,7 +91,7 @@ def bmm(self, mat2):
     return gemm(self, mat2, out)
 
 
-def _bias_row(bias, N):
+def bias_row(bias, N):
     """bias as an N-vector the kernel can add per column, or None."""
     if bias.dim() == 1 and bias.shape[0] == N and (bias.stride(0) == 1 or N == 1):
         return bias
@@ -110,12 +106,10 @@ def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     _check("aten.addmm", mat1, mat2)
     M, N = mat1.shape[0], mat2.shape[1]
     out = empty((M, N), mat1.dtype, dev(mat1))
-    row = _bias_row(self, N) if beta == 1 and self.dtype == mat1.dtype else None
+    row = bias_row(self, N) if beta == 1 and self.dtype == mat1.dtype else None
     if row is not None:
         return gemm(mat1, mat2, out, bias=row, alpha=alpha)
     gemm(mat1, mat2, out, alpha=alpha)
-    from .elementwise import axpby_into
-
     return axpby_into(out, self, 1.0, beta)
 
 
@@ -127,8 +121,6 @@ def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
     gemm(batch1, batch2, out, alpha=alpha)
     if beta == 0:
         return out
-    from .elementwise import axpby_into
-
     return axpby_into(out, self, 1.0, beta)
 
 

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import register, register_decomposition
+from .._glue import register, register_decomposition
 from .._tensor import from_cpu, new_tensor
 from ._index_check import check_index_range
+from .copies import device_copy, fill
+from .elementwise import run
+from .reductions import sum_dim
 
 aten = torch.ops.aten
 _index_cache: dict = {}
@@ -23,8 +26,6 @@ def index_vector(n: int, device):
 
 
 def _tri_mask(self, diagonal, lower):
-    from .elementwise import run
-
     R, C = self.shape[-2], self.shape[-1]
     d = self._tvk.device
     rows = index_vector(R, d).view(R, 1)
@@ -35,29 +36,21 @@ def _tri_mask(self, diagonal, lower):
 
 @register(aten.tril.default)
 def tril(self, diagonal=0):
-    from .elementwise import run
-
     return run("where", (_tri_mask(self, diagonal, True), self, 0), dtype=self.dtype)
 
 
 @register(aten.triu.default)
 def triu(self, diagonal=0):
-    from .elementwise import run
-
     return run("where", (_tri_mask(self, diagonal, False), self, 0), dtype=self.dtype)
 
 
 @register(aten.tril_.default)
 def tril_(self, diagonal=0):
-    from .elementwise import run
-
     return run("where", (_tri_mask(self, diagonal, True), self, 0), out=self)
 
 
 @register(aten.triu_.default)
 def triu_(self, diagonal=0):
-    from .elementwise import run
-
     return run("where", (_tri_mask(self, diagonal, False), self, 0), out=self)
 
 
@@ -66,16 +59,11 @@ register_decomposition(aten.one_hot.default if hasattr(aten, "one_hot") else ate
 
 # ------------------------------------------------------------------ view backward (zeros + copy into a view)
 def _zeros(sizes, like):
-    from .._tensor import new_tensor
-    from .copies import fill
-
     return fill(new_tensor(list(sizes), like.dtype, like._tvk.device), 0)
 
 
 @register(aten.select_backward.default)
 def select_backward(grad_output, input_sizes, dim, index):
-    from .copies import device_copy
-
     out = _zeros(input_sizes, grad_output)
     device_copy(out.select(dim, index), grad_output)
     return out
@@ -83,8 +71,6 @@ def select_backward(grad_output, input_sizes, dim, index):
 
 @register(aten.slice_backward.default)
 def slice_backward(grad_output, input_sizes, dim, start, end, step):
-    from .copies import device_copy
-
     out = _zeros(input_sizes, grad_output)
     device_copy(aten.slice.Tensor(out, dim, start, end, step), grad_output)
     return out
@@ -92,8 +78,6 @@ def slice_backward(grad_output, input_sizes, dim, start, end, step):
 
 @register(aten.diagonal_backward.default)
 def diagonal_backward(grad_output, input_sizes, offset, dim1, dim2):
-    from .copies import device_copy
-
     out = _zeros(input_sizes, grad_output)
     device_copy(out.diagonal(offset, dim1, dim2), grad_output)
     return out
@@ -102,8 +86,6 @@ def diagonal_backward(grad_output, input_sizes, offset, dim1, dim2):
 # ------------------------------------------------------------------ scatter along a dim of size-1 indices
 def _index_hits(self, dim, index):
     """Bool mask over `self`'s dim: True where the position equals `index` (size 1 along dim)."""
-    from .elementwise import run
-
     n = self.shape[dim]
     shape = [1] * self.dim()
     shape[dim] = n
@@ -114,8 +96,6 @@ def _index_hits(self, dim, index):
 def _scatter_one(self, dim, index, src):
     """out = self with out[..., index, ...] = src along `dim`, for index/src of size 1 along dim
     (what max/min/argmax-style backward and gather-of-one use): an index compare and a where."""
-    from .elementwise import run
-
     if self.dim() == 0:  # torch treats a 0-dim self (and its 0-dim index and src) as 1-D
         one = src.reshape(1) if isinstance(src, torch.Tensor) else src
         return _scatter_one(self.reshape(1), _wrap_dim(dim, 0), index.reshape(1), one).view([])
@@ -148,9 +128,6 @@ def scatter_value(self, dim, index, value):
 @register(aten.gather.default)
 def gather(self, dim, index, *, sparse_grad=False):
     """gather of one element along dim (index of size 1 there): a masked sum over the dim."""
-    from .elementwise import run
-    from .reductions import sum_dim
-
     if index.numel() == 0:
         return new_tensor(list(index.shape), self.dtype, self._tvk.device)
     if self.dim() == 0 or index.dim() == 0:  # torch treats a 0-dim self or index as 1-D
@@ -177,8 +154,6 @@ def gather(self, dim, index, *, sparse_grad=False):
 
 @register(aten.isnan.default)
 def isnan(self):
-    from .elementwise import run
-
     if not self.dtype.is_floating_point:
         return run("ne", (self, self), dtype=torch.bool) if False else _zeros(self.shape, self).to(torch.bool)
     return run("ne", (self, self), dtype=torch.bool)
@@ -186,20 +161,14 @@ def isnan(self):
 
 @register(aten.isinf.default)
 def isinf(self):
-    from .elementwise import run
-
     return run("eq", (run("abs", (self,)), float("inf")), dtype=torch.bool)
 
 
 @register(aten.isneginf.default)
 def isneginf(self):
-    from .elementwise import run
-
     return run("eq", (self, float("-inf")), dtype=torch.bool)
 
 
 @register(aten.isposinf.default)
 def isposinf(self):
-    from .elementwise import run
-
     return run("eq", (self, float("inf")), dtype=torch.bool)

@@ -6,9 +6,10 @@ import torch
 
 from tvk_kernels.kernels import norm as _N
 
-from .._dispatch import register, register_decomposition
+from .._glue import register, register_decomposition
 from .._tensor import new_tensor
-from ._util import addr, cast, contig, contig_dtype, dev
+from ._util import addr, dev
+from .copies import cast, contig, contig_dtype
 
 aten = torch.ops.aten
 

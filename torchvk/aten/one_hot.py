@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import register
+from .._glue import register
 from .._tensor import TVKTensor
 from ._index_check import check_index_range
-from ._util import cast
+from .copies import cast
+from .elementwise import run
 from .misc import index_vector
 
 aten = torch.ops.aten
@@ -33,8 +34,6 @@ def one_hot(self, num_classes: int = -1):
         num_classes = int(self.max().item()) + 1  # a sync point, as documented
     if num_classes < 0:  # torch: a negative num_classes other than -1 is an upper bound no class meets
         raise RuntimeError("Class values must be smaller than num_classes.")
-    from .elementwise import run
-
     check_index_range(self, num_classes, "one_hot", "class")
     classes = index_vector(num_classes, self._tvk.device)
     return cast(run("eq", (self.unsqueeze(-1), classes), dtype=torch.bool), torch.int64)
@@ -56,8 +55,6 @@ def traced_one_hot(self, num_classes: int):
 @register(aten._assert_async.msg, aten._assert_async.default)
 def assert_async(self, assert_msg="Expected Tensor with single nonzero value, but got zero"):
     """Raise RuntimeError(assert_msg) at the next sync point if the one-element self is zero."""
-    from .elementwise import run
-
     if self.numel() != 1:
         raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
     failed = cast(run("eq", (self, 0), dtype=torch.bool), torch.int32)  # 1 where the assert fails

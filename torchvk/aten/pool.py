@@ -5,10 +5,11 @@ import torch
 
 from tvk_kernels.kernels import pool as _P
 
-from .._dispatch import register
+from .._glue import register
 from .._tensor import new_tensor
 from ._half import float32_compute
-from ._util import addr, contig, dev
+from ._util import addr, dev
+from .copies import contig
 
 aten = torch.ops.aten
 

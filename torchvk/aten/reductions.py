@@ -6,9 +6,11 @@ import torch
 
 from tvk_kernels.kernels import reduce as _R
 
-from .._dispatch import register, register_decomposition
+from .._glue import register, register_decomposition
 from .._tensor import TVKTensor, new_tensor
-from ._util import addr, cast, dev, norm_dims
+from ._util import addr, dev, norm_dims
+from .copies import cast, device_copy, fill
+from .elementwise import ew, ne
 
 aten = torch.ops.aten
 
@@ -55,8 +57,6 @@ def _reduce(op, self, dims, keepdim, out_dtype=None, empty_result=None):
         if empty_result is None:
             empty_result = _EMPTY_RESULT.get(op)
         if x.numel() == 0 and empty_result is not None:
-            from .copies import fill
-
             fill(res, empty_result)
         else:
             _R.reduce(dev(self), op, addr(x), addr(res), tuple(x.shape) or (1,), tuple(x.stride()) or (1,),
@@ -176,28 +176,20 @@ def argmin(self, dim=None, keepdim=False):
 
 @register(aten.count_nonzero.dim_IntList)
 def count_nonzero(self, dim):
-    from .elementwise import ne
-
     return _reduce("sum", ne(self, 0), dim, False, torch.int64)
 
 
 @register(aten.any.default, aten.any.dim, aten.any.dims)
 def any_(self, dim=None, keepdim=False):
-    from .elementwise import ne
-
     return _reduce("max", ne(self, 0), None if dim is None else dim, keepdim, torch.bool, empty_result=0.0)
 
 
 @register(aten.all.default, aten.all.dim, aten.all.dims)
 def all_(self, dim=None, keepdim=False):
-    from .elementwise import ne
-
     return _reduce("min", ne(self, 0), None if dim is None else dim, keepdim, torch.bool, empty_result=1.0)
 
 
 def _var(self, dim, correction, keepdim):
-    from .elementwise import ew
-
     if not self.dtype.is_floating_point:  # torch's meta kernel lets integers through, its CPU one does not
         raise RuntimeError(f"std and var only support floating point and complex dtypes, got {self.dtype}; "
                            f"convert the input with .float() first")
@@ -220,8 +212,6 @@ def var(self, dim=None, *, correction=None, keepdim=False):
 
 @register(aten.std.correction)
 def std(self, dim=None, *, correction=None, keepdim=False):
-    from .elementwise import ew
-
     return cast(ew("sqrt", _var(self, dim, correction, keepdim)[0]), self.dtype)
 
 
@@ -233,8 +223,6 @@ def var_mean(self, dim=None, *, correction=None, keepdim=False):
 
 @register(aten.std_mean.correction)
 def std_mean(self, dim=None, *, correction=None, keepdim=False):
-    from .elementwise import ew
-
     v, m = _var(self, dim, correction, keepdim)
     return cast(ew("sqrt", v), self.dtype), cast(m, self.dtype)
 
@@ -246,8 +234,6 @@ register_decomposition(aten.linalg_vector_norm.default, aten.norm.Scalar,
 
 @register(aten._foreach_norm.Scalar)
 def _foreach_norm(self, ord=2, dtype=None):
-    from .elementwise import ew
-
     out = []
     for t in self:
         if ord == 2:
@@ -264,9 +250,6 @@ def _foreach_norm(self, ord=2, dtype=None):
 # ------------------------------------------------------------------ cat / stack
 @register(aten.cat.default)
 def cat(tensors, dim=0):
-    from .copies import device_copy
-    from .elementwise import promote
-
     ts = [t for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]
     if not ts:
         return new_tensor([0], tensors[0].dtype, dev(tensors[0]))

@@ -6,8 +6,9 @@ import torch
 
 from tvk_kernels.kernels import resample as _R
 
-from .._dispatch import register
-from ._util import addr, contig, dev, empty, need_float
+from .._glue import register
+from ._util import addr, dev, empty, need_float
+from .copies import contig
 
 aten = torch.ops.aten
 

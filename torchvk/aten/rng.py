@@ -1,4 +1,4 @@
-"""Random ops on tvk_kernels.kernels.rng (Philox, counter-based): normal_, uniform_, dropout."""
+"""Random ops on tvk_kernels.kernels.rng (Philox, counter-based): normal_, uniform_, dropout, rrelu."""
 from __future__ import annotations
 
 import torch
@@ -6,9 +6,11 @@ import torch
 from tvk_kernels.kernels import rng as _G
 
 from .. import _rng
-from .._dispatch import register
+from .._glue import register
 from .._tensor import new_tensor
-from ._util import addr, cast, contig, dev
+from ._util import addr, dev
+from .copies import cast, clone, contig, device_copy, fill
+from .elementwise import mul, require_floating, run
 
 aten = torch.ops.aten
 
@@ -34,8 +36,6 @@ def _fill_random(self, mode, a, b, op):
     else:
         _G.uniform_(dev(self), addr(target), n, float(a), float(b), seed, off, dt)
     if target is not self:
-        from .copies import device_copy
-
         device_copy(self, target)
     return self
 
@@ -59,9 +59,6 @@ def random_(self, from_=0, to=None, *, generator=None):
         raise NotImplementedError("TorchVK: aten.random_ needs an upper bound")
     u = new_tensor(self.shape, torch.float32, dev(self))
     _fill_random(u, "uniform", 0.0, float(to - from_), "aten.random_")
-    from .copies import device_copy
-    from .elementwise import run
-
     # truncation of a non-negative float is floor; clamp guards the (rare) rounding up to `to - from_`
     run("clamp", (u,), out=u, scalars=(0.0, float(to - from_ - 1)))
     device_copy(self, u)
@@ -75,8 +72,6 @@ def bernoulli_(self, p=0.5, *, generator=None):
     _no_generator(generator, "aten.bernoulli_")
     u = new_tensor(self.shape, torch.float32, dev(self))
     _fill_random(u, "uniform", 0.0, 1.0, "aten.bernoulli_")
-    from .elementwise import run
-
     return run("lt", (u, float(p)), out=self)
 
 
@@ -84,11 +79,7 @@ def bernoulli_(self, p=0.5, *, generator=None):
 def native_dropout(input, p, train):
     d = dev(input)
     if not train or p == 0:
-        from .copies import clone
-
         mask = new_tensor(input.shape, torch.bool, d)
-        from .copies import fill
-
         fill(mask, True)
         return clone(input), mask
     x = contig(input)
@@ -109,7 +100,23 @@ def native_dropout(input, p, train):
 
 @register(aten.native_dropout_backward.default)
 def native_dropout_backward(grad_output, mask, scale):
-    from .elementwise import run
-
     out = run("mul", (grad_output, mask), dtype=grad_output.dtype)
     return run("mul", (out, float(scale)), out=out)
+
+
+@register(aten.rrelu_with_noise.default)
+def rrelu_with_noise(self, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None):
+    if not training:
+        return run("leaky_relu", (self,), dtype=self.dtype, scalars=((lower + upper) / 2,))
+    require_floating("rrelu_with_noise", self)
+    slopes = uniform_(new_tensor(tuple(self.shape), self.dtype, dev(self)), lower, upper, generator=generator)
+    positive = run("gt", (self, 0), dtype=torch.bool)
+    run("where", (positive, 1.0, slopes), out=noise)  # noise: 1 where x > 0, else the slope drawn
+    return mul(self, noise)
+
+
+@register(aten.rrelu_with_noise_backward.default)
+def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, self_is_result):
+    if training and upper - lower > 1e-6:
+        return mul(grad_output, noise)
+    return run("leaky_relu_backward", (grad_output, self), dtype=grad_output.dtype, scalars=((lower + upper) / 2,))

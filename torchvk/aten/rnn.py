@@ -14,10 +14,11 @@ import torch
 from tvk_kernels.kernels import rnn_cell as _K
 
 from .. import _checks
-from .._dispatch import register
+from .._glue import register
 from .._tensor import new_tensor
 from ._half import float32_compute
-from ._util import addr, contig, dev
+from ._util import addr, dev
+from .copies import contig
 
 aten = torch.ops.aten
 for _op in (aten._thnn_fused_lstm_cell.default, aten._thnn_fused_gru_cell.default):

@@ -14,7 +14,7 @@ import math
 import torch
 from torch._decomp import decomposition_table
 
-from .._dispatch import register, register_decomposition
+from .._glue import register, register_decomposition
 from ._index_check import check_index_range
 from .copies import clone, copy_into
 

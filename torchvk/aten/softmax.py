@@ -5,9 +5,10 @@ import torch
 
 from tvk_kernels.kernels import softmax as _S
 
-from .._dispatch import register
+from .._glue import register
 from .._tensor import new_tensor
-from ._util import addr, cast, contig_dtype, dev
+from ._util import addr, dev
+from .copies import cast, contig_dtype
 
 aten = torch.ops.aten
 

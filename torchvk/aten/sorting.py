@@ -16,9 +16,11 @@ from tvk_kernels.kernels import dim_index as _D
 from tvk_kernels.kernels import scan as _Sc
 from tvk_kernels.kernels import sort as _S
 
-from .._dispatch import register
+from .._glue import register
 from .._tensor import new_tensor
-from ._util import addr, cast, contig, dev
+from ._util import addr, dev
+from .copies import cast, contig, copy_into, resize_
+from .indexing import compact, compaction, scatter_src
 
 aten = torch.ops.aten
 _INTS = (torch.bool, torch.int32, torch.int64)  # the integer dtypes tvk casts between
@@ -82,8 +84,6 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
 # out= variants: their overload names ("values", "values_stable") are not the "out" that the
 # dispatcher's generic out path recognises
 def _into(values, indices, result):
-    from .copies import copy_into, resize_
-
     for dst, src in zip((values, indices), result):
         if tuple(dst.shape) != tuple(src.shape):
             resize_(dst, src.shape)
@@ -263,8 +263,6 @@ def _running_best(self, d, is_max):
 
 
 def _cum_helper(self, values, indices, dim, is_max):
-    from .copies import copy_into
-
     x = self.reshape(1) if self.dim() == 0 else self
     if x.numel():
         v, i = _running_best(x, _dim(x, dim), is_max)
@@ -355,12 +353,10 @@ def _runs(values, return_inverse, return_counts, shape, order=None):
     """Runs of equal neighbours in the flat `values`: (one value per run, each element's run (in
     self's `shape`; `order` maps sorted positions back to self's), the length of each run). A
     sync op: one read of the run count; NaNs are all distinct, as in torch."""
-    from .indexing import _compact, _compaction, scatter_src
-
     n = values.numel()
     starts_mask = torch.cat([torch.ones(1, dtype=torch.bool, device=values.device), values[1:] != values[:-1]])
-    count, target = _compaction(starts_mask)
-    output = _compact(values.view(n, 1), target, count).view(count)
+    count, target = compaction(starts_mask)
+    output = compact(values.view(n, 1), target, count).view(count)
     inverse = counts = torch.empty(0, dtype=torch.int64, device=values.device)
     if return_inverse:
         run = torch.cumsum(starts_mask, 0) - 1
@@ -369,7 +365,7 @@ def _runs(values, return_inverse, return_counts, shape, order=None):
         inverse = run.view(shape)
     if return_counts:
         positions = torch.arange(n, device=values.device).view(n, 1)
-        starts = _compact(positions, target, count).view(count)
+        starts = compact(positions, target, count).view(count)
         ends = torch.cat([starts[1:], torch.full((1,), n, dtype=torch.int64, device=values.device)])
         counts = ends - starts
     return output, inverse, counts

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import register
+from .._glue import register
 from .._tensor import TVKTensor, itemsize
+from .copies import contig
 
 aten = torch.ops.aten
 
@@ -92,7 +93,5 @@ def view_dtype(self, dtype):
 def _unsafe_view(self, size):
     if self.is_contiguous():
         return _wrap_like(self, aten.view.default(meta_of(self), size))
-    from .copies import contiguous
-
-    c = contiguous(self)
+    c = contig(self)
     return _wrap_like(c, aten.view.default(meta_of(c), size))

@@ -9,7 +9,7 @@ Imported lazily: AOTAutograd is not loaded until something is compiled.
 
 
 def compile(model, *, loss_fn=None, fuse: bool = True, replay: bool = True):
-    from .module import compile as _compile
+    from .module import compile as _compile  # lazy: loads AOTAutograd (functorch), not needed until a compile
 
     return _compile(model, loss_fn=loss_fn, fuse=fuse, replay=replay)
 
@@ -19,11 +19,11 @@ compile.__doc__ = """Compile a tvk nn.Module (see torchvk/compile/module.py)."""
 
 def __getattr__(name):
     if name == "CompiledModule":
-        from .module import CompiledModule
+        from .module import CompiledModule  # lazy: loads AOTAutograd (functorch)
 
         return CompiledModule
     if name == "GraphBreakError":
-        from .program import GraphBreakError
+        from .program import GraphBreakError  # lazy: loads torchvk's compiled mode
 
         return GraphBreakError
     raise AttributeError(name)

@@ -11,7 +11,13 @@ the model into several graphs, each compiled here, with eager tvk ops between th
 """
 from __future__ import annotations
 
+import pkgutil
+
 import torch
+import torch._dynamo.trace_rules as rules
+from torch._dynamo.backends.registry import _BACKENDS, register_backend
+
+import torchvk
 
 from .._tensor import TVKTensor
 from .trace import CompiledGraphs, signature
@@ -114,13 +120,6 @@ USER_CODE = {"experiments", "demo"}  # written as a user would write it: Dynamo 
 def register():
     """Register "tvk" with Dynamo and keep Dynamo out of TorchVK's runtime (its optimizers, its
     own compiled mode, the op implementations): it runs as a called function, not traced."""
-    import pkgutil
-
-    import torch._dynamo.trace_rules as rules
-    from torch._dynamo.backends.registry import _BACKENDS, register_backend
-
-    import torchvk
-
     rules.add("tvk_kernels")
     for module in pkgutil.iter_modules(torchvk.__path__):
         if module.name not in USER_CODE:

@@ -13,7 +13,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._pytree import tree_map
 
-from .. import _dispatch
+from .._dispatch import raise_mixed_devices
+from .._glue import NO_DEVICE_CHECK, hooks
 from .._tensor import TVKTensor
 
 _make_wrapper = torch.Tensor._make_wrapper_subclass
@@ -41,11 +42,11 @@ class FakeTVKTensor(TVKTensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         leaves = torch.utils._pytree.tree_leaves((args, kwargs))
-        check = func not in _dispatch.NO_DEVICE_CHECK and func.overloadpacket not in _dispatch.NO_DEVICE_CHECK
+        check = func not in NO_DEVICE_CHECK and func.overloadpacket not in NO_DEVICE_CHECK
         for a in leaves:  # the error eager mode gives, not a fake-tensor one about `meta`
             if check and isinstance(a, torch.Tensor) and a.device.type not in ("tvk", "meta") and \
                     not (a.device.type == "cpu" and a.dim() == 0):
-                _dispatch._raise_mixed(func, a)
+                raise_mixed_devices(func, a)
         index = next(a.device.index for a in leaves if isinstance(a, FakeTVKTensor))
         out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
         # results stay on tvk, unless the op was asked for another device (x.cpu(), x.to("cpu"))
@@ -57,6 +58,9 @@ class FakeTVKTensor(TVKTensor):
 
     def __repr__(self, *, tensor_contents=None):
         return f"FakeTVKTensor({list(self.shape)}, dtype={self.dtype}, device={self.device})"
+
+
+hooks.fake_tensor = FakeTVKTensor  # TVKTensor.__tensor_unflatten__ builds one (_glue.py)
 
 
 def _unwrap(a):

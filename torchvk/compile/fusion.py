@@ -1,10 +1,10 @@
 """Fusion pass over aten-level fx graphs: elementwise chains -> one kernel, act(addmm) -> one GEMM,
-relu(convolution) -> one conv2d kernel,
+act(convolution) -> one conv2d kernel (the activations: tvk_kernels/kernels/activations.py),
 relu(batch_norm) -> one batch norm kernel writing relu(y), and cross-entropy's backward
 (nll_loss_backward then log_softmax's backward) -> one kernel.
 
 `fuse(gm)` rewrites `gm.graph` in place and returns (gm, stats). A replaced group becomes one
-`call_function` node whose target is a plain callable (FusedElementwise / MatmulEpilogue)
+`call_function` node whose target is a plain callable (FusedElementwise, MatmulEpilogue, ConvEpilogue)
 taking tvk tensors; its `meta["val"]` is the root's.
 
 Elementwise: a group is a tree of float32 ops from RULES under one root, each inner node used
@@ -24,7 +24,15 @@ import re
 import torch
 import torch.fx as fx
 
+from tvk_kernels.kernels import activations
 from tvk_kernels.kernels import elementwise as E
+
+from .._tensor import TVKTensor, new_tensor
+from ..aten._util import operand
+from ..aten.conv import convolution
+from ..aten.losses import cross_entropy_backward_from_log_probs
+from ..aten.matmul import bias_row, gemm
+from ..aten.norm import batch_norm_relu, batch_norm_relu_functional, batch_norm_relu_no_training
 
 aten = torch.ops.aten
 MAX_INPUTS = 3       # tensor slots of elementwise_nd.comp
@@ -33,7 +41,7 @@ MAX_SCALARS = 16     # push constants: 4 addresses + meta address + n + 16 float
 
 # aten op -> (kernel op, or a function of the bound args choosing one; operand arg names (a, b, c);
 #             scalar arg names, or numbers for fixed scalars)
-_UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "relu", "sigmoid", "tanh", "silu"]
+_UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal"]
 RULES: dict = {getattr(aten, n).default: (n, ("self",), ()) for n in _UNARY}
 RULES.update({
     aten.add.Tensor: ("add", ("self", "other"), ("alpha",)),
@@ -55,22 +63,36 @@ RULES.update({
     aten.clamp_max.default: ("clamp", ("self",), (-math.inf, "max")),
     aten.hardtanh.default: ("clamp", ("self",), ("min_val", "max_val")),
     aten.leaky_relu.default: ("leaky_relu", ("self",), ("negative_slope",)),
-    aten.gelu.default: (lambda kw: "gelu_tanh" if kw["approximate"] == "tanh" else "gelu", ("self",), ()),
     aten.threshold_backward.default: ("threshold_backward", ("grad_output", "self"), ("threshold",)),
-    aten.sigmoid_backward.default: ("sigmoid_backward", ("grad_output", "output"), ()),
-    aten.tanh_backward.default: ("tanh_backward", ("grad_output", "output"), ()),
-    aten.silu_backward.default: ("silu_backward", ("grad_output", "self"), ()),
-    aten.gelu_backward.default: (lambda kw: "gelu_tanh_backward" if kw["approximate"] == "tanh"
-                                 else "gelu_backward", ("grad_output", "self"), ()),
     aten.addcmul.default: ("addcmul", ("self", "tensor1", "tensor2"), ("value",)),
     aten.addcdiv.default: ("addcdiv", ("self", "tensor1", "tensor2"), ("value",)),
     aten.lerp.Scalar: ("lerp_scalar", ("self", "end"), ("weight",)),
 })
 
-# activation after addmm -> tvk_kernels.kernels.matmul.ACTIVATIONS name
-EPILOGUES = {aten.relu.default: lambda kw: "relu", aten.silu.default: lambda kw: "silu",
-             aten.sigmoid.default: lambda kw: "sigmoid", aten.tanh.default: lambda kw: "tanh",
-             aten.gelu.default: lambda kw: "gelu_tanh" if kw["approximate"] == "tanh" else "gelu"}
+# activation after addmm or convolution -> a function of its bound args giving the epilogue's name
+EPILOGUES: dict = {}
+
+
+def _activation_rules(act):
+    """The fusable activations of tvk_kernels/kernels/activations.py: their aten op in elementwise
+    groups and as an epilogue, their aten backward (grad_output and self or output) in groups.
+    Entries sharing an aten op (gelu, gelu_tanh) share the rule: select() picks per node."""
+    if act.aten is None or not act.fusable:
+        return
+
+    def pick(kw, name=act.aten):
+        return activations.select(name, kw).name
+
+    forward = getattr(aten, act.aten).default
+    RULES[forward] = (pick, (forward._schema.arguments[0].name,), ())
+    EPILOGUES[forward] = pick
+    backward = getattr(aten, act.aten + "_backward", None)
+    if act.grad and backward is not None:
+        operands = tuple(a.name for a in backward.default._schema.arguments[:2])
+        RULES[backward.default] = (lambda kw, name=act.aten: pick(kw, name) + "_backward", operands, ())
+
+
+activations.each(_activation_rules)  # the table's entries now, and any added later
 
 _NUM = (bool, int, float)
 _TOKEN = re.compile(r"\b([abc])\b|\bS\((\d+)\)")
@@ -191,9 +213,6 @@ class FusedElementwise:
         return self.label
 
     def __call__(self, *tensors):
-        from .._tensor import TVKTensor, new_tensor
-        from ..aten.elementwise import operand
-
         tvk = next(t for t in tensors if isinstance(t, TVKTensor))
         ts = [t if isinstance(t, TVKTensor) else t.to(tvk.device) for t in tensors]  # CPU 0-dim constants
         shapes = [tuple(t.shape) for t in ts]
@@ -217,10 +236,7 @@ class MatmulEpilogue:
         return f"addmm+{self.activation}"
 
     def __call__(self, bias, x, w):
-        from .._tensor import new_tensor
-        from ..aten.matmul import _bias_row, gemm
-
-        row = _bias_row(bias, w.shape[1]) if bias.dtype == x.dtype else None
+        row = bias_row(bias, w.shape[1]) if bias.dtype == x.dtype else None
         if row is None:
             target, kw = self._act
             return target(aten.addmm.default(bias, x, w, alpha=self.alpha), **kw)
@@ -228,11 +244,22 @@ class MatmulEpilogue:
         return gemm(x, w, out, bias=row, alpha=self.alpha, activation=self.activation)
 
 
-def conv_relu(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    """Graph target: relu(convolution(...)) as one conv2d kernel with a ReLU epilogue."""
-    from ..aten.conv import convolution
+class ConvEpilogue:
+    """Graph target: act(convolution(...)) (not transposed) as one conv2d kernel with the activation as its epilogue."""
 
-    return convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, act="relu")
+    def __init__(self, activation: str, act_node_target, act_kwargs):
+        self.activation = activation
+        self._act = (act_node_target, act_kwargs)  # the unfused path, for 3-D convolutions (no epilogue there)
+        self.__name__ = f"convolution_{activation}"
+
+    def __repr__(self):
+        return f"convolution+{self.activation}"
+
+    def __call__(self, input, *args):
+        if input.dim() == 5:
+            target, kw = self._act
+            return target(convolution(input, *args), **kw)
+        return convolution(input, *args, act=self.activation)
 
 
 # ------------------------------------------------------------------ the pass
@@ -325,28 +352,28 @@ def _grow(root, elems, taken, clean_between) -> set:
 
 
 def _epilogues(graph, nodes, clean_between, stats):
-    """act(addmm(bias, x, w)) -> one MatmulEpilogue node; relu(convolution(...)) -> one conv_relu."""
+    """act(addmm(bias, x, w)) -> one MatmulEpilogue node; act(convolution(...)) -> one ConvEpilogue."""
     for act in nodes:
         mk = EPILOGUES.get(act.target) if act.op == "call_function" else None
         if mk is None or not act.args or not isinstance(act.args[0], fx.Node):
             continue
         mm = act.args[0]
-        if (act.target is aten.relu.default and mm.op == "call_function" and mm.target is aten.convolution.default
+        akw = _bind(act.target, act.args, act.kwargs)
+        extra = {k: v for k, v in akw.items() if k != "self"}
+        if (mm.op == "call_function" and mm.target is aten.convolution.default
                 and len(mm.users) == 1 and not _bind(mm.target, mm.args, mm.kwargs)["transposed"]
                 and all(_is_f32(a) for a in mm.args[:3] if isinstance(a, fx.Node)) and _is_f32(mm)
                 and clean_between(mm, act)):
-            _replace_pair(graph, mm, act, conv_relu, tuple(mm.args), dict(mm.kwargs))
+            _replace_pair(graph, mm, act, ConvEpilogue(mk(akw), act.target, extra), tuple(mm.args), dict(mm.kwargs))
             stats["epilogues"] += 1
             continue
         if mm.op != "call_function" or mm.target is not aten.addmm.default or len(mm.users) != 1:
             continue
         kw = _bind(mm.target, mm.args, mm.kwargs)
-        akw = _bind(act.target, act.args, act.kwargs)
         bias, x, w = kw["self"], kw["mat1"], kw["mat2"]
         if (kw["beta"] != 1 or not isinstance(kw["alpha"], _NUM) or not all(map(_is_f32, (mm, bias, x, w)))
                 or _val(bias).dim() != 1 or not clean_between(mm, act)):
             continue
-        extra = {k: v for k, v in akw.items() if k != "self"}
         fn = MatmulEpilogue(mk(akw), float(kw["alpha"]), act.target, extra)
         _replace_pair(graph, mm, act, fn, (bias, x, w))
         stats["epilogues"] += 1
@@ -362,29 +389,25 @@ def _replace_pair(graph, first, last, target, args, kwargs=None):
     graph.erase_node(first)
 
 
-def _bn_relu_table():
-    from ..aten import norm as N
-
-    return {aten.native_batch_norm.default: N.batch_norm_relu,
-            aten._native_batch_norm_legit.default: N.batch_norm_relu,
-            aten._native_batch_norm_legit_functional.default: N.batch_norm_relu_functional,
-            aten._native_batch_norm_legit_no_training.default: N.batch_norm_relu_no_training}
+_BN_RELU = {aten.native_batch_norm.default: batch_norm_relu,
+            aten._native_batch_norm_legit.default: batch_norm_relu,
+            aten._native_batch_norm_legit_functional.default: batch_norm_relu_functional,
+            aten._native_batch_norm_legit_no_training.default: batch_norm_relu_no_training}
 
 
 def _bn_relu(graph, stats):
     """relu(getitem(bn, 0)), the relu the only user of output 0 -> bn's target writes relu(y) itself.
     Exact: the backward reads the relu output (threshold_backward) and bn's input, weight and saved
     mean / invstd, never bn's pre-relu output, which nothing else uses."""
-    table = _bn_relu_table()
     for act in list(graph.nodes):
         if act.op != "call_function" or act.target is not aten.relu.default or not isinstance(act.args[0], fx.Node):
             continue
         item = act.args[0]
         bn = item.args[0] if item.op == "call_function" and item.target is operator.getitem else None
         if (not isinstance(bn, fx.Node) or item.args[1] != 0 or len(item.users) != 1 or not _is_f32(item)
-                or bn.op != "call_function" or bn.target not in table):
+                or bn.op != "call_function" or bn.target not in _BN_RELU):
             continue
-        bn.target = table[bn.target]  # same args, same outputs
+        bn.target = _BN_RELU[bn.target]  # same args, same outputs
         act.replace_all_uses_with(item)
         graph.erase_node(act)
         stats["bn_relu"] += 1
@@ -394,8 +417,6 @@ def _cross_entropy_backward(graph, stats):
     """_log_softmax_backward_data(nll_loss_backward(g, ls, ...), ls, dim 1) on [N, C] float32, the
     nll gradient used only there -> one kernel. Exact: the pair computes g * w[t] * (softmax - onehot)
     scaled like the loss, which is the cross-entropy backward with softmax = exp(ls)."""
-    from ..aten.losses import cross_entropy_backward_from_log_probs
-
     for sm in list(graph.nodes):
         if sm.op != "call_function" or sm.target is not aten._log_softmax_backward_data.default:
             continue

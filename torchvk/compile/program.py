@@ -53,17 +53,6 @@ def _describe(node) -> str:
     return ", ".join(parts)
 
 
-def _impl(op):
-    """The TorchVK function for an aten op: its table entry, else the generic dispatch path
-    (decompositions, out=/in-place variants, composite kernels), else None."""
-    fn = _dispatch.TABLE.get(op) or _dispatch.TABLE.get(op.overloadpacket)
-    if fn is not None:
-        return fn
-    if op in _dispatch.DECOMPOSE or _dispatch._variant(op) is not None or _dispatch._composite(op) is not None:
-        return lambda *a, _op=op, **k: _dispatch._dispatch(_op, a, k)
-    return None
-
-
 class Program:
     """Callable(*inputs) -> list of outputs. `source` is the generated code (readable on purpose)."""
 
@@ -156,7 +145,7 @@ class Program:
                 self.random = True
             if target.name() in REPLAYABLE_RANDOM_OPS:
                 self.replayable_random = True
-            fn = _impl(target)
+            fn = _dispatch.implementation(target)
             if fn is None:
                 raise GraphBreakError(
                     f"compiled graph {self.name} needs {target} ({_describe(n)}), which has no Vulkan kernel in "
@@ -175,9 +164,7 @@ class Program:
     # ---------------------------------------------------------------- run
     @locked  # its calls skip __torch_dispatch__; its dry run must not swallow another thread's kernels
     def __call__(self, *args):
-        counts = _dispatch._vk_counts
-        for name, c in self.op_histogram.items():
-            counts[name] += c
+        _dispatch.count_vulkan_ops(self.op_histogram)
         if self.peak_bytes is None:  # first run: build its pipelines in parallel, measure its own peak
             self._prefetch_pipelines(args)
             alloc = self.device.allocator
@@ -202,19 +189,16 @@ class Program:
         dev = self.device
         if os.environ.get("TVK_PARALLEL_COMPILE", "1") == "0" or dev.stream is None:
             return
-        rng, peak = dict(_rng._state), dev.allocator.peak_allocated
-        counts = {k: dict(v) for k, v in _dispatch._counts.items()}
+        rng, peak, counts = _rng.snapshot(), dev.allocator.peak_allocated, _dispatch.op_counts()
         try:
             with dev.pipelines.prefetching(), dev.stream.dry_run():
                 self._run(*args)
         except Exception:
             pass
         finally:
-            _rng._state.update(rng)
+            _rng.restore(rng)
             dev.allocator.peak_allocated = peak
-            for k, v in counts.items():
-                _dispatch._counts[k].clear()
-                _dispatch._counts[k].update(v)
+            _dispatch.restore_op_counts(counts)
 
 
 _VIEW_OPS = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.t, torch.ops.aten.transpose,

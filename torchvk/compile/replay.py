@@ -2,7 +2,8 @@
 
 Call 1 runs the program op by op (compiles pipelines, settles the allocator). Call 2
 records it with `tvk_kernels.runtime.graph.capture` and replays it; later calls only
-replay: one submit, whatever the number of kernels.
+replay: one submit, whatever the number of kernels. While the stream is profiling
+(torchvk.profiler), calls run op by op, so each kernel is timed: the same kernels a replay runs.
 
 Kernels take buffer addresses, so the recording is tied to addresses:
 - inputs are *bound* (used in place) when they sit where they sat on the previous call
@@ -35,6 +36,8 @@ from tvk_kernels.runtime.lock import locked
 from .. import _rng
 from .._storage import Storage, alloc_storage
 from .._tensor import TVKTensor, new_tensor
+from ..profiler import record_function
+from ..aten.copies import device_copy
 
 MAX_RECORDINGS = 4
 
@@ -63,6 +66,9 @@ class Replayed:
     @locked  # a recording must not take in another thread's kernels
     def __call__(self, *args):
         self.calls += 1
+        if self.device.stream.profile_records is not None:  # a replay cannot be timed kernel by kernel
+            with record_function(f"compiled {self.program.name} graph"):
+                return self.program(*args)
         if not self.enabled or self.device.stream.blocking:
             return self.program(*args)
         if self.graph is not None:
@@ -139,14 +145,8 @@ class Replayed:
         self.bound, self.slots = bound, slots
         storage_to_input = {id(static[i]._tvk): i for i, a in enumerate(static) if isinstance(a, TVKTensor)}
         rec = _rng.RecordedRandomness(alloc_storage(16, self.device)) if self.program.replayable_random else None
-        if rec is not None:
-            _rng._recording.append(rec)
-        try:
-            with capture(self.device, temps) as graph:
-                outs = self.program(*static)
-        finally:
-            if rec is not None:
-                _rng._recording.pop()
+        with _rng.recording(rec), capture(self.device, temps) as graph:
+            outs = self.program(*static)
         self.randomness, self.first_replay = rec, True
         slot_buffers = {id(s._tvk.buffer): s._tvk.buffer for _, s in slots}
         owned = {id(b): b for b in graph.buffers} | slot_buffers
@@ -172,8 +172,6 @@ class Replayed:
         self._protect_handed_out()
         for i, slot in self.slots:
             if args[i] is not slot:
-                from ..aten.copies import device_copy
-
                 device_copy(slot, args[i])
         if self.randomness is not None:
             self.randomness.next_base(first=self.first_replay)

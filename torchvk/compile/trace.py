@@ -19,6 +19,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .._tensor import TVKTensor
+from .fusion import fuse
 from .program import GraphBreakError, Program
 from .replay import Replayed
 from .whole_ops import traced_whole
@@ -109,8 +110,6 @@ class CompiledGraphs:
         def compile_graph(gm, example_inputs):
             fusion = {}
             if self.fuse:
-                from .fusion import fuse
-
                 gm, fusion = fuse(gm)
             program = Program(gm, name=kind, device=self.device)
             run = Replayed(program, enabled=self.replay)

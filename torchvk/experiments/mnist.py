@@ -2,8 +2,12 @@
 and torch CUDA (where present), same seed, same batches. Asserts zero CPU ops on tvk."""
 from __future__ import annotations
 
-import torch
+import importlib.util
 
+import torch
+from tqdm import tqdm
+
+import torchvk
 from tvk_kernels.bench.common import environment, md_table, write_result
 
 from . import data, models
@@ -13,15 +17,11 @@ from .train import train
 
 def peers() -> list[str]:
     """tvk, torch CPU, torch CUDA where present, PyPI torchvulkan where installed."""
-    import importlib.util
-
     extra = ["torchvulkan"] if importlib.util.find_spec("torchvulkan") else []
     return ["tvk", "tvk-compiled", "cpu"] + (["cuda"] if torch.cuda.is_available() else []) + extra
 
 
 def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=True, models_=("mlp", "cnn")) -> dict:
-    import torchvk
-
     ds, label = data.experiment_data("mnist", quick)
     if quick:  # CI: a few hundred images, a couple of steps
         batches = (64,)
@@ -29,8 +29,6 @@ def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=T
     runs, rows = [], []
     bar = None
     if progress:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(models_) * len(batches) * len(peers()), desc="mnist", unit="run")
     for model_name in models_:
         for batch in batches:

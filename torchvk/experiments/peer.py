@@ -37,34 +37,34 @@ def run_peer(spec: dict) -> dict:
 
 
 def _main(spec: dict) -> dict:
-    import torch
+    import torch  # lazy: the parent process only starts peers; torch loads in the peer
 
     data, models, train = _load("data"), _load("models"), _load("train")
     device = spec["device"]
     if device == "torchvulkan":  # PyPI torchvulkan: renames PrivateUse1 to "vulkan", so never beside torchvk
-        import torchvulkan  # noqa: F401
+        import torchvulkan  # noqa: F401  # lazy: an optional peer package, never imported beside torchvk
 
         device = "vulkan"
     if spec["task"] == "train":
         ds, _ = data.experiment_data(spec["dataset"], spec.get("quick", False), spec.get("cifar_path"))
         return train.train(lambda: models.build(spec["model"]), ds, device, **spec["train"])
     if spec["task"] == "peak":  # peak memory of a few training steps on random inputs
-        import torch.nn.functional as F
+        import torch.nn.functional as F  # lazy: as torch above
 
         torch.manual_seed(0)
         channels, size = spec["input"]
         model = models.build(spec["model"]).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        train._sync(device)
-        train._reset_peak(device)
+        train.synchronize(device)
+        train.reset_peak_memory(device)
         for _ in range(spec["steps"]):
             x = torch.randn(spec["batch"], channels, size, size).to(device)
             y = torch.randint(0, 10, (spec["batch"],)).to(device)
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(x), y).backward()
             opt.step()
-        train._sync(device)
-        return {"peak_memory_bytes": train._peak(device)}
+        train.synchronize(device)
+        return {"peak_memory_bytes": train.peak_memory(device)}
     raise ValueError(f"unknown task {spec['task']!r}")
 
 

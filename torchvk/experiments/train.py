@@ -13,29 +13,29 @@ def _backend(device: str):
     if device.startswith("cuda"):
         return torch.cuda
     if device.startswith("tvk"):
-        import torchvk
+        import torchvk  # lazy: peer processes load this file and must not import torchvk (peer.py)
 
         return torchvk
     if device.startswith("vulkan"):  # the PyPI torchvulkan peer
-        import torchvulkan
+        import torchvulkan  # lazy: an optional peer package, never imported beside torchvk
 
         return torchvulkan
     return None
 
 
-def _sync(device: str):
+def synchronize(device: str):
     backend = _backend(device)
     if backend is not None:
         backend.synchronize()
 
 
-def _reset_peak(device: str):
+def reset_peak_memory(device: str):
     backend = _backend(device)
     if backend is not None:
         backend.reset_peak_memory_stats()
 
 
-def _peak(device: str):
+def peak_memory(device: str):
     backend = _backend(device)
     return backend.max_memory_allocated() if backend is not None else None
 
@@ -67,13 +67,13 @@ def train(model_fn, data, device: str, epochs: int = 1, batch: int = 64, lr: flo
     opt = (torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, **fused) if optimizer == "sgd"
            else torch.optim.Adam(model.parameters(), lr=lr, **fused))
     if compiled:
-        import torchvk
+        import torchvk  # lazy: peer processes load this file and must not import torchvk (peer.py)
 
         model_and_loss = torchvk.compile(model, loss_fn=F.cross_entropy)
     order_rng = np.random.default_rng(seed)
     losses, step_times, epochs_out = [], [], []
-    _sync(device)
-    _reset_peak(device)
+    synchronize(device)
+    reset_peak_memory(device)
     steps = 0
     for epoch in range(epochs):
         perm = order_rng.permutation(len(x))
@@ -90,14 +90,14 @@ def train(model_fn, data, device: str, epochs: int = 1, batch: int = 64, lr: flo
             if steps % 50 == 0 or max_steps:
                 losses.append(float(loss.item()))  # a sync point: the step has really run
             else:
-                _sync(device)
+                synchronize(device)
             step_times.append(time.perf_counter() - t0)
             steps += 1
             if progress is not None:
                 progress.update(1)
             if max_steps and steps >= max_steps:
                 break
-        _sync(device)
+        synchronize(device)
         epoch_s = time.perf_counter() - t_epoch
         acc = evaluate(model, xt, yt, device)
         epochs_out.append({"epoch": epoch + 1, "seconds": epoch_s, "test_accuracy": acc, "steps": steps})
@@ -105,5 +105,5 @@ def train(model_fn, data, device: str, epochs: int = 1, batch: int = 64, lr: flo
             break
     return {"device": device, "losses": losses, "epochs": epochs_out,
             "step_ms_median": float(np.median(step_times[len(step_times) // 5:]) * 1e3) if step_times else None,
-            "peak_memory_bytes": _peak(device), "steps": steps, "batch": batch,
+            "peak_memory_bytes": peak_memory(device), "steps": steps, "batch": batch,
             **({"compile_stats": model_and_loss.compile_stats()} if compiled else {})}

@@ -20,9 +20,11 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 HERE = Path(__file__).resolve().parent
 MODES = ("eager", "torchvk.compile", "torch.compile")
+BENCHMARK = " + benchmark mode"  # a mode with torchvk.backends.benchmark on (full runs only)
 
 if __package__:
     from . import zoo_models
@@ -46,7 +48,7 @@ def train_steps(name: str, device: str, mode: str = "eager", steps: int = 2, siz
     model = zoo_models.build(name, size).to(device)  # built on the CPU: the same weights on every device
     opt = entry.optimizer(model.parameters())
     if mode == "torchvk.compile":
-        import torchvk
+        import torchvk  # lazy: this file also runs as a peer script, without torchvk
 
         loss_of = torchvk.compile(model, loss_fn=entry.loss)
     elif mode == "torch.compile":
@@ -104,16 +106,29 @@ def run_peer(device: str, names, steps: int, size: str, warmup: int) -> dict:
 
 
 def run_tvk(device_str: str, name: str, mode: str, steps: int, size: str, warmup: int) -> dict:
-    import torchvk
+    """mode: one of MODES, or one with BENCHMARK appended: benchmark mode on (torchvk.backends),
+    whose first-sight cost (shapes timed, seconds) is reported with the run."""
+    import torchvk  # lazy: this file also runs as a peer script, without torchvk
+    import torchvk.backends  # lazy: as torchvk
 
     torchvk.reset_op_counts()
+    benchmark = mode.endswith(BENCHMARK)
+    base_mode = mode[:-len(BENCHMARK)] if benchmark else mode
+    before = torchvk.backends.benchmark_stats()
+    torchvk.backends.benchmark = benchmark
     try:
-        losses, seconds, _ = train_steps(name, device_str, mode, steps, size)
+        losses, seconds, _ = train_steps(name, device_str, base_mode, steps, size)
         result = _summary(losses, seconds, warmup)
     except Exception as e:  # noqa: BLE001  (the to-do list: which op or feature each model still needs)
         result = {"error": _error(e)}
-        if mode == "torch.compile":
+        if base_mode == "torch.compile":
             torch._dynamo.reset()
+    finally:
+        torchvk.backends.benchmark = False
+    if benchmark:
+        after = torchvk.backends.benchmark_stats()
+        result["benchmark_shapes"] = after["decided"] - before["decided"]
+        result["benchmark_s"] = after["seconds"] - before["seconds"]
     counts = torchvk.op_counts()
     result["cpu_ops"] = sum(counts["cpu"].values())
     result["cpu_op_names"] = sorted(counts["cpu"])
@@ -128,9 +143,8 @@ def _loss_gap(result: dict, reference: dict | None):
 
 
 def run(device, out_dir, quick=False, progress=True, names=None) -> dict:
-    import torchvk
-
-    from tvk_kernels.bench.common import environment, md_table, write_result
+    import torchvk  # lazy: this file also runs as a peer script, without torchvk
+    from tvk_kernels.bench.common import environment, md_table, write_result  # lazy: as torchvk
 
     names = list(names or zoo_models.ZOO)
     size, steps, warmup = ("tiny", 3, 2) if quick else ("bench", 12, 3)  # compiled modes: trace, record, replay
@@ -139,10 +153,8 @@ def run(device, out_dir, quick=False, progress=True, names=None) -> dict:
     peers = {"cpu": run_peer("cpu", names, steps, size, warmup)}
     if torch.cuda.is_available():
         peers["cuda"] = run_peer("cuda", names, steps, size, warmup)
-    jobs = [(n, m) for n in names for m in MODES]
+    jobs = [(n, m) for n in names for m in MODES + (() if quick else ("torchvk.compile" + BENCHMARK,))]
     if progress:
-        from tqdm import tqdm
-
         jobs = tqdm(jobs, desc="zoo", unit="run")
     runs = []
     for name, mode in jobs:
@@ -157,9 +169,11 @@ def run(device, out_dir, quick=False, progress=True, names=None) -> dict:
     for name in names:
         for r in (x for x in runs if x["model"] == name):
             status = "ok" if "error" not in r else r["error"][:160].replace("|", "/")
+            if "benchmark_shapes" in r:
+                status += f" ({r['benchmark_shapes']} shapes timed in {r['benchmark_s']:.2f} s)"
             rows.append([name, r["device"], r["mode"], r.get("step_ms_median"), r.get("first_step_ms"),
                          (r.get("losses") or [None])[-1], r.get("loss_gap_vs_cpu"), r.get("cpu_ops"), status])
-    trained = [r for r in runs if r["device"] == "tvk" and "error" not in r]
+    trained = [r for r in runs if r["device"] == "tvk" and "error" not in r and r["mode"] in MODES]
     payload = {"experiment": "zoo", "environment": environment(device), "quick": quick, "size": size,
                "steps": steps, "timed_after_steps": warmup, "cpu_fallback": fallback,
                "dims": {n: getattr(zoo_models.ZOO[n], size) for n in names}, "runs": runs,

@@ -237,6 +237,11 @@ def zoo(r) -> list[str]:
         worst = max(rs, key=lambda t: t[1])
         out.append(f"{mode}: step time {geo:.2f}x torch CUDA eager's (geometric mean over {len(rs)} models; "
                    f"worst {worst[0]} {worst[1]:.1f}x).")
+    timed = [x for x in ok if x.get("benchmark_shapes")]
+    if timed:
+        shapes, seconds = sum(x["benchmark_shapes"] for x in timed), sum(x["benchmark_s"] for x in timed)
+        out.append(f"Benchmark mode's first sight: {shapes} shapes timed in {seconds:.1f} s over {len(timed)} models "
+                   f"({seconds / shapes:.2f} s a shape, compiles included).")
     return out
 
 

@@ -92,7 +92,9 @@ def host_cost_per_dispatch(device, count: int = 10_000) -> dict:
     from ..kernels.launch import family
 
     A, B, C = (device.allocator.alloc(4 * 1024) for _ in range(3))
-    pipe, _, _ = family(device, Binary).variant("add", "small")
+    fam = family(device, Binary)
+    params = fam.resolve("small")
+    pipe = fam.kernel(params, "add", params["VEC"])
     push = _PUSH.pack(A.address, B.address, C.address, 1024, 1.0)
     stream = device.stream
     device.synchronize()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 
+from . import dtypes
 from .launch import Family, family, grid_1d
 
 _UNSCALE_PUSH = struct.Struct("<QQQI")
@@ -17,15 +18,12 @@ _UPDATE_PUSH = struct.Struct("<QQQffi")
 WG = 128
 MAX_GROUPS = 1024  # enough to fill a GPU; more elements are strided over
 CHUNK = 1 << 30    # elements per launch: the kernel counts in 32 bits
-DTYPES = {"float32": (0, 4), "float16": (1, 2), "bfloat16": (2, 2)}  # DTYPE define, element bytes
+DTYPES = {n: (dtypes.DTYPES[n].code, dtypes.DTYPES[n].itemsize) for n in ("float32", "float16", "bfloat16")}  # DTYPE define, element bytes
 
 
 class Amp(Family):
-    def __init__(self, device):
-        super().__init__(device, "amp", "amp.comp")
-
-    def variant(self, mode: int, dtype_code: int, push_size: int, wg: int):
-        return self.workgroup_variant({"MODE": mode, "DTYPE": dtype_code}, wg, push_size)
+    family = "amp"
+    template = "amp.comp"
 
 
 def unscale(device, grad: int, n: int, found_inf: int, inv_scale: int, dtype: str = "float32"):
@@ -33,7 +31,7 @@ def unscale(device, grad: int, n: int, found_inf: int, inv_scale: int, dtype: st
     if dtype not in DTYPES:
         raise TypeError(f"GradScaler's unscale kernel takes float32, float16 or bfloat16 gradients, not {dtype}")
     code, size = DTYPES[dtype]
-    pipe = family(device, Amp).variant(0, code, _UNSCALE_PUSH.size, WG)
+    pipe = family(device, Amp).variant({"MODE": 0, "DTYPE": code}, WG, _UNSCALE_PUSH.size)
     for start in range(0, n, CHUNK):
         count = min(n - start, CHUNK)
         groups = grid_1d(min((count + WG - 1) // WG, MAX_GROUPS), device.facts.max_workgroup_count[0])
@@ -43,6 +41,6 @@ def unscale(device, grad: int, n: int, found_inf: int, inv_scale: int, dtype: st
 
 def update_scale(device, scale: int, tracker: int, found_inf: int, growth: float, backoff: float, interval: int):
     """CUDA's _amp_update_scale_ on a float32 scale and an int32 growth tracker (addresses)."""
-    pipe = family(device, Amp).variant(1, 0, _UPDATE_PUSH.size, 1)
+    pipe = family(device, Amp).variant({"MODE": 1, "DTYPE": 0}, 1, _UPDATE_PUSH.size)
     device.stream.dispatch(pipe, (1, 1, 1), _UPDATE_PUSH.pack(scale, tracker, found_inf, growth, backoff, interval),
                            "amp.update_scale")

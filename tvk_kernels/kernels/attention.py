@@ -19,10 +19,11 @@ from __future__ import annotations
 import struct
 
 from ..errors import InvalidConfigError
-from .launch import Family, family, grid_1d
+from . import dtypes
+from .launch import Family, address, family, grid_1d
 
 _PUSH = struct.Struct("<10Q5I2f4I")
-_DT = {"float32": 0, "float16": 1}
+_DT = dtypes.codes("float32", "float16")
 _MASK = {None: 0, "bool": 1, "float": 2}
 _M64 = (1 << 64) - 1
 MAX_HEAD = 128
@@ -34,19 +35,14 @@ def head_pad(d: int) -> int:
 
 
 class Attention(Family):
-    def __init__(self, device):
-        super().__init__(device, "attention", "attention.comp")
+    family = "attention"
+    template = "attention.comp"
 
     def check_config(self, params: dict) -> dict:
         for tpr in ("TPR", "BTPR"):
             if 16 % params[tpr]:
                 raise InvalidConfigError(f"attention: {tpr}={params[tpr]} must divide 16 (the head-dim padding)")
         return params
-
-    def build(self, defines: dict, wg: int, shared_bytes: int):
-        key = ("kernel", tuple(sorted(defines.items())), wg)
-        return self.pipeline(key, lambda: self.device.pipelines.get(
-            self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size, shared_bytes=shared_bytes))
 
 
 def shared_bytes(kernel: int, br: int, bc: int, head: int) -> int:
@@ -85,28 +81,11 @@ def _check(device, shape, dtype):
     return b, hq, hkv, lq, lk, d
 
 
-def _bucket(d: int) -> str:
-    return "d64" if d <= 64 else "d128"
-
-
-def _resolve(fam, d, params):
-    base, _ = fam.params(_bucket(d))
-    merged = dict(base)
-    if params:
-        merged.update(params)
-        fam.check_config(merged)
-    return merged
-
-
 def _mask_fields(mask):
     if mask is None:
         return 0, None, (0, 0, 0, 0)
     m_addr, kind, strides = mask
-    return int(getattr(m_addr, "address", m_addr)), kind, tuple(int(s) for s in strides)
-
-
-def _a(x) -> int:
-    return 0 if x is None else int(getattr(x, "address", x))
+    return address(m_addr), kind, tuple(int(s) for s in strides)
 
 
 def _check_dropout(p, b, hq, lq, lk):
@@ -125,19 +104,20 @@ def attention_forward(device, q, k, v, o, lse, shape, *, dtype="float32", scale:
         return
     _check_dropout(dropout_p, b, hq, lq, lk)
     fam = family(device, Attention)
-    prm = _resolve(fam, d, params)
+    prm = fam.resolve({"head": d}, params)
     m_addr, m_kind, ms = _mask_fields(mask)
     dropout = dropout_p > 0
     seed, offset, seed_buffer = rng
     if seed_buffer is not None:
-        seed = _a(seed_buffer)
+        seed = address(seed_buffer)
     defines, wg, shared = kernel_defines(0, prm, head_pad(d), dtype, m_kind, causal, dropout, seed_buffer is not None)
-    pipe = fam.build(defines, wg, shared)
-    seed_out, offset_out = rng_out if rng_out is not None else (0, 0)
+    pipe = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared)
+    seed_out, offset_out = map(address, rng_out if rng_out is not None else (0, 0))
     if dropout and not (seed_out and offset_out):
         raise ValueError("attention dropout needs rng_out: where the forward writes its seed and offset")
-    push = _PUSH.pack(_a(q), _a(k), _a(v), _a(o), _a(lse), m_addr, int(seed) & _M64, _a(seed_out),
-                      int(offset) & _M64, _a(offset_out), lq, lk, d, hq, hq // hkv, float(scale), float(dropout_p), *ms)
+    q, k, v, o, lse = map(address, (q, k, v, o, lse))
+    push = _PUSH.pack(q, k, v, o, lse, m_addr, int(seed) & _M64, seed_out, int(offset) & _M64, offset_out,
+                      lq, lk, d, hq, hq // hkv, float(scale), float(dropout_p), *ms)
     device.stream.dispatch(pipe, (-(-lq // defines["BR"]), hq, b), push, "attention")
 
 
@@ -151,28 +131,29 @@ def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype
     if b * hq * lq * lk == 0:
         return
     fam = family(device, Attention)
-    prm = _resolve(fam, d, params)
+    prm = fam.resolve({"head": d}, params)
     head = head_pad(d)
     m_addr, m_kind, ms = _mask_fields(mask)
     dropout = dropout_p > 0
     rows = b * hq * lq
     common = (lk, d, hq, hq // hkv, float(scale), float(dropout_p), *ms)
+    q, k, v, o, d_o, lse, dq, dk, dv, delta, ds, rng_state = map(
+        address, (q, k, v, o, d_o, lse, dq, dk, dv, delta, ds, rng_state))
 
     defines, wg, _ = kernel_defines(1, prm, head, dtype)
-    pre = fam.build(defines, wg, 0)
+    pre = fam.variant(defines, wg, _PUSH.size)
     device.stream.dispatch(pre, grid_1d(-(-rows // wg), device.facts.max_workgroup_count[0]),
-                           _PUSH.pack(0, 0, 0, _a(o), 0, 0, 0, _a(d_o), _a(delta), 0, rows, *common),
-                           "attention_backward_delta")
+                           _PUSH.pack(0, 0, 0, o, 0, 0, 0, d_o, delta, 0, rows, *common), "attention_backward_delta")
     defines, wg, shared = kernel_defines(2, prm, head, dtype, m_kind, causal, dropout)
-    pipe = fam.build(defines, wg, shared)
+    pipe = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared)
     device.stream.dispatch(pipe, (-(-lq // defines["BR"]), hq, b),
-                           _PUSH.pack(_a(q), _a(k), _a(v), _a(d_o), _a(lse), m_addr, _a(rng_state), _a(dq),
-                                      _a(delta), _a(ds), lq, *common), "attention_backward_dq")
+                           _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dq, delta, ds, lq, *common),
+                           "attention_backward_dq")
     defines, wg, shared = kernel_defines(3, prm, head, dtype, m_kind, causal, dropout)
-    pipe = fam.build(defines, wg, shared)
+    pipe = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared)
     device.stream.dispatch(pipe, (-(-lk // defines["BR"]), hkv, b),
-                           _PUSH.pack(_a(q), _a(k), _a(v), _a(d_o), _a(lse), m_addr, _a(rng_state), _a(dk),
-                                      _a(delta), _a(dv), lq, *common), "attention_backward_dkv")
+                           _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dk, delta, dv, lq, *common),
+                           "attention_backward_dkv")
 
 
 class AttentionTarget:
@@ -180,8 +161,8 @@ class AttentionTarget:
     The static RDNA1 path compiles the heaviest kernel, dK/dV at head dim 128 with a mask and
     dropout (tests/test_attention.py compiles every kernel of the chosen configs)."""
 
-    family = "attention"
-    template = "attention.comp"
+    family = Attention.family
+    template = Attention.template
     suites = {
         "suite": [
             {"batch": 8, "heads": 8, "lq": 1024, "lk": 1024, "head": 64},

@@ -7,40 +7,32 @@ computes grad_bias. Search space, constraints, buckets and defaults: tuning/conv
 
 Buffers are plain byte addresses (ints, or anything with `.address`); shapes are tuples.
 Inputs must be contiguous NCHW / (OC, IC/groups, KH, KW).
-
-`check_params` (constraints of a space, as InvalidConfigError) is shared with pool.py.
 """
 from __future__ import annotations
 
 import math
 import struct
-from functools import lru_cache
 
-from .launch import Family, family, grid_1d
+from . import activations
+from .launch import Family, address, family, grid_1d, positive
 from .reduce import reduce
-from ..config import arch_family, search_space
+from .. import benchmark_mode
+from ..config import by_class
 from ..errors import InvalidConfigError
-from ..search_space import bucket_of, candidates as space_candidates, limits, violations, with_derived
+from ..search_space import candidates as space_candidates, search_space, with_derived
 
-FAMILY = "conv2d"
-TEMPLATE = "conv2d.comp"
 REDUCE_TEMPLATE = "conv2d_reduce.comp"
 DIRS = {"fwd": 0, "bwd_input": 1, "bwd_weight": 2}
 _PUSH = struct.Struct("<4Q18I")  # a, b, c, bias; n ic h w; oc oh ow groups; kh kw sh sw; ph pw dh dw; kchunk flags
 _PUSH_BI = struct.Struct("<3Q22I2i2I")  # DIR 1: a, b, c; n ic h w; oc oh ow groups; kh kw sh sw; phase (see template)
 _RPUSH = struct.Struct("<2Q5I")  # src, dst; count A B sa si
 _GEMM_KEYS = ("BM", "BN", "BK", "TM", "TN", "PAD")
-ACTIVATIONS = {"relu": 1}  # forward epilogues: name -> the template's ACT
+ACTIVATIONS = activations.EPILOGUES  # forward epilogues: name -> the template's ACT (the activation table's)
 
 
-# ------------------------------------------------------------------ search-space helpers
-def _addr(x) -> int:
-    if x is None:
-        return 0
-    return int(getattr(x, "address", x))
-
-
-def _pair(v, name: str) -> tuple[int, int]:
+# ------------------------------------------------------------------ shapes
+def pair(v, name: str) -> tuple[int, int]:
+    """(a, b) from a conv/pool argument given as an int or a 1- or 2-sequence."""
     if isinstance(v, int):
         return (v, v)
     t = tuple(int(e) for e in v)
@@ -51,51 +43,13 @@ def _pair(v, name: str) -> tuple[int, int]:
     return t
 
 
-def device_classes(facts) -> tuple[str, ...]:
-    """Keys of per-device-class tables, weakest first (generic, vendor, arch)."""
-    return ("generic", facts.vendor.lower(), arch_family(facts))
-
-
-def by_class(table, facts, fallback):
-    """A per-device-class value from a {generic, vendor, arch} table (or a plain value)."""
-    if not isinstance(table, dict):
-        return fallback if table is None else table
-    value = fallback
-    for key in device_classes(facts):
-        value = table.get(key, value)
-    return value
-
-
-def check_params(device, family_name: str, params: dict) -> dict:
-    """Raise InvalidConfigError if `params` breaks a constraint of the family's space on
-    `device`; returns the derived values (WG, shared_bytes, ...)."""
-    space = search_space(family_name)
-    missing = [k for k in space["params"] if k not in params]
-    if missing:
-        raise InvalidConfigError(f"{family_name}: parameter set {params} lacks {missing}")
-    for k in space["params"]:
-        v = params[k]
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0 or (v == 0 and k != "PAD"):
-            raise InvalidConfigError(f"{family_name}: parameter {k}={v!r} must be a positive int")
-    try:
-        names = with_derived(space, params)
-    except ZeroDivisionError:
-        raise InvalidConfigError(f"{family_name}: parameters {params} divide by zero") from None
-    bad = violations(space, params, device.facts)
-    if bad:
-        raise InvalidConfigError(f"{family_name} parameters {params} do not fit {device.facts.name}: violates "
-                                 + "; ".join(bad) + f" (device limits {limits(device.facts)})")
-    return {k: names[k] for k in space.get("derived", {})}
-
-
-# ------------------------------------------------------------------ shapes
 def conv2d_output_shape(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1) -> tuple:
     """(N, OC, OH, OW) of conv2d(x, w); raises ValueError on inconsistent shapes."""
     n, c, h, w = (int(v) for v in x_shape)
     oc, icg, kh, kw = (int(v) for v in w_shape)
-    sh, sw = _pair(stride, "stride")
-    ph, pw = _pair(padding, "padding")
-    dh, dw = _pair(dilation, "dilation")
+    sh, sw = pair(stride, "stride")
+    ph, pw = pair(padding, "padding")
+    dh, dw = pair(dilation, "dilation")
     if groups < 1 or c % groups or oc % groups:
         raise ValueError(f"groups={groups} must divide in_channels={c} and out_channels={oc}")
     if icg != c // groups:
@@ -121,9 +75,9 @@ def _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw=None):
         out = out[:2] + (oh, ow)
     n, c, h, w = (int(v) for v in x_shape)
     oc, icg, kh, kw = (int(v) for v in w_shape)
-    sh, sw = _pair(stride, "stride")
-    ph, pw = _pair(padding, "padding")
-    dh, dw = _pair(dilation, "dilation")
+    sh, sw = pair(stride, "stride")
+    ph, pw = pair(padding, "padding")
+    dh, dw = pair(dilation, "dilation")
     if max(n * c * h * w, math.prod(out), oc * icg * kh * kw) >= 1 << 31:
         raise ValueError("conv2d kernels index with 32-bit ints: split the batch so every tensor has < 2^31 elements")
     return dict(n=n, ic=c, h=h, w=w, oc=oc, oh=out[2], ow=out[3], groups=int(groups), kh=kh, kw=kw,
@@ -162,69 +116,52 @@ def gemm_defines(dir_id: int, params: dict, wg: int, act: str | None = None) -> 
     so the tuned kernels' SPIR-V stays what was tuned (tune/carry_over.py relies on it)."""
     defines = {"DIR": dir_id, "WG": wg, **{k: params[k] for k in _GEMM_KEYS}}
     if act is not None:
-        defines["ACT"] = ACTIVATIONS[act]
+        defines.update(activations.act_define(ACTIVATIONS[act]))
     return defines
 
 
 # ------------------------------------------------------------------ the family
 class Conv2d(Family):
-    def __init__(self, device):
-        super().__init__(device, FAMILY, TEMPLATE)
-        self.space = search_space(FAMILY)
-        self._checked: dict = {}
+    family = "conv2d"
+    template = "conv2d.comp"
 
-    def resolve(self, bucket: str, explicit: dict | None) -> tuple[dict, dict]:
-        """(params, derived) for a launch: the bucket's tuned config (else default with its
-        per-bucket override), with an explicit candidate's keys on top."""
-        params = dict(self.params(bucket)[0])
-        if explicit:
-            params.update(explicit)
-        key = tuple(sorted(params.items()))
-        d = self._checked.get(key)
-        if d is None:
-            d = self._checked[key] = check_params(self.device, FAMILY, params)
-        return params, d
+    def check_config(self, params: dict) -> dict:
+        return positive(self.family, params, "BM", "BN", "BK", "TM", "TN")  # a tile of 0 keeps the constraints
 
-    def gemm_pipeline(self, dir_id: int, params: dict, d: dict, act: str | None = None):
-        key = ("gemm", dir_id, act) + tuple(params[k] for k in _GEMM_KEYS)
+    def gemm_pipeline(self, dir_id: int, params: dict, act: str | None = None):
+        """`params` as resolve gives them (WG and shared_bytes included)."""
         push_size = _PUSH_BI.size if dir_id == 1 else _PUSH.size
-
-        def build():
-            wg = d["WG"]
-            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=d["shared_bytes"], push_size=push_size)
-            defines = gemm_defines(dir_id, params, wg, act)
-            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=push_size)
-
-        return self.pipeline(key, build)
+        return self.variant(gemm_defines(dir_id, params, params["WG"], act), params["WG"], push_size,
+                            shared_bytes=params["shared_bytes"])
 
     def reduce_pipeline(self, per_thread: bool, wg: int):
-        if wg < 1 or wg & (wg - 1):
-            raise InvalidConfigError(f"conv2d reduce WG={wg} must be a power of two")
-        key = ("reduce", per_thread, wg)
-
-        def build():
-            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=0 if per_thread else 4 * wg,
-                                               push_size=_RPUSH.size)
-            return self.device.pipelines.get(REDUCE_TEMPLATE, {"PER_THREAD": int(per_thread)},
-                                             local_size=(wg, 1, 1), push_size=_RPUSH.size)
-
-        return self.pipeline(key, build)
+        return self.variant({"PER_THREAD": int(per_thread)}, wg, _RPUSH.size,
+                            shared_bytes=0 if per_thread else 4 * wg, template=REDUCE_TEMPLATE)
 
     def reduce_wg(self) -> int:
-        wg = by_class(self.space.get("reduce", {}).get("WG"), self.device.facts, 256)
-        return min(wg, 1 << (min(self.device.facts.max_workgroup_invocations,
-                                 self.device.facts.max_workgroup_size[0]).bit_length() - 1))
+        """conv2d_reduce.comp's local size (tuning/conv2d.json "reduce"), within the device's limit."""
+        facts = self.device.facts
+        wg = by_class(search_space(self.family).get("reduce", {}).get("WG"), facts, 256)
+        if wg < 1 or wg & (wg - 1):  # a tree reduction
+            raise InvalidConfigError(f"conv2d: the reduce WG={wg} of tuning/conv2d.json must be a power of two")
+        return min(wg, 1 << (min(facts.max_workgroup_invocations, facts.max_workgroup_size[0]).bit_length() - 1))
 
-
-@lru_cache(maxsize=4096)
-def bucket_for(direction: str, M: int, N: int, K: int) -> str:
-    return bucket_of(FAMILY, {"dir": direction, "M": M, "N": N, "K": K})
+    def resolve_gemm(self, direction: str, g: dict, params: dict | None, run=None) -> dict:
+        """The parameters of one direction's GEMM: its bucket (tuning/conv2d.json names dir, M, N, K).
+        In benchmark mode, `run(params)` (the same call with a candidate) times this exact geometry."""
+        M, N, K = gemm_dims(direction, g)
+        shape = {"dir": direction, "M": M, "N": N, "K": K}
+        if params is None and run is not None and benchmark_mode.enabled():
+            names = search_space(self.family)["params"]
+            return self.benchmarked((direction, *sorted(g.items())), shape,
+                                    lambda p: run({k: p[k] for k in names}))
+        return self.resolve(shape, params)
 
 
 def candidates(device, max_count: int | None = None) -> list[dict]:
     """Every parameter set of tuning/conv2d.json that satisfies its constraints on `device`
     (for the autotuner); each can be passed as `params=` to the conv2d functions."""
-    return space_candidates(FAMILY, device.facts, max_count)
+    return space_candidates(Conv2d.family, device.facts, max_count)
 
 
 def _split_plan(device, params: dict, M: int, N: int, K: int, groups: int, split_k=None) -> tuple[int, int]:
@@ -237,7 +174,7 @@ def _split_plan(device, params: dict, M: int, N: int, K: int, groups: int, split
             raise ValueError(f"split_k must be a positive int, got {split_k!r}")
         splits = split_k
     else:
-        cfg = search_space(FAMILY).get("split_k", {})
+        cfg = search_space(Conv2d.family).get("split_k", {})
         facts = device.facts
         target = by_class(cfg.get("target_groups"), facts, 64)
         min_k = by_class(cfg.get("min_k_per_split"), facts, 1024)
@@ -265,10 +202,9 @@ def _grid(device, M, N, params, gz):
 
 def _dispatch_gemm(device, fam, direction, g, a, b, c, bias, params, kchunk=None, splits=1, flags=0, label="",
                    act=None):
+    """One direction's GEMM with resolved `params` (Conv2d.resolve_gemm)."""
     M, N, K = gemm_dims(direction, g)
-    bucket = bucket_for(direction, M, N, K)
-    params, d = fam.resolve(bucket, params)
-    pipe = fam.gemm_pipeline(DIRS[direction], params, d, act)
+    pipe = fam.gemm_pipeline(DIRS[direction], params, act)
     label = label or f"conv2d_{direction}" + (f"_{act}" if act else "")
     if direction == "bwd_input":  # one launch per stride phase (sh*sw of them; one for stride 1)
         head = (a, b, c, g["n"], g["ic"], g["h"], g["w"], g["oc"], g["oh"], g["ow"], g["groups"],
@@ -282,10 +218,9 @@ def _dispatch_gemm(device, fam, direction, g, a, b, c, bias, params, kchunk=None
                 push = _PUSH_BI.pack(*head, ih0, iw0, hc, wc, kh0, kw0, khs, kws, khc, kwc, base_h, base_w,
                                      step_h, step_w)
                 device.stream.dispatch(pipe, _grid(device, g["n"] * hc * wc, N, params, g["groups"]), push, label)
-        return params
+        return
     push = _push(a, b, c, bias, g, K if kchunk is None else kchunk, flags)
     device.stream.dispatch(pipe, _grid(device, M, N, params, g["groups"] * splits), push, label)
-    return params
 
 
 def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label):
@@ -299,17 +234,22 @@ def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label):
 # ------------------------------------------------------------------ public API
 def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape, stride=1, padding=0, dilation=1,
                    groups=1, params=None, act: str | None = None, out_hw=None) -> tuple:
-    """out = act(conv2d(x, w, bias)); bias_addr may be None/0; act None or "relu" (an epilogue:
-    no extra pass); out_hw: see _geometry. Returns the output shape (N, OC, OH, OW)."""
+    """out = act(conv2d(x, w, bias)); bias_addr may be None/0; act None or an activation of
+    activations.EPILOGUES (an epilogue: no extra pass); out_hw: see _geometry. Returns the output shape (N, OC, OH, OW)."""
     if act is not None and act not in ACTIVATIONS:
         raise ValueError(f"conv2d_forward: activation {act!r} is not one of {sorted(ACTIVATIONS)}")
     g, out_shape = _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     if out_shape[0] * out_shape[1] == 0:
         return out_shape
     fam = family(device, Conv2d)
-    bias = _addr(bias_addr)
-    _dispatch_gemm(device, fam, "fwd", g, _addr(x_addr), _addr(w_addr), _addr(out_addr), bias, params,
-                   flags=1 if bias else 0, act=act)
+    bias = address(bias_addr)
+
+    def run(p):  # benchmark mode: the same call with a candidate (it overwrites out, reads no output)
+        conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape, stride, padding, dilation,
+                       groups, p, act, out_hw)
+
+    _dispatch_gemm(device, fam, "fwd", g, address(x_addr), address(w_addr), address(out_addr), bias,
+                   fam.resolve_gemm("fwd", g, params, run), flags=1 if bias else 0, act=act)
     return out_shape
 
 
@@ -322,7 +262,13 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
     if x_shape[0] * x_shape[1] * x_shape[2] * x_shape[3] == 0:
         return x_shape
     fam = family(device, Conv2d)
-    _dispatch_gemm(device, fam, "bwd_input", g, _addr(grad_out_addr), _addr(w_addr), _addr(grad_in_addr), 0, params)
+
+    def run(p):
+        conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, w_shape, stride, padding,
+                              dilation, groups, p, out_hw)
+
+    _dispatch_gemm(device, fam, "bwd_input", g, address(grad_out_addr), address(w_addr), address(grad_in_addr), 0,
+                   fam.resolve_gemm("bwd_input", g, params, run))
     return x_shape
 
 
@@ -339,16 +285,21 @@ def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, 
         return w_shape
     fam = family(device, Conv2d)
     M, N, K = gemm_dims("bwd_weight", g)
-    full, _ = fam.resolve(bucket_for("bwd_weight", M, N, K), params)
-    splits, chunk = _split_plan(device, full, M, N, K, g["groups"], split_k)
+
+    def run(p):
+        conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, w_shape, stride, padding,
+                               dilation, groups, p, split_k, out_hw)
+
+    params = fam.resolve_gemm("bwd_weight", g, params, run)
+    splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k)
     if splits == 1:
-        _dispatch_gemm(device, fam, "bwd_weight", g, _addr(grad_out_addr), _addr(x_addr), _addr(grad_w_addr), 0,
+        _dispatch_gemm(device, fam, "bwd_weight", g, address(grad_out_addr), address(x_addr), address(grad_w_addr), 0,
                        params, kchunk=chunk, splits=1)
         return w_shape
     scratch = device.allocator.alloc(4 * numel * splits)
-    _dispatch_gemm(device, fam, "bwd_weight", g, _addr(grad_out_addr), _addr(x_addr), scratch.address, 0,
+    _dispatch_gemm(device, fam, "bwd_weight", g, address(grad_out_addr), address(x_addr), scratch.address, 0,
                    params, kchunk=chunk, splits=splits)
-    _reduce(device, fam, scratch.address, _addr(grad_w_addr), numel, splits, 1, numel, 1, fam.reduce_wg(),
+    _reduce(device, fam, scratch.address, address(grad_w_addr), numel, splits, 1, numel, 1, fam.reduce_wg(),
             "conv2d_splitk_sum")
     device.stream.keep_alive(scratch)
     return w_shape
@@ -361,7 +312,7 @@ def conv2d_backward_bias(device, grad_out_addr, grad_bias_addr, out_shape) -> tu
         return (oc,)
     # the reduce family splits a long reduction over many workgroups; one workgroup per channel
     # (conv's own reduce) left the device mostly idle for few channels (13% of an MNIST CNN step)
-    reduce(device, "sum", _addr(grad_out_addr), _addr(grad_bias_addr), (n, oc, oh * ow), dims=(0, 2))
+    reduce(device, "sum", address(grad_out_addr), address(grad_bias_addr), (n, oc, oh * ow), dims=(0, 2))
     return (oc,)
 
 
@@ -443,8 +394,8 @@ class Conv2dTarget:
     """What tvk-tune needs to tune the implicit-GEMM conv (see tvk_kernels/tune/targets.py).
     A shape is tune_shape(direction, ...); candidates are checked against numpy."""
 
-    family = FAMILY
-    template = TEMPLATE
+    family = Conv2d.family
+    template = Conv2d.template
     suites = {
         "suite": (_suite((8, 64, 56, 56), (64, 64, 3, 3), 1, 1) + _suite((8, 128, 28, 28), (128, 128, 3, 3), 1, 1)
                   + _suite((8, 256, 14, 14), (256, 256, 3, 3), 1, 1) + _suite((8, 64, 56, 56), (128, 64, 1, 1), 2)
@@ -503,7 +454,7 @@ class Conv2dTarget:
 
     @staticmethod
     def work(shape, params) -> dict:
-        d = with_derived(search_space(FAMILY), params)
+        d = with_derived(search_space(Conv2d.family), params)
         g, (n, oc, oh, ow) = _geometry(shape["x"], shape["w"], shape["stride"], shape["padding"], shape["dilation"],
                                        shape["groups"])
         M, N, K = gemm_dims(shape["dir"], g)
@@ -520,13 +471,13 @@ class Conv2dTarget:
 
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
-        wg = with_derived(search_space(FAMILY), params)["WG"]
+        wg = with_derived(search_space(Conv2d.family), params)["WG"]
         return gemm_defines(0, params, wg), (wg, 1, 1), None
 
     @staticmethod
     def kernel_defines(params) -> list[dict]:
         """Every define set the family builds from one tuned parameter set (tune/carry_over.py)."""
-        wg = with_derived(search_space(FAMILY), params)["WG"]
+        wg = with_derived(search_space(Conv2d.family), params)["WG"]
         return [gemm_defines(d, params, wg) for d in DIRS.values()]
 
 

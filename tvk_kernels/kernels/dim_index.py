@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 import struct
 
-from .elementwise import contiguous_strides
 from .launch import Family, family, grid_1d
+from .strides import contiguous_strides
 
 MAX_DIMS = 6
 WG = 256
@@ -27,11 +27,8 @@ SCATTER, FLIP, GATHER = 0, 1, 2
 
 
 class DimIndex(Family):
-    def __init__(self, device):
-        super().__init__(device, "dim_index", "dim_index.comp")
-
-    def variant(self, mode: int, elem_bytes: int):
-        return self.workgroup_variant({"MODE": mode, "ELEM_BYTES": elem_bytes}, WG, _PUSH.size)
+    family = "dim_index"
+    template = "dim_index.comp"
 
 
 def _collapse(shape, strides: list, keep: set):
@@ -67,8 +64,8 @@ def _launch(device, mode, elem_bytes, out_addr, src_addr, index_addr, shape, str
     src_st, out_st = ([0] * pad + list(st) for st in strides)
     push = _PUSH.pack(out_addr, src_addr, index_addr, n, dim + pad, bound, mask << pad, *sizes, *src_st, *out_st)
     groups = grid_1d(-(-n // WG), device.facts.max_workgroup_count[0])
-    device.stream.dispatch(family(device, DimIndex).variant(mode, elem_bytes), groups, push,
-                           {SCATTER: "scatter", FLIP: "flip", GATHER: "gather"}[mode])
+    pipe = family(device, DimIndex).variant({"MODE": mode, "ELEM_BYTES": elem_bytes}, WG, _PUSH.size)
+    device.stream.dispatch(pipe, groups, push, {SCATTER: "scatter", FLIP: "flip", GATHER: "gather"}[mode])
 
 
 def _check_span(shape, *strides):

@@ -1,11 +1,13 @@
 """Elementwise kernels.
 
 * `binary()` / `add()`: the original contiguous float32 binary kernel
-  (templates/elementwise_binary.comp), kept as is: a benchmark and the tuner use it.
+  (templates/elementwise_binary.comp; tuning/elementwise.json): eager float32 add/sub/mul/div
+  of contiguous tensors, a benchmark and the tuner's reference target use it.
 * `unary()`, `binary_nd()`, `ternary()`, `fill()`, `copy()`, `elementwise()`: the general
-  family (templates/elementwise_nd.comp): N-d strided operands with broadcasting (stride 0),
-  per-operand dtypes (float32, float16, bfloat16, int64, int32, bool as uint8), a compute type, an
-  output that may alias an input (same layout), Python numbers as operands.
+  family (templates/elementwise_nd.comp; tuning/elementwise_nd.json): N-d strided operands with
+  broadcasting (stride 0), per-operand dtypes (float32, float16, bfloat16, int64, int32, bool as
+  uint8), a compute type, an output that may alias an input (same layout), Python numbers as
+  operands.
 
 Ops are data: `OPS` maps a name to its arity, a GLSL expression in `a, b, c` (the operands
 in the compute type `CT`) and `S(k)` (push-constant scalars), and how its compute type is
@@ -32,7 +34,10 @@ import struct
 from dataclasses import dataclass
 
 from ..errors import TVKError
-from .launch import Family, family, grid_1d
+from . import activations
+from .dtypes import DTYPES, DType
+from .launch import Family, address, family, grid_1d
+from .strides import contiguous_strides
 
 # ============================================================== the original binary kernel
 # op name -> GLSL expression in x, y (and p.alpha)
@@ -45,62 +50,44 @@ BINARY_OPS = {
     "minimum": "min(x, y)",
 }
 _PUSH = struct.Struct("<QQQIf")
-SMALL = 1 << 16
 
 
 class Binary(Family):
-    def __init__(self, device):
-        super().__init__(device, "elementwise", "elementwise_binary.comp")
+    """The contiguous float32 binary kernel, tuned as `elementwise` (tune/targets.py: a vector add)."""
 
-    def variant(self, op: str, bucket: str, vec: int | None = None):
-        params, _ = self.params(bucket)
-        vec = params["VEC"] if vec is None else vec
-        key = (op, bucket, vec)
-        return self.pipeline(key, lambda: self.device.pipelines.get(
-            self.template, {"OP(x,y)": BINARY_OPS[op], "VEC": vec, "ITEMS": params["ITEMS"]},
-            local_size=(params["WG"], 1, 1), push_size=_PUSH.size)), params, vec
+    family = "elementwise"
+    template = "elementwise_binary.comp"
+
+    def kernel(self, params: dict, op: str, vec: int):
+        return self.variant(binary_defines(params, op, vec), params["WG"], _PUSH.size)
+
+
+def binary_defines(params: dict, op: str, vec: int) -> dict:
+    """The defines of one binary kernel (the runtime and the tuner target build them here)."""
+    return {"OP(x,y)": BINARY_OPS[op], "VEC": vec, "ITEMS": params["ITEMS"]}
 
 
 def binary(device, op: str, a, b, out, n: int, alpha: float = 1.0, params: dict | None = None):
-    """out[:n] = op(a[:n], b[:n]); a, b, out are DeviceBuffers (or anything with .address)."""
+    """out[:n] = op(a[:n], b[:n]); a, b, out are DeviceBuffers (or addresses). params: an explicit
+    parameter set (WG, VEC, ITEMS), merged over the tuned/default one."""
     fam = family(device, Binary)
-    bucket = "small" if n < SMALL else "large"
-    if params is None:
-        aligned = (a.address | b.address | out.address) & 15 == 0
-        pipe, params, vec = fam.variant(op, bucket, None if aligned else 1)
-    else:  # explicit parameters: the tuner and ablations
-        vec = params["VEC"]
-        pipe = device.pipelines.get(fam.template, {"OP(x,y)": BINARY_OPS[op], "VEC": vec, "ITEMS": params["ITEMS"]},
-                                    local_size=(params["WG"], 1, 1), push_size=_PUSH.size)
+    params = fam.resolve({"n": n}, params)
+    a, b, out = address(a), address(b), address(out)
+    vec = params["VEC"] if (a | b | out) & 15 == 0 else 1  # vector loads need 16-byte aligned addresses
+    _launch_binary(device, fam.kernel(params, op, vec), params, vec, a, b, out, n, alpha, op)
+
+
+def _launch_binary(device, pipe, params: dict, vec: int, a: int, b: int, out: int, n: int, alpha: float, label: str):
     per_group = params["WG"] * params["ITEMS"] * vec
     groups = grid_1d((n + per_group - 1) // per_group, device.facts.max_workgroup_count[0])
-    device.stream.dispatch(pipe, groups, _PUSH.pack(a.address, b.address, out.address, n, alpha), op)
+    device.stream.dispatch(pipe, groups, _PUSH.pack(a, b, out, n, alpha), label)
 
 
 def add(device, a, b, out, n: int, alpha: float = 1.0, params: dict | None = None):
     binary(device, "add", a, b, out, n, alpha, params)
 
 
-# ============================================================== dtypes
-@dataclass(frozen=True)
-class DType:
-    name: str
-    code: int        # DT code in elementwise_nd.comp
-    itemsize: int
-    kind: str        # "f" floating, "i" integer, "b" bool
-    feature: str | None  # device.facts.features key it needs
-    define: str | None   # USE_* define that enables its storage extension
-
-
-DTYPES = {
-    "float32": DType("float32", 0, 4, "f", None, None),
-    "float16": DType("float16", 1, 2, "f", "storage_16bit", "USE_F16"),
-    "int64": DType("int64", 2, 8, "i", "shader_int64", "USE_I64"),
-    "int32": DType("int32", 3, 4, "i", None, None),
-    "bool": DType("bool", 4, 1, "b", "storage_8bit", "USE_U8"),
-    # raw 16-bit words (the high half of a float32), computed in float32: no bf16 arithmetic needed
-    "bfloat16": DType("bfloat16", 5, 2, "f", "storage_16bit", "USE_F16"),
-}
+# ============================================================== dtypes (the one table: dtypes.py)
 _ALIASES = {"float": "float32", "half": "float16", "long": "int64", "int": "int32", "bool_": "bool",
             "f4": "float32", "f2": "float16", "i8": "int64", "i4": "int32", "?": "bool",
             "bf16": "bfloat16"}
@@ -170,12 +157,6 @@ OPS: dict[str, OpSpec] = {
     "log": _u("log(a)", **_F),
     "sqrt": _u("sqrt(a)", **_F),
     "rsqrt": _u("inversesqrt(a)", **_F),
-    "relu": _u("(a < CT(0) ? CT(0) : a)"),
-    "gelu": _u("a * tvk_ncdf(a)", **_F),
-    "gelu_tanh": _u("tvk_gelu_tanh(a)", **_F),
-    "silu": _u("a / (1.0 + exp(-a))", **_F),
-    "sigmoid": _u("tvk_sigmoid(a)", **_F),
-    "tanh": _u("tvk_tanh(a)", **_F),
     "pow_scalar": _u("TVK_POW(a, S(0))", nscalars=1),       # x ** s
     "rpow_scalar": _u("TVK_POW(S(0), a)", nscalars=1),      # s ** x
     "clamp": _u("tvk_min(tvk_max(a, S(0)), S(1))", nscalars=2, unbounded=("lo", "hi")),
@@ -223,17 +204,13 @@ OPS: dict[str, OpSpec] = {
     "sinc": _u("tvk_sinc(a)", **_F),
     "logit": _u("tvk_logit(a, S(0))", nscalars=1, defaults=(-1.0,), **_F),   # eps < 0: no clamp
     "angle": _u("(isnan(a) ? a : (a < 0.0 ? TVK_PI : 0.0))", **_F),
-    # activations
+    # activations with parameters (the scalar-free ones come from activations.py, below)
     # elu: S = alpha * scale, scale, input_scale
     "elu": _u("(a <= 0.0 ? tvk_expm1(a * S(2)) * S(0) : a * S(1))", nscalars=3, **_F),
     "softplus": _u("(a * S(0) > S(1) ? a : tvk_log1p(exp(a * S(0))) / S(0))", nscalars=2, **_F),  # beta, threshold
     "hardshrink": _u("((a >= -S(0) && a <= S(0)) ? 0.0 : a)", nscalars=1, **_F),
     "softshrink": _u("(a > S(0) ? a - S(0) : (a < -S(0) ? a + S(0) : (isnan(a) ? a : 0.0)))", nscalars=1, **_F),
-    "hardsigmoid": _u("(tvk_relu6(a + 3.0) / 6.0)", **_F),
-    "hardswish": _u("(a * tvk_relu6(a + 3.0) / 6.0)", **_F),
-    "mish": _u("(a * tvk_tanh(tvk_log1p(exp(a))))", **_F),
     "threshold": _u("(a <= S(0) ? S(1) : a)", nscalars=2),                    # threshold, value
-    "log_sigmoid": _u("(min(a, 0.0) - tvk_log1p(exp(-abs(a))))", **_F),
     # binary arithmetic
     "add": _b("a + S(0) * b", nscalars=1, defaults=(1,)),
     "sub": _b("a - S(0) * b", nscalars=1, defaults=(1,)),
@@ -269,23 +246,13 @@ OPS: dict[str, OpSpec] = {
     "gt": _b("B2CT(a > b)", **_CMP),
     "ge": _b("B2CT(a >= b)", **_CMP),
     # backward helpers: a = grad, b = the forward input x (or its output y where named)
-    "relu_backward": _b("(b > CT(0) ? a : CT(0))"),
     "threshold_backward": _b("(b > S(0) ? a : CT(0))", nscalars=1, defaults=(0,)),
-    "gelu_backward": _b("a * tvk_gelu_grad(b)", **_F),
-    "gelu_tanh_backward": _b("a * tvk_gelu_tanh_grad(b)", **_F),
-    "silu_backward": _b("a * tvk_silu_grad(b)", **_F),
-    "sigmoid_backward": _b("a * b * (1.0 - b)", **_F),   # b = sigmoid output
-    "tanh_backward": _b("a * (1.0 - b * b)", **_F),      # b = tanh output
     "leaky_relu_backward": _b("(b > 0.0 ? a : a * S(0))", nscalars=1, defaults=(0.01,), **_F),
     # elu_backward: S = alpha * scale, scale, input_scale, whether b is elu's result (else its input)
     "elu_backward": _b("(b <= 0.0 ? (S(3) != 0.0 ? a * S(2) * (b + S(0)) : a * S(2) * S(0) * exp(b * S(2)))"
                        " : a * S(1))", nscalars=4, **_F),
     "softplus_backward": _b("(b * S(0) > S(1) ? a : a * tvk_sigmoid(b * S(0)))", nscalars=2, **_F),
     "shrink_backward": _b("((b >= -S(0) && b <= S(0)) ? 0.0 : a)", nscalars=1, **_F),   # hard and soft
-    "hardsigmoid_backward": _b("((b > -3.0 && b < 3.0) ? a / 6.0 : 0.0)", **_F),
-    "hardswish_backward": _b("(b < -3.0 ? 0.0 : (b <= 3.0 ? a * (b / 3.0 + 0.5) : a))", **_F),
-    "mish_backward": _b("a * tvk_mish_grad(b)", **_F),
-    "log_sigmoid_backward": _b("a * tvk_log_sigmoid_grad(b)", **_F),
     "logit_backward": _b("tvk_logit_grad(a, b, S(0))", nscalars=1, defaults=(-1.0,), **_F),
     "prelu_backward_weight": _b("(b > 0.0 ? 0.0 : b * a)", **_F),                 # a = grad, b = x
     "glu_backward_gate": OpSpec(3, "a * b * tvk_sigmoid(c) * (1.0 - tvk_sigmoid(c))", **_F),  # grad, first half, gate
@@ -296,24 +263,19 @@ OPS: dict[str, OpSpec] = {
     "addcdiv": OpSpec(3, "a + S(0) * b / c", nscalars=1, defaults=(1,), **_F),
 }
 
+
+def _activation_ops(act):
+    """An activation table entry as ops: `name` (a = x) and `name_backward` (a = the gradient,
+    b = the forward's input x or output y, as the entry says)."""
+    OPS[act.name] = _u(act.glsl("a"), float_only=act.ints != "keep")
+    if act.grad:
+        OPS[act.name + "_backward"] = _b(act.grad_glsl("a", "b"), float_only=act.ints != "keep")
+
+
+activations.each(_activation_ops)
+
 # float32 ops that the original binary kernel computes identically (contiguous fast path)
 _LEGACY = {"add", "sub", "mul", "div"}
-
-
-def result_dtype(op: str, *dtypes) -> str:
-    """A convenience default for the output dtype: bool for comparisons, else the compute type
-    (float32 when computed in float; every input float16 (or every one bfloat16) stays so)."""
-    spec = OPS[op]
-    if spec.bool_result:
-        return "bool"
-    names = [dtype_name(d) for d in dtypes]
-    ct = _promote(names, spec.float_only)
-    if ct == CT_FLOAT:
-        for half in ("float16", "bfloat16"):
-            if names and all(n == half for n in names):
-                return half
-        return "float32"
-    return "int64" if ct == CT_INT64 else "int32"
 
 
 def _promote(kinds, float_only=False) -> int:
@@ -378,14 +340,6 @@ class Operand:
         return self.strides == contiguous_strides(self.shape) or self.numel <= 1
 
 
-def contiguous_strides(shape) -> tuple:
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(strides))
-
-
 def broadcast_shapes(*shapes) -> tuple:
     """numpy/torch broadcasting of shapes (right-aligned, size 1 stretches)."""
     nd = max((len(s) for s in shapes), default=0)
@@ -446,49 +400,87 @@ _META_CACHE_MAX = 1024
 _PLAN_CACHE_MAX = 8192
 
 
+def compute_type(op: str, kinds, out_dtype: str, compute=None) -> int:
+    """The compute type (CT_*) of `op` over operands of these kinds (dtype names of tensors,
+    Python types of numbers): `compute` if given, else per OPS[op].compute (see the module docstring)."""
+    spec = OPS[op]
+    if compute is not None:
+        return _promote([dtype_name(compute)])
+    if spec.compute == "out":
+        return _promote([out_dtype], spec.float_only)
+    return _promote(kinds[1:] if spec.compute == "values" else kinds, spec.float_only)
+
+
+def defines(op: str, kinds, out_dtype: str, ct: int, params: dict, vec: int = 1, ndim: int = 0,
+            meta_buf: bool = False) -> dict:
+    """The defines of one N-d kernel (the runtime and the tuner target build them here): `op` over
+    operands of these kinds (dtype names of tensors, Python types of numbers pushed as scalars) in
+    compute type `ct`, written as out_dtype; contiguous (ndim 0: `vec` elements per load, the
+    tuned ITEMS) or strided over `ndim` dims (their sizes and strides pushed, or in a buffer when
+    `meta_buf`; the tuned ND_ITEMS)."""
+    spec = OPS[op]
+    tensors = [k for k in kinds if isinstance(k, str)]
+    out = {"NT": len(tensors), "DTO": DTYPES[out_dtype].code, "CT_KIND": ct,
+           "NS": spec.nscalars + len(kinds) - len(tensors), "OP_EXPR": spec.expr}
+    for i, name in enumerate(tensors):
+        out[f"DT{i}"] = DTYPES[name].code
+    t_i, s_i = 0, spec.nscalars  # tensor slots x0.., number operands S(k) after the op's own scalars
+    for name, kind in zip(("IN_A", "IN_B", "IN_C"), kinds):
+        if isinstance(kind, str):
+            out[name], t_i = f"x{t_i}", t_i + 1
+        else:
+            out[name], s_i = f"S({s_i})", s_i + 1
+    for name in {*tensors, out_dtype}:
+        if DTYPES[name].define:
+            out[DTYPES[name].define] = 1
+    if ct == CT_INT64:
+        out["USE_I64"] = 1
+    if ndim == 0:
+        out.update(CONTIG=1, ITEMS=params["ITEMS"], VEC=vec)
+    else:
+        out.update(CONTIG=0, NDIM=ndim, META_BUF=int(meta_buf), ITEMS=params["ND_ITEMS"])
+    return out
+
+
 class _Plan:
-    __slots__ = ("legacy", "contig", "n", "nt", "ct", "ns", "slots", "defines", "wg", "items",
-                 "vec_max", "pipes", "push_fmt", "meta", "meta_key", "outer", "label", "itemsizes")
+    __slots__ = ("legacy", "contig", "n", "nt", "ct", "ns", "kinds", "out_dtype", "ndim", "meta_buf", "params",
+                 "wg", "items", "vec_max", "pipes", "push_fmt", "meta", "meta_key", "outer", "label", "itemsizes")
 
 
 class Elementwise(Family):
-    """The N-d family. It shares the `elementwise` tuning entry (and its template checksum) with
-    the binary kernel: the contiguous path uses WG/VEC/ITEMS, the strided path ND_WG/ND_ITEMS."""
+    """The N-d family, tuned as `elementwise_nd`: the contiguous path uses WG/VEC/ITEMS, the
+    strided path ND_WG/ND_ITEMS. float32 add/sub/mul/div over contiguous operands run on the
+    binary kernel (Binary, tuned as `elementwise`)."""
 
-    TEMPLATE = "elementwise_nd.comp"
+    family = "elementwise_nd"
+    template = "elementwise_nd.comp"
 
     def __init__(self, device):
-        super().__init__(device, "elementwise", "elementwise_binary.comp")
+        Family.__init__(self, device)
         self.plans: dict = {}
         self.meta_bufs: dict = {}
         self.push_limit = min(128, device.facts.max_push_constants)
 
     # ---------------------------------------------------------------- planning
-    def plan(self, op: str, inputs: tuple, out: Operand, compute) -> _Plan:
+    def plan(self, op: str, inputs: tuple, out: Operand, compute, params: dict | None = None) -> _Plan:
         key = (op, tuple((x.shape, x.strides, x.dtype) if isinstance(x, Operand) else type(x) for x in inputs),
-               out.shape, out.strides, out.dtype, compute)
+               out.shape, out.strides, out.dtype, compute, tuple(sorted(params.items())) if params else None)
         pl = self.plans.get(key)
         if pl is None:
             if len(self.plans) >= _PLAN_CACHE_MAX:
                 self.plans.clear()
-            pl = self.plans[key] = self._make_plan(op, inputs, out, compute)
+            pl = self.plans[key] = self._make_plan(op, inputs, out, compute, params)
         return pl
 
-    def _make_plan(self, op, inputs, out, compute) -> _Plan:
+    def _make_plan(self, op, inputs, out, compute, params) -> _Plan:
         spec = OPS[op]
         feats = self.device.facts.features
         tensors = [x for x in inputs if isinstance(x, Operand)]
         shape = broadcast_shapes(out.shape, *(t.shape for t in tensors))
         if shape != out.shape:
             raise ValueError(f"{op}: output shape {out.shape} is not the broadcast shape {shape} of the operands")
-        # compute type
-        if compute is not None:
-            ct = _promote([dtype_name(compute)])
-        elif spec.compute == "out":
-            ct = _promote([out.dtype], spec.float_only)
-        else:
-            vals = inputs[1:] if spec.compute == "values" else inputs
-            ct = _promote([x.dtype if isinstance(x, Operand) else type(x) for x in vals], spec.float_only)
+        kinds = tuple(x.dtype if isinstance(x, Operand) else type(x) for x in inputs)
+        ct = compute_type(op, kinds, out.dtype, compute)
         used = {t.dtype for t in tensors} | {out.dtype}
         for name in used:
             need = DTYPES[name].feature
@@ -502,32 +494,13 @@ class Elementwise(Family):
         pl.nt = len(tensors)
         pl.ct = ct
         pl.ns = spec.nscalars + (len(inputs) - len(tensors))
+        pl.kinds, pl.out_dtype = kinds, out.dtype
         pl.n = math.prod(shape)
         if pl.n == 0:
             return pl
         if pl.n >= 1 << 32:
             raise ValueError(f"{op}: {pl.n} elements; the elementwise kernels index with 32 bits")
         pl.itemsizes = tuple(t.itemsize for t in tensors) + (out.itemsize,)
-        # operand expressions: tensor slot values x0.., scalar operands S(k)
-        ins, t_i, s_i = [], 0, spec.nscalars
-        for x in inputs:
-            if isinstance(x, Operand):
-                ins.append(f"x{t_i}")
-                t_i += 1
-            else:
-                ins.append(f"S({s_i})")
-                s_i += 1
-        defines = {"NT": pl.nt, "DTO": DTYPES[out.dtype].code, "CT_KIND": ct, "NS": pl.ns,
-                   "OP_EXPR": spec.expr}
-        for i, t in enumerate(tensors):
-            defines[f"DT{i}"] = DTYPES[t.dtype].code
-        for name, expr in zip(("IN_A", "IN_B", "IN_C"), ins):
-            defines[name] = expr
-        for name in used:
-            if DTYPES[name].define:
-                defines[DTYPES[name].define] = 1
-        if ct == CT_INT64:
-            defines["USE_I64"] = 1
 
         # layout
         strides = [_expand_strides(t.shape, t.strides, shape) for t in tensors]
@@ -538,19 +511,20 @@ class Elementwise(Family):
             raise ValueError(f"{op}: the output has broadcast (stride 0) dims; it must not overlap itself")
         cshape, cstrides = collapse_dims(shape, strides)
         pl.contig = all(all(s == 1 for s in st) for st in cstrides) and len(cshape) <= 1
-        pl.legacy = (pl.contig and op in _LEGACY and ct == CT_FLOAT and pl.nt == 2 and len(inputs) == 2
-                     and all(t.dtype == "float32" for t in tensors) and out.dtype == "float32")
-        params, _ = self.params("small" if pl.n < SMALL else "large")
+        # explicit params are the N-d kernel's (the tuner's): they never take the binary kernel
+        pl.legacy = (params is None and pl.contig and op in _LEGACY and ct == CT_FLOAT and pl.nt == 2
+                     and len(inputs) == 2 and all(t.dtype == "float32" for t in tensors) and out.dtype == "float32")
+        owner = family(self.device, Binary) if pl.legacy else self
+        pl.params = owner.resolve({"n": pl.n}, params)
         pl.pipes = {}
         pl.outer = None
         pl.meta = None
         pl.meta_key = None
+        pl.ndim, pl.meta_buf = 0, False
         sc = _CT_PACK[ct] * pl.ns
         if pl.contig:
-            pl.wg, pl.items, pl.vec_max = params["WG"], params["ITEMS"], params["VEC"]
-            defines.update(CONTIG=1, ITEMS=pl.items)
-            pl.push_fmt = struct.Struct("<" + "Q" * (pl.nt + 1) + sc + "I")
-            pl.defines = defines
+            pl.wg, pl.items, pl.vec_max = pl.params["WG"], pl.params["ITEMS"], pl.params["VEC"]
+            pl.push_fmt = _PUSH if pl.legacy else struct.Struct("<" + "Q" * (pl.nt + 1) + sc + "I")
             return pl
         # strided: more than MAX_DIMS collapsed dims -> the host loops over the leading ones
         if len(cshape) > MAX_DIMS:
@@ -567,27 +541,26 @@ class Elementwise(Family):
             meta.extend(st)
         if any(v >= 1 << 32 for v in meta):
             raise ValueError(f"{op}: strides or sizes beyond 32 bits are not supported")
-        pl.wg, pl.items, pl.vec_max = params["ND_WG"], params["ND_ITEMS"], 1
+        pl.wg, pl.items, pl.vec_max = pl.params["ND_WG"], pl.params["ND_ITEMS"], 1
         inline = 8 * (pl.nt + 1) + struct.calcsize("<" + sc) + 4 + 4 * len(meta)
-        meta_buf = inline > self.push_limit
-        defines.update(CONTIG=0, NDIM=nd, META_BUF=int(meta_buf), ITEMS=pl.items)
-        if meta_buf:
+        pl.ndim, pl.meta_buf = nd, inline > self.push_limit
+        if pl.meta_buf:
             pl.push_fmt = struct.Struct("<" + "Q" * (pl.nt + 2) + sc + "I")
             pl.meta_key = tuple(meta)
         else:
             pl.push_fmt = struct.Struct("<" + "Q" * (pl.nt + 1) + sc + "I" + "I" * len(meta))
             pl.meta = tuple(meta)
-        pl.defines = defines
         return pl
 
     def pipe(self, pl: _Plan, vec: int):
         p = pl.pipes.get(vec)
         if p is None:
-            defines = dict(pl.defines)
-            if pl.contig:
-                defines["VEC"] = vec
-            p = pl.pipes[vec] = self.device.pipelines.get(self.TEMPLATE, defines, local_size=(pl.wg, 1, 1),
-                                                          push_size=pl.push_fmt.size)
+            if pl.legacy:
+                p = family(self.device, Binary).kernel(pl.params, pl.label, vec)
+            else:
+                kernel = defines(pl.label, pl.kinds, pl.out_dtype, pl.ct, pl.params, vec, pl.ndim, pl.meta_buf)
+                p = self.variant(kernel, pl.wg, pl.push_fmt.size)
+            pl.pipes[vec] = p
         return p
 
     def meta_buffer(self, key: tuple):
@@ -632,10 +605,12 @@ def _pyscalar(x):
     return int(x) if isinstance(x, numbers.Integral) else float(x)
 
 
-def elementwise(device, op: str, inputs, out: Operand, scalars=(), compute=None):
+def elementwise(device, op: str, inputs, out: Operand, scalars=(), compute=None, params: dict | None = None):
     """out = OPS[op](*inputs) with broadcasting. inputs: Operands or Python numbers (pushed as
     scalars); scalars: the op's own scalars (alpha, clamp bounds, fill value ...), defaulting to
-    OPS[op].defaults; compute: force the compute dtype ('float32', 'int64', 'int32')."""
+    OPS[op].defaults; compute: force the compute dtype ('float32', 'int64', 'int32'); params: an
+    explicit parameter set of the N-d kernel (WG, VEC, ITEMS, ND_WG, ND_ITEMS: the tuner), merged
+    over the tuned/default one."""
     spec = OPS.get(op)
     if spec is None:
         raise KeyError(f"unknown elementwise op {op!r}; known: {', '.join(sorted(OPS))}")
@@ -648,7 +623,7 @@ def elementwise(device, op: str, inputs, out: Operand, scalars=(), compute=None)
     if not isinstance(out, Operand):
         raise TypeError("out must be an Operand")
     fam = family(device, Elementwise)
-    pl = fam.plan(op, inputs, out, compute)
+    pl = fam.plan(op, inputs, out, compute, params)
     if pl.n == 0:
         return
     addrs = [x.address for x in inputs if isinstance(x, Operand)] + [out.address]
@@ -669,8 +644,9 @@ def launch(device, fam, pl, op: str, addrs, scalars, operand_scalars):
     spec = OPS[op]
     svals = _scalar_values(spec, pl.ct, scalars or spec.defaults, operand_scalars)
     if pl.legacy:
-        a, b, o = (_Addr(x) for x in addrs)
-        binary(device, op, a, b, o, pl.n, svals[0] if svals else 1.0)
+        a, b, o = addrs
+        vec = pl.vec_max if (a | b | o) & 15 == 0 else 1  # as binary(): 16-byte aligned vector loads
+        _launch_binary(device, fam.pipe(pl, vec), pl.params, vec, a, b, o, pl.n, svals[0] if svals else 1.0, op)
         return
     if pl.contig:
         vec = pl.vec_max
@@ -698,13 +674,6 @@ def launch(device, fam, pl, op: str, addrs, scalars, operand_scalars):
         moved = [addr + size * sum(i * s for i, s in zip(idx, st))
                  for addr, size, st in zip(addrs, pl.itemsizes, lead_strides)]
         device.stream.dispatch(pipe, groups, pl.push_fmt.pack(*moved, *tail), op)
-
-
-class _Addr:
-    __slots__ = ("address",)
-
-    def __init__(self, address):
-        self.address = address
 
 
 # ============================================================== public entry points
@@ -740,3 +709,101 @@ def fill(device, out: Operand, value):
 def copy(device, src: Operand, dst: Operand):
     """dst = src cast to dst.dtype; src broadcasts to dst; any strides (.contiguous(), .to())."""
     elementwise(device, "copy", (src,), dst)
+
+
+class ElementwiseNdTarget:
+    """What tvk-tune needs to tune the N-d kernel (see tvk_kernels/tune/targets.py): the float32
+    maximum of two contiguous arrays (the contiguous path: WG/VEC/ITEMS; maximum, since
+    add/sub/mul/div take the binary kernel) and a float32 copy of a transposed [rows, cols]
+    matrix (the strided path: ND_WG/ND_ITEMS)."""
+
+    family = "elementwise_nd"
+    template = "elementwise_nd.comp"
+    suites = {
+        "suite": [
+            {"n": 4096},
+            {"n": 1 << 20},
+            {"n": 1 << 24},
+            {"rows": 64, "cols": 64, "n": 4096},
+            {"rows": 1024, "cols": 1024, "n": 1 << 20},
+            {"rows": 4096, "cols": 4096, "n": 1 << 24},
+        ],
+        "tiny": [
+            {"n": 1000},
+            {"rows": 30, "cols": 40, "n": 1200},
+            {"n": 70_000},
+            {"rows": 300, "cols": 250, "n": 75_000},
+        ],
+    }
+
+    def prepare(self, device, shape, n_inputs=3, seed=0):
+        import numpy as np
+
+        from ..tune.targets import Case
+
+        n, transposed = shape["n"], "rows" in shape
+        dims = (shape["rows"], shape["cols"]) if transposed else (n,)
+        rng = np.random.default_rng(seed)
+        host = [[rng.standard_normal(dims, dtype=np.float32) for _ in range(1 if transposed else 2)]
+                for _ in range(n_inputs + 1)]
+        bufs = [[device.upload(a) for a in arrays] for arrays in host]
+        out = device.allocator.alloc(4 * n)
+        if transposed:  # out [cols, rows] = the input [rows, cols] read down its columns
+            rows, cols = dims
+            op, dst = "copy", Operand(out.address, (cols, rows))
+
+            def operands(i):
+                return (Operand(bufs[i][0].address, (cols, rows), (1, cols)),)
+
+            def want():
+                return host[-1][0].T
+        else:
+            op, dst = "maximum", Operand(out.address, dims)
+
+            def operands(i):
+                return tuple(Operand(b.address, dims) for b in bufs[i])
+
+            def want():
+                return np.maximum(*host[-1])
+
+        def run(params, i):
+            elementwise(device, op, operands(i), dst, params=params)
+
+        def check(params):
+            run(params, -1)  # the set never used for timing
+            expected = want()
+            got = device.download(out, np.float32, expected.shape)
+            return bool(np.array_equal(got, expected)), float(np.max(np.abs(got - expected)))
+
+        return Case(device, shape, run, check, [bufs, out])
+
+    @staticmethod
+    def work(shape, params) -> dict:
+        n, transposed = shape["n"], "rows" in shape
+        wg, per_thread = (params["ND_WG"], params["ND_ITEMS"]) if transposed else \
+            (params["WG"], params["VEC"] * params["ITEMS"])
+        return {"flops": n, "dram_bytes": (8 if transposed else 12) * n, "lds_bytes": 0,
+                "groups": -(-n // (wg * per_thread)), "invocations": wg, "lds_per_group": 0}
+
+    @staticmethod
+    def static_defines(params) -> tuple[dict, tuple, int | None]:
+        """The contiguous float32 maximum (the static model compiles one kernel per candidate)."""
+        kinds = ("float32", "float32")
+        kernel = defines("maximum", kinds, "float32", compute_type("maximum", kinds, "float32"), params, params["VEC"])
+        return kernel, (params["WG"], 1, 1), None
+
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """Kernels one tuned parameter set builds (tune/carry_over.py): a few ops and dtypes (ops whose
+        expressions need no helper, so older templates compile them too), contiguous at every vector
+        width the alignment fallback takes, and strided over 2 and 6 dims, shapes pushed or in a buffer."""
+        cases = [("copy", ("float32",), "float32"), ("add", ("float32", "float32"), "float32"),
+                 ("mul", ("float16", "float16"), "float16"), ("add", ("int64", int), "int64"),
+                 ("where", ("bool", "float32", "float32"), "float32")]
+        vecs = [v for v in (4, 2, 1) if v <= params["VEC"]]
+        layouts = [{"vec": v} for v in vecs] + [{"ndim": nd, "meta_buf": mb} for nd in (2, 6) for mb in (False, True)]
+        return [defines(op, kinds, out, compute_type(op, kinds, out), params, **layout)
+                for op, kinds, out in cases for layout in layouts]
+
+
+TUNE_TARGET = ElementwiseNdTarget()

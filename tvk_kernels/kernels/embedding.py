@@ -15,38 +15,25 @@ from __future__ import annotations
 
 import struct
 
-from ..errors import InvalidConfigError
-from .launch import Family, family, grid_1d
+from .launch import Family, address, family, grid_1d, positive, powers_of_two
 
 _PUSH = struct.Struct("<QQQQIIIIiIII")
 MODE_FWD, MODE_SCAN, MODE_KEYS, MODE_SORT, MODE_STEP, MODE_MERGE, MODE_SEGSUM, MODE_ZERO = range(8)
-SMALL = 4096
-
-
-def _addr(x) -> int:
-    return x if isinstance(x, int) else x.address
-
-
-def _bucket(n: int) -> str:
-    return "small" if n < SMALL else "large"
 
 
 class Embedding(Family):
-    def __init__(self, device):
-        super().__init__(device, "embedding", "embedding.comp")
+    family = "embedding"
+    template = "embedding.comp"
 
-    def variant(self, mode: int, wg: int, vec: int = 1, items: int = 1, explicit: bool = False):
-        def build():
-            if mode in (MODE_SORT, MODE_STEP, MODE_MERGE, MODE_KEYS) and wg & (wg - 1):
-                raise InvalidConfigError(f"SORT_WG={wg} must be a power of two (bitonic sort)")
-            shared = 16 * wg if mode in (MODE_SORT, MODE_MERGE) else 0
-            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, push_size=_PUSH.size)
-            defines = {"MODE": mode, "WG": wg, "VEC": vec, "ITEMS": items}
-            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
+    def check_config(self, params: dict) -> dict:
+        positive(self.family, params, "WG", "VEC", "ITEMS", "BWD_WG")
+        return powers_of_two(self.family, params, "SORT_WG")  # bitonic sort
 
-        if explicit:
-            return build()
-        return self.pipeline((mode, wg, vec, items), build)
+    def mode_variant(self, mode: int, wg: int, vec: int = 1, items: int = 1):
+        """The template for one MODE, with its shared memory (the sort's blocks)."""
+        shared = 16 * wg if mode in (MODE_SORT, MODE_MERGE) else 0
+        return self.variant({"MODE": mode, "WG": wg, "VEC": vec, "ITEMS": items}, wg, _PUSH.size,
+                            shared_bytes=shared)
 
 
 def _push(a=0, idx=0, c=0, keys=0, n=0, D=0, V=0, ws=0, pad=-1, k=0, j=0, N=0) -> bytes:
@@ -64,15 +51,13 @@ def embedding_forward(device, weight, indices, out, n: int, V: int, D: int, *, w
         return
     fam = family(device, Embedding)
     ws = D if weight_stride is None else weight_stride
-    explicit = params is not None
-    if params is None:
-        params, _ = fam.params(_bucket(n))
-    wa, ia, oa = _addr(weight), _addr(indices), _addr(out)
+    params = fam.resolve({"n": n}, params)
+    wa, ia, oa = address(weight), address(indices), address(out)
     vec = params["VEC"]
     while vec > 1 and (D % vec or ws % vec or (wa | oa) & (4 * vec - 1)):
         vec //= 2
     wg, items = params["WG"], params["ITEMS"]
-    pipe = fam.variant(MODE_FWD, wg, vec, items, explicit)
+    pipe = fam.mode_variant(MODE_FWD, wg, vec, items)
     per_group = wg * items
     groups = grid_1d((n * (D // vec) + per_group - 1) // per_group, _max_x(device))
     device.stream.dispatch(pipe, groups, _push(a=wa, idx=ia, c=oa, n=n, D=D, V=V, ws=ws), "embedding_fwd")
@@ -81,14 +66,11 @@ def embedding_forward(device, weight, indices, out, n: int, V: int, D: int, *, w
 def embedding_zero(device, grad_weight, V: int, D: int, *, weight_stride: int | None = None, params: dict | None = None):
     """grad_weight[:V, :D] = 0."""
     fam = family(device, Embedding)
-    explicit = params is not None
-    if params is None:
-        params, _ = fam.params("small")
-    wg = params["WG"]
-    pipe = fam.variant(MODE_ZERO, wg, explicit=explicit)
+    wg = fam.resolve("small", params)["WG"]  # a fill: its WG is the small bucket's (no shape of its own)
+    pipe = fam.mode_variant(MODE_ZERO, wg)
     groups = grid_1d((V * D + wg - 1) // wg, _max_x(device))
     ws = D if weight_stride is None else weight_stride
-    device.stream.dispatch(pipe, groups, _push(c=_addr(grad_weight), V=V, D=D, ws=ws), "embedding_zero")
+    device.stream.dispatch(pipe, groups, _push(c=address(grad_weight), V=V, D=D, ws=ws), "embedding_zero")
 
 
 def embedding_backward(device, grad_out, indices, grad_weight, n: int, V: int, D: int, *,
@@ -102,9 +84,7 @@ def embedding_backward(device, grad_out, indices, grad_weight, n: int, V: int, D
     if V <= 0 or D <= 0:
         return
     fam = family(device, Embedding)
-    explicit = params is not None
-    if params is None:
-        params, _ = fam.params(_bucket(n))
+    config = fam.resolve({"n": n}, params)
     if strategy not in (None, "scan", "sort"):
         raise ValueError(f"strategy must be 'scan' or 'sort', not {strategy!r}")
     ws = D if weight_stride is None else weight_stride
@@ -114,21 +94,21 @@ def embedding_backward(device, grad_out, indices, grad_weight, n: int, V: int, D
         if not 0 <= pad < V:
             raise ValueError(f"padding_idx {padding_idx} is outside the {V} rows")
     if not accumulate:
-        embedding_zero(device, grad_weight, V, D, weight_stride=ws, params=params if explicit else None)
+        embedding_zero(device, grad_weight, V, D, weight_stride=ws, params=params)  # its own bucket
     if n <= 0:
         return
     if strategy is None:
-        strategy = "scan" if n <= params["SCAN_MAX"] else "sort"
-    ga, ia, gwa = _addr(grad_out), _addr(indices), _addr(grad_weight)
-    bwg = params["BWD_WG"]
+        strategy = "scan" if n <= config["SCAN_MAX"] else "sort"
+    ga, ia, gwa = address(grad_out), address(indices), address(grad_weight)
+    bwg = config["BWD_WG"]
     if strategy == "scan":
-        pipe = fam.variant(MODE_SCAN, bwg, explicit=explicit)
+        pipe = fam.mode_variant(MODE_SCAN, bwg)
         device.stream.dispatch(pipe, grid_1d(n, _max_x(device)),
                                _push(a=ga, idx=ia, c=gwa, n=n, D=D, V=V, ws=ws, pad=pad), "embedding_bwd_scan")
         return
     if n >= 1 << 31 or V >= (1 << 32) - 1:
         raise ValueError("the sort path needs n < 2^31 and V < 2^32 - 1")
-    swg = params["SORT_WG"]
+    swg = config["SORT_WG"]
     B = 2 * swg
     N = max(B, 1 << (n - 1).bit_length())
     keys = device.allocator.alloc(8 * N)
@@ -136,12 +116,12 @@ def embedding_backward(device, grad_out, indices, grad_weight, n: int, V: int, D
     ka = keys.address
     mx = _max_x(device)
     base = dict(a=ga, idx=ia, c=gwa, keys=ka, n=n, D=D, V=V, ws=ws, pad=pad, N=N)
-    device.stream.dispatch(fam.variant(MODE_KEYS, swg, explicit=explicit), grid_1d(N // swg, mx),
+    device.stream.dispatch(fam.mode_variant(MODE_KEYS, swg), grid_1d(N // swg, mx),
                            _push(**base), "embedding_bwd_keys")
-    device.stream.dispatch(fam.variant(MODE_SORT, swg, explicit=explicit), grid_1d(N // B, mx),
+    device.stream.dispatch(fam.mode_variant(MODE_SORT, swg), grid_1d(N // B, mx),
                            _push(**base), "embedding_bwd_sort")
-    step = fam.variant(MODE_STEP, swg, explicit=explicit)
-    merge = fam.variant(MODE_MERGE, swg, explicit=explicit)
+    step = fam.mode_variant(MODE_STEP, swg)
+    merge = fam.mode_variant(MODE_MERGE, swg)
     k = 2 * B
     while k <= N:
         j = k // 2
@@ -150,5 +130,5 @@ def embedding_backward(device, grad_out, indices, grad_weight, n: int, V: int, D
             j //= 2
         device.stream.dispatch(merge, grid_1d(N // B, mx), _push(**base, k=k), "embedding_bwd_sort")
         k *= 2
-    device.stream.dispatch(fam.variant(MODE_SEGSUM, bwg, explicit=explicit), grid_1d(n, mx),
+    device.stream.dispatch(fam.mode_variant(MODE_SEGSUM, bwg), grid_1d(n, mx),
                            _push(**base), "embedding_bwd_segsum")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 
 from ..errors import TVKError
-from .launch import Family, family, grid_1d
+from .launch import Family, address, family, grid_1d
 
 _PUSH = struct.Struct("<QQqqIII")
 WG = 128
@@ -54,15 +54,8 @@ _KINDS = {
 
 
 class IndexCheck(Family):
-    def __init__(self, device):
-        super().__init__(device, "index_check", "index_check.comp")
-        self._by_bits: dict = {}
-
-    def variant(self, index_bits: int):
-        pipe = self._by_bits.get(index_bits)  # a plain lookup: this runs before every embedding
-        if pipe is None:
-            pipe = self._by_bits[index_bits] = self.workgroup_variant({"INDEX_BITS": index_bits}, WG, _PUSH.size)
-        return pipe
+    family = "index_check"
+    template = "index_check.comp"
 
 
 def site(device, op: str, kind: str, dim: int | None = None) -> int:
@@ -79,11 +72,11 @@ def _explain(key, value: int, bound: int) -> OutOfRangeError:
 def check_indices(device, indices, n: int, bound: int, site_id: int, *, int32: bool = False,
                   ignore: int | None = None):
     """Report (at the next sync point) the first of n indices outside [0, bound) and not `ignore`."""
-    pipe = family(device, IndexCheck).variant(32 if int32 else 64)
-    address = indices if isinstance(indices, int) else indices.address
+    pipe = family(device, IndexCheck).variant({"INDEX_BITS": 32 if int32 else 64}, WG, _PUSH.size)
+    base, size = address(indices), 4 if int32 else 8
     word, skip = device.errors.address, 0 if ignore is None else ignore
     for start in range(0, n, CHUNK):
         count = min(n - start, CHUNK)
         groups = grid_1d(min((count + WG - 1) // WG, MAX_GROUPS), device.facts.max_workgroup_count[0])
-        device.stream.dispatch(pipe, groups, _PUSH.pack(address + start * (4 if int32 else 8), word, bound, skip, count,
-                                                        site_id, ignore is not None), "index_check")
+        push = _PUSH.pack(base + start * size, word, bound, skip, count, site_id, ignore is not None)
+        device.stream.dispatch(pipe, groups, push, "index_check")

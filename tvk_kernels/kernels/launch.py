@@ -13,10 +13,11 @@ from __future__ import annotations
 import operator
 from functools import lru_cache
 
+from .. import benchmark_mode
 from ..config import constraint_problems, generation, lookup
 from ..errors import InvalidConfigError
 from ..runtime.compiler import template_checksum
-from ..search_space import bucket_of, search_space, with_derived
+from ..search_space import bucket_of, limits, search_space, with_derived
 
 
 def grid_1d(groups: int, max_x: int = 65535) -> tuple[int, int, int]:
@@ -33,9 +34,19 @@ def pow2ceil(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
+def powers_of_two(family: str, params: dict, *names: str) -> dict:
+    """A family's rule (check_config): these parameters are powers of two (tree reductions
+    and bitonic steps halve them). Returns `params`."""
+    for name in names:
+        value = params[name]
+        if value < 1 or value & (value - 1):
+            raise InvalidConfigError(f"{family}: {name}={value} must be a power of two; pass another {name}")
+    return params
+
+
 def address(x) -> int:
-    """A device address from an int or anything with `.address` (a Buffer)."""
-    return int(getattr(x, "address", x))
+    """A device address from an int or anything with `.address` (a Buffer); None (no buffer) is 0."""
+    return 0 if x is None else int(getattr(x, "address", x))
 
 
 @lru_cache(maxsize=8192)  # a training step asks for the same few shapes every time
@@ -49,15 +60,14 @@ class Family:
     family = ""    # tuning/<family>.json: search space, buckets, defaults
     template = ""  # templates/<template>: the tuned configs' checksum is this file's (and its includes')
 
-    def __init__(self, device, family: str | None = None, template: str | None = None):
+    def __init__(self, device):
         self.device = device
-        if family is not None:  # transition: families not yet converted pass their names
-            self.family, self.template = family, template
         self.checksum = template_checksum(self.template)
         self._generation = generation()
         self._params: dict = {}    # bucket -> (params, source)
         self._resolved: dict = {}  # (bucket, explicit items) -> checked params with derived values
         self._pipelines: dict = {}
+        self._benchmarked: dict = {}  # exact key -> params, benchmark mode
 
     def bucket(self, shape: dict) -> str:
         """The shape's bucket: the first of tuning/<family>.json's "buckets" whose expression holds."""
@@ -81,13 +91,25 @@ class Family:
         included. Raises InvalidConfigError for explicit parameters this device cannot run."""
         bucket = shape if isinstance(shape, str) else self.bucket(shape)
         key = (bucket, tuple(sorted(explicit.items())) if explicit else None)
-        p = self._resolved.get(key)
+        try:
+            p = self._resolved.get(key)
+        except TypeError:  # an unhashable value (a list, a dict): not a parameter
+            self.validate({**self.params(bucket)[0], **explicit})
+            raise
         if p is None or self._generation != generation():
             base = self.params(bucket)[0]
             merged = {**base, **explicit} if explicit else dict(base)
             if explicit:
                 merged = self.validate(merged)
             p = self._resolved[key] = with_derived(search_space(self.family), merged)
+        return p
+
+    def benchmarked(self, key: tuple, shape: dict, run) -> dict:
+        """Benchmark mode (tvk_kernels/benchmark_mode.py): the fastest config for this exact key,
+        timed once with `run(params)` on the call's buffers, then reused (also by later processes)."""
+        p = self._benchmarked.get(key)
+        if p is None or self._generation != generation():
+            p = self._benchmarked[key] = benchmark_mode.best(self, key, shape, run)
         return p
 
     def validate(self, params: dict) -> dict:
@@ -103,8 +125,16 @@ class Family:
                 raise InvalidConfigError(f"{self.family}: parameter {name}={value} must not be negative")
         problems = constraint_problems(self.family, params, self.device.facts)
         if problems:
-            raise InvalidConfigError(f"{self.family} parameters {params} do not fit {self.device.facts.name}: "
-                                     + "; ".join(problems))
+            space = search_space(self.family)
+            try:
+                derived = {k: v for k, v in with_derived(space, params).items() if k in space.get("derived", {})}
+            except ArithmeticError:
+                derived = {}
+            facts = {k: v for k, v in limits(self.device.facts).items() if k.startswith("max_")}
+            raise InvalidConfigError(
+                f"{self.family} parameters {params} do not fit {self.device.facts.name}: " + "; ".join(problems)
+                + (f" (derived: {derived})" if derived else "") + f"; device limits {facts}. Pass parameters "
+                f"within tuning/{self.family}.json's constraints, or params=None for the tuned config.")
         return self.check_config(params)
 
     def check_config(self, params: dict) -> dict:
@@ -117,8 +147,10 @@ class Family:
         constants and workgroup (an int: 1-D), device limits checked, built once."""
         if isinstance(local_size, int):
             local_size = (local_size, 1, 1)
-        key = (template, tuple(sorted(defines.items())), local_size, push_size, shared_bytes,
-               tuple(sorted(spec.items())) if spec else (), subgroup_size)
+        # insertion order, not sorted: a call site builds its dicts the same way every time (sorting
+        # cost a third of a cached launch); another order only adds a memo entry for the same pipeline
+        key = (template, tuple(defines.items()), local_size, push_size, shared_bytes,
+               tuple(spec.items()) if spec else (), subgroup_size)
         p = self._pipelines.get(key)
         if p is None:
             pipelines = self.device.pipelines
@@ -126,16 +158,6 @@ class Family:
                                    push_size=push_size)
             p = self._pipelines[key] = pipelines.get(template or self.template, defines, local_size=local_size,
                                                      push_size=push_size, spec=spec, subgroup_size=subgroup_size)
-        return p
-
-    # transition: removed once every family uses resolve/variant
-    def workgroup_variant(self, defines: dict, wg: int, push_size: int, shared_bytes: int = 0):
-        return Family.variant(self, defines, wg, push_size, shared_bytes)
-
-    def pipeline(self, key, build):
-        p = self._pipelines.get(key)
-        if p is None:
-            p = self._pipelines[key] = build()
         return p
 
 
@@ -149,3 +171,12 @@ def family(device, cls):
     if f is None:
         f = _families[key] = cls(device)
     return f
+
+
+def positive(family: str, params: dict, *names: str) -> dict:
+    """A family's rule (check_config): these parameters are at least 1 (a local size, tile or
+    count of 0 launches nothing or never finishes). Returns `params`."""
+    for name in names:
+        if params[name] < 1:
+            raise InvalidConfigError(f"{family}: {name}={params[name]} must be a positive int; pass another {name}")
+    return params

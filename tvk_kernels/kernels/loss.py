@@ -12,18 +12,11 @@ from __future__ import annotations
 import struct
 
 from ..errors import InvalidConfigError
-from .launch import Family, family, grid_1d
+from .launch import Family, address, family, grid_1d, positive, pow2ceil, powers_of_two
 
 _PUSH = struct.Struct("<QQQQQQQIIifI")
 MODE_NLL_ROWS, MODE_CE_ROWS, MODE_REDUCE, MODE_NLL_BWD, MODE_CE_BWD = range(5)
 REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
-SMALL_C = 128
-
-
-def _addr(x) -> int:
-    if x is None:
-        return 0
-    return x if isinstance(x, int) else x.address
 
 
 def _reduction(reduction: str) -> int:
@@ -34,24 +27,22 @@ def _reduction(reduction: str) -> int:
 
 
 class Loss(Family):
-    def __init__(self, device):
-        super().__init__(device, "loss", "loss.comp")
+    family = "loss"
+    template = "loss.comp"
 
-    def bucket(self, C: int) -> str:
-        return "small_c" if C < SMALL_C else "large_c"
+    def check_config(self, params: dict) -> dict:
+        """Tree reductions: over RED_WG, and over each row's TPR lanes of a CE_WG workgroup."""
+        positive(self.family, params, "WG", "CE_WG")
+        powers_of_two(self.family, params, "TPR", "RED_WG")
+        if params["CE_WG"] % params["TPR"]:
+            raise InvalidConfigError(f"loss: TPR={params['TPR']} must divide CE_WG={params['CE_WG']}; "
+                                     f"pass a smaller TPR")
+        return params
 
-    def variant(self, mode: int, wg: int, tpr: int = 1, explicit: bool = False):
-        def build():
-            if mode == MODE_CE_ROWS and (tpr < 1 or wg % tpr or tpr & (tpr - 1)):
-                raise InvalidConfigError(f"TPR={tpr} must be a power of two dividing WG={wg}")
-            if mode == MODE_REDUCE and wg & (wg - 1):
-                raise InvalidConfigError(f"RED_WG={wg} must be a power of two (tree reduction)")
-            shared = 16 * wg if mode == MODE_CE_ROWS and tpr > 1 else (8 * wg if mode == MODE_REDUCE else 0)
-            self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, push_size=_PUSH.size)
-            defines = {"MODE": mode, "WG": wg, "TPR": tpr}
-            return self.device.pipelines.get(self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)
-
-        return build() if explicit else self.pipeline((mode, wg, tpr), build)
+    def mode_variant(self, mode: int, wg: int, tpr: int = 1):
+        """The template for one MODE, with its shared memory (the row and reduce trees)."""
+        shared = 16 * wg if mode == MODE_CE_ROWS and tpr > 1 else (8 * wg if mode == MODE_REDUCE else 0)
+        return self.variant({"MODE": mode, "WG": wg, "TPR": tpr}, wg, _PUSH.size, shared_bytes=shared)
 
 
 def _push(x=0, target=0, weight=0, a=0, b=0, lse=0, aux=0, N=0, C=0, ignore_index=-100, smoothing=0.0, reduction=0):
@@ -60,15 +51,12 @@ def _push(x=0, target=0, weight=0, a=0, b=0, lse=0, aux=0, N=0, C=0, ignore_inde
 
 def _setup(device, C, params):
     fam = family(device, Loss)
-    explicit = params is not None
-    if params is None:
-        params, _ = fam.params(fam.bucket(C))
-    return fam, params, explicit
+    return fam, fam.resolve({"C": C}, params)
 
 
-def _reduce(device, fam, params, explicit, rows_loss, rows_w, out, total_weight, N, red):
+def _reduce(device, fam, params, rows_loss, rows_w, out, total_weight, N, red):
     wg = params["RED_WG"]
-    pipe = fam.variant(MODE_REDUCE, wg, explicit=explicit)
+    pipe = fam.mode_variant(MODE_REDUCE, wg)
     device.stream.dispatch(pipe, (1, 1, 1), _push(a=rows_loss, b=rows_w, lse=out, aux=total_weight, N=N, reduction=red),
                            "loss_reduce")
 
@@ -84,19 +72,19 @@ def nll_loss_forward(device, logp, target, out, total_weight, N: int, C: int, *,
     """out = nll_loss(logp, target): [1] float for mean/sum, [N] for none.
     total_weight ([1] float, torch's second output) receives the sum of target weights (mean/sum)."""
     red = _reduction(reduction)
-    fam, params, explicit = _setup(device, C, params)
+    fam, params = _setup(device, C, params)
     if red == 0:
-        rows_loss, rows_w = _addr(out), 0
+        rows_loss, rows_w = address(out), 0
     else:
         rows_loss, rows_w = _scratch(device, N)
     if N > 0:
         wg = params["WG"]
-        pipe = fam.variant(MODE_NLL_ROWS, wg, explicit=explicit)
+        pipe = fam.mode_variant(MODE_NLL_ROWS, wg)
         device.stream.dispatch(pipe, grid_1d((N + wg - 1) // wg, device.facts.max_workgroup_count[0]),
-                               _push(x=_addr(logp), target=_addr(target), weight=_addr(weight), a=rows_loss, b=rows_w,
-                                     N=N, C=C, ignore_index=ignore_index, reduction=red), "nll_fwd")
+                               _push(x=address(logp), target=address(target), weight=address(weight), a=rows_loss,
+                                     b=rows_w, N=N, C=C, ignore_index=ignore_index, reduction=red), "nll_fwd")
     if red != 0:
-        _reduce(device, fam, params, explicit, rows_loss, rows_w, _addr(out), _addr(total_weight), N, red)
+        _reduce(device, fam, params, rows_loss, rows_w, address(out), address(total_weight), N, red)
 
 
 def nll_loss_backward(device, grad_out, target, total_weight, grad_input, N: int, C: int, *, weight=None,
@@ -104,21 +92,22 @@ def nll_loss_backward(device, grad_out, target, total_weight, grad_input, N: int
     """grad_input [N, C] of nll_loss; grad_out is [1] (mean/sum) or [N] (none); total_weight is the
     forward's."""
     red = _reduction(reduction)
-    fam, params, explicit = _setup(device, C, params)
-    _elementwise_bwd(device, fam, params, explicit, MODE_NLL_BWD, 0, target, weight, grad_out, grad_input, 0,
+    fam, params = _setup(device, C, params)
+    _elementwise_bwd(device, fam, params, MODE_NLL_BWD, 0, target, weight, grad_out, grad_input, 0,
                      total_weight, N, C, ignore_index, 0.0, red, "nll_bwd")
 
 
-def _elementwise_bwd(device, fam, params, explicit, mode, x, target, weight, grad_out, grad_input, lse, aux, N, C,
+def _elementwise_bwd(device, fam, params, mode, x, target, weight, grad_out, grad_input, lse, aux, N, C,
                      ignore_index, smoothing, red, label):
     if N * C == 0:
         return
     wg = params["WG"]
-    pipe = fam.variant(mode, wg, explicit=explicit)
+    pipe = fam.mode_variant(mode, wg)
     groups = grid_1d((N * C + wg - 1) // wg, device.facts.max_workgroup_count[0])
-    device.stream.dispatch(pipe, groups, _push(x=_addr(x), target=_addr(target), weight=_addr(weight), a=_addr(grad_out),
-                                               b=_addr(grad_input), lse=_addr(lse), aux=_addr(aux), N=N, C=C,
-                                               ignore_index=ignore_index, smoothing=smoothing, reduction=red), label)
+    push = _push(x=address(x), target=address(target), weight=address(weight), a=address(grad_out),
+                 b=address(grad_input), lse=address(lse), aux=address(aux), N=N, C=C, ignore_index=ignore_index,
+                 smoothing=smoothing, reduction=red)
+    device.stream.dispatch(pipe, groups, push, label)
 
 
 def cross_entropy_forward(device, logits, target, out, N: int, C: int, *, weight=None, reduction: str = "mean",
@@ -131,28 +120,26 @@ def cross_entropy_forward(device, logits, target, out, N: int, C: int, *, weight
     red = _reduction(reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
-    fam, params, explicit = _setup(device, C, params)
+    fam, params = _setup(device, C, params)
     if saved is None:
         saved = device.allocator.alloc(4 * (N + 2))
-    lse = _addr(saved)
+    lse = address(saved)
     aux = lse + 4 * N
     if red == 0:
-        rows_loss, rows_w = _addr(out), 0
+        rows_loss, rows_w = address(out), 0
     else:
         rows_loss, rows_w = _scratch(device, N)
     if N > 0:
-        wg, tpr = params["CE_WG"], min(params["TPR"], params["CE_WG"])
-        if not explicit:  # no idle lanes when a row is shorter than TPR
-            tpr = min(tpr, 1 << max(C - 1, 0).bit_length())
-        pipe = fam.variant(MODE_CE_ROWS, wg, tpr, explicit=explicit)
+        wg, tpr = params["CE_WG"], min(params["TPR"], pow2ceil(C))  # no idle lanes when a row is shorter than TPR
+        pipe = fam.mode_variant(MODE_CE_ROWS, wg, tpr)
         rows_per_group = wg // tpr
         groups = grid_1d((N + rows_per_group - 1) // rows_per_group, device.facts.max_workgroup_count[0])
-        device.stream.dispatch(pipe, groups, _push(x=_addr(logits), target=_addr(target), weight=_addr(weight),
+        device.stream.dispatch(pipe, groups, _push(x=address(logits), target=address(target), weight=address(weight),
                                                    a=rows_loss, b=rows_w, lse=lse, aux=aux, N=N, C=C,
                                                    ignore_index=ignore_index, smoothing=label_smoothing,
                                                    reduction=red), "cross_entropy_fwd")
     if red != 0:
-        _reduce(device, fam, params, explicit, rows_loss, rows_w, _addr(out), aux, N, red)
+        _reduce(device, fam, params, rows_loss, rows_w, address(out), aux, N, red)
     return saved
 
 
@@ -162,9 +149,9 @@ def cross_entropy_backward(device, grad_out, logits, target, saved, grad_input, 
     """grad_input [N, C] = d cross_entropy / d logits (softmax - onehot, weighted, smoothed, scaled);
     `saved` is what cross_entropy_forward returned."""
     red = _reduction(reduction)
-    fam, params, explicit = _setup(device, C, params)
-    lse = _addr(saved)
-    _elementwise_bwd(device, fam, params, explicit, MODE_CE_BWD, logits, target, weight, grad_out, grad_input, lse,
+    fam, params = _setup(device, C, params)
+    lse = address(saved)
+    _elementwise_bwd(device, fam, params, MODE_CE_BWD, logits, target, weight, grad_out, grad_input, lse,
                      lse + 4 * N, N, C, ignore_index, label_smoothing, red, "cross_entropy_bwd")
 
 
@@ -176,9 +163,9 @@ def cross_entropy_backward_from_log_probs(device, grad_out, log_probs, target, t
     cross-entropy backward with every row's logsumexp 0: log-probabilities are normalized).
     total_weight is nll_loss_forward's."""
     red = _reduction(reduction)
-    fam, params, explicit = _setup(device, C, params)
+    fam, params = _setup(device, C, params)
     zeros = device.allocator.alloc(4 * max(N, 1))
     device.stream.fill(zeros, 0)
     device.stream.keep_alive(zeros)
-    _elementwise_bwd(device, fam, params, explicit, MODE_CE_BWD, log_probs, target, weight, grad_out, grad_input,
+    _elementwise_bwd(device, fam, params, MODE_CE_BWD, log_probs, target, weight, grad_out, grad_input,
                      zeros.address, total_weight, N, C, ignore_index, 0.0, red, "cross_entropy_bwd")

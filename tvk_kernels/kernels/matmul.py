@@ -10,29 +10,25 @@ transposed and batch-broadcast (stride 0) views run without copies.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-import operator
 import struct
 import warnings
+from collections import ChainMap
 
-from ..config import arch_family, generation, search_space
+from .. import benchmark_mode
+from ..config import by_class, device_classes, generation
 from ..errors import InvalidConfigError, TVKError
-from ..search_space import bucket_suffix
+from ..search_space import param_values, search_space, with_derived
+from . import activations, dtypes
 from .launch import Family, family, grid_1d
 
-FAMILY = "matmul"
-TEMPLATE = "matmul.comp"
-COOP_TEMPLATE = "matmul_coopmat.comp"
-
 # dtype -> (DTYPE define, element bytes)
-DTYPES = {"float32": (0, 4), "float16": (1, 2), "bfloat16": (2, 2)}
+DTYPES = {n: (dtypes.DTYPES[n].code, dtypes.DTYPES[n].itemsize) for n in ("float32", "float16", "bfloat16")}
 _DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "float": "float32", "fp16": "float16", "f16": "float16",
                   "half": "float16", "bf16": "bfloat16"}
-# activation -> ACT define
-ACTIVATIONS = {None: 0, "none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4, "sigmoid": 5, "tanh": 6}
-PARAM_NAMES = ("BM", "BN", "BK", "TM", "TN", "VEC", "UNROLL", "PAD", "SUBGROUP")
+# activation -> the ACT define (its GLSL expression; None: none), from the activation table as it grows
+ACTIVATIONS = ChainMap({None: None, "none": None}, activations.EPILOGUES)
 
 # a, b, c, bias (uint64); M, N, K, batch; sAb sAm sAk; sBb sBk sBn; sCb sCm sCn; alpha; k_chunk; splits
 _PUSH = struct.Struct("<4Q4I9IfII")
@@ -41,114 +37,22 @@ _INT31 = 1 << 31
 _UINT32 = 1 << 32
 
 
-# ------------------------------------------------------------------ search space
-def _device_names(facts) -> dict:
+def defines(params: dict, *, mode: int = _MODE_GEMM, dtype_id: int = 0, a_kmajor: bool = True,
+            b_nmajor: bool = True, vec_a: int | None = None, vec_b: int | None = None, act: str | None = None) -> dict:
+    """The tiled kernel's defines for a config: the one set the runtime, the tuner and the RDNA1
+    check compile. vec_a/vec_b: the load widths chosen for the operands (default: the config's VEC)."""
     return {
-        "max_shared_memory": facts.max_shared_memory,
-        "max_workgroup_invocations": facts.max_workgroup_invocations,
-        "min_subgroup_size": facts.min_subgroup_size,
-        "max_subgroup_size": facts.max_subgroup_size,
-        "subgroup_size": facts.subgroup_size,
-        "subgroup_size_control": bool(facts.subgroup_size_control),
+        "BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "TM": params["TM"], "TN": params["TN"],
+        "UNROLL": params["UNROLL"], "PAD": params["PAD"],
+        "VEC_A": params["VEC"] if vec_a is None else vec_a, "VEC_B": params["VEC"] if vec_b is None else vec_b,
+        "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor), "DTYPE": dtype_id, "MODE": mode,
+        **activations.act_define(act if mode == _MODE_GEMM else None),
     }
 
 
-_SAFE = {"__builtins__": {}, "min": min, "max": max, "abs": abs, "True": True, "False": False}
-
-
-def _compile_check(space: dict):
-    """One function(params, device names) -> list of failed constraints, built from the json."""
-    derived = space.get("derived", {})
-    codes = [(name, compile(expr, f"<matmul derived {name}>", "eval")) for name, expr in derived.items()]
-    checks = [(expr, compile(expr, "<matmul constraint>", "eval")) for expr in space["constraints"]]
-
-    def failed(params: dict, dev: dict) -> list[str]:
-        env = dict(dev)
-        env.update(params)
-        for name, code in codes:
-            env[name] = eval(code, _SAFE, env)
-        out = []
-        for expr, code in checks:
-            try:
-                ok = eval(code, _SAFE, env)
-            except ZeroDivisionError:
-                ok = False
-            if not ok:
-                out.append(expr)
-        return out
-
-    return failed
-
-
-def derived(params: dict) -> dict:
-    """WG (invocations) and shared_bytes of a tiled candidate."""
-    env = dict(params)
-    for name, expr in search_space(FAMILY).get("derived", {}).items():
-        env[name] = eval(expr, _SAFE, env)
-    return {k: env[k] for k in search_space(FAMILY).get("derived", {})}
-
-
-def candidates(device, max_count: int | None = None) -> list[dict]:
-    """Every tiled-kernel parameter set of tuning/matmul.json that satisfies its constraints on `device`.
-
-    Each dict has the keys of PARAM_NAMES and can be passed as `params=` to `matmul`.
-    """
-    space = search_space(FAMILY)
-    names = list(space["params"])
-    failed = _compile_check(space)
-    dev = _device_names(device.facts)
-    out = []
-    for values in itertools.product(*(space["params"][n]["values"] for n in names)):
-        params = dict(zip(names, values))
-        if not failed(params, dev):
-            out.append(params)
-            if max_count is not None and len(out) >= max_count:
-                break
-    return out
-
-
-def validate_params(device, params: dict) -> dict:
-    """Raise InvalidConfigError unless `params` is a tiled candidate the device can run; returns it completed."""
-    missing = [n for n in PARAM_NAMES if n not in params and n != "SUBGROUP"]
-    if missing:
-        raise InvalidConfigError(f"matmul parameters lack {', '.join(missing)}; "
-                                 f"a candidate needs {', '.join(PARAM_NAMES)}")
-    p = {}
-    for n in PARAM_NAMES:
-        v = params.get(n, 0)
-        try:
-            if isinstance(v, bool):
-                raise TypeError
-            v = operator.index(v)
-        except TypeError:
-            raise InvalidConfigError(f"matmul parameter {n}={v!r} must be an integer") from None
-        if v < 0 or (v == 0 and n not in ("PAD", "SUBGROUP")):
-            raise InvalidConfigError(f"matmul parameter {n}={v!r} must be a positive integer")
-        p[n] = v
-    if p["VEC"] not in (1, 2, 4):
-        raise InvalidConfigError(f"matmul VEC={p['VEC']} must be 1, 2 or 4")
-    space = search_space(FAMILY)
-    if p["BM"] % p["TM"] or p["BN"] % p["TN"]:
-        raise InvalidConfigError(f"matmul tile BMxBN={p['BM']}x{p['BN']} is not a multiple of the per-thread tile "
-                                 f"TMxTN={p['TM']}x{p['TN']}")
-    d = derived(p)
-    device.pipelines.check_limits((d["WG"], 1, 1), shared_bytes=d["shared_bytes"], subgroup_size=p["SUBGROUP"] or None,
-                                  push_size=_PUSH.size)
-    bad = _compile_check(space)(p, _device_names(device.facts))
-    if bad:
-        raise InvalidConfigError(f"matmul parameters {p} break the constraints of tuning/matmul.json on "
-                                 f"{device.facts.name}: " + "; ".join(bad))
-    return p
-
-
-@functools.lru_cache(maxsize=4096)  # per op call otherwise: a training step asks for the same shapes
-def shape_bucket(M: int, N: int, K: int, batch: int = 1, layout: str = "nn") -> str:
-    """The config key of a GEMM: its size bucket (tuning/matmul.json "buckets"), then ".nt", ".tn"
-    or ".tt" for a transposed operand layout (same as search_space.bucket_of)."""
-    space = search_space(FAMILY)
-    env = {"M": M, "N": N, "K": K, "batch": batch}
-    size = next((name for name, expr in space["buckets"].items() if eval(expr, _SAFE, env)), "large")
-    return size + bucket_suffix(space, {**env, "layout": layout})
+def tiled_params(resolved: dict) -> dict:
+    """The tunable parameters of a resolved config (its derived values left out): what a result reports."""
+    return {name: resolved[name] for name in search_space(Matmul.family)["params"]}
 
 
 def layout_name(a_kmajor: bool, b_nmajor: bool) -> str:
@@ -156,58 +60,59 @@ def layout_name(a_kmajor: bool, b_nmajor: bool) -> str:
     return ("n" if a_kmajor else "t") + ("n" if b_nmajor else "t")
 
 
-def _device_classes(facts) -> list[str]:
-    return ["generic", facts.vendor.lower(), arch_family(facts)]
-
-
 # ------------------------------------------------------------------ family
 class Matmul(Family):
+    family = "matmul"
+    template = "matmul.comp"
+
     def __init__(self, device):
-        super().__init__(device, FAMILY, TEMPLATE)
-        self._checked: set = set()
+        Family.__init__(self, device)
         self.coop = None  # CoopMatmul, built on first fp16 use where the device has the feature
 
-    def config(self, bucket: str) -> tuple[dict, str]:
-        """(params, source) for a shape bucket: tuned config, else the default with its per-bucket overrides.
-        A layout bucket ("medium.tn") not tuned on this device runs its size bucket's ("medium") config."""
+    def params(self, bucket: str = "*") -> tuple[dict, str]:
+        """(params, source) of a bucket. A layout bucket ("medium.tn") not tuned on this device runs
+        its size bucket's ("medium") config, per-bucket defaults included."""
         size = bucket.split(".")[0]
         if size != bucket:
-            params, source = self.params(bucket)
-            if source != "default":
-                return params, source
-        return self.params(size)  # config.lookup applies bucket_defaults, check_config completes them
+            found = Family.params(self, bucket)
+            if found[1] != "default":
+                return found
+        return Family.params(self, size)
 
     def check_config(self, params: dict) -> dict:
-        """A tuned entry must be a tiled candidate this device runs (a failing one falls back)."""
-        return validate_params(self.device, params)
-
-    def check(self, params: dict) -> dict:
-        key = tuple(params.get(n, 0) for n in PARAM_NAMES)
-        if key not in self._checked:
-            validate_params(self.device, params)
-            self._checked.add(key)
-        return {n: params.get(n, 0) for n in PARAM_NAMES}
+        """The tiled kernel's rules beyond tuning/matmul.json's constraints: known names, positive
+        tile sizes (PAD and SUBGROUP may be 0), a load width the template has, the device's limits."""
+        names = search_space(self.family)["params"]
+        unknown = [n for n in params if n not in names]
+        if unknown:
+            raise InvalidConfigError(f"matmul: unknown parameter {', '.join(map(repr, unknown))}; the tiled kernel "
+                                     f"takes {', '.join(names)} (tuning/matmul.json)")
+        for name in ("BM", "BN", "BK", "TM", "TN", "VEC", "UNROLL"):
+            if params[name] <= 0:
+                raise InvalidConfigError(f"matmul parameter {name}={params[name]} must be a positive integer")
+        if params["VEC"] not in (1, 2, 4):
+            raise InvalidConfigError(f"matmul VEC={params['VEC']} must be 1, 2 or 4 (the tiled kernel's load widths)")
+        d = with_derived(search_space(self.family), params)
+        try:
+            self.device.pipelines.check_limits((d["WG"], 1, 1), shared_bytes=d["shared_bytes"],
+                                               subgroup_size=params["SUBGROUP"] or None, push_size=_PUSH.size)
+        except InvalidConfigError as e:
+            raise InvalidConfigError(f"matmul parameters {params}: {e}; pick another tile (see "
+                                     f"tvk_kernels.search_space.candidates('matmul', device.facts))") from None
+        return params
 
     def gemm(self, params: dict, dtype_id: int, mode: int, a_kmajor: bool, b_nmajor: bool, vec_a: int, vec_b: int,
-             act: int):
-        defines = {
-            "BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "TM": params["TM"], "TN": params["TN"],
-            "UNROLL": params["UNROLL"], "PAD": params["PAD"], "VEC_A": vec_a, "VEC_B": vec_b,
-            "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor), "ACT": act if mode == _MODE_GEMM else 0,
-            "DTYPE": dtype_id, "MODE": mode,
-        }
-        wg = (params["BM"] // params["TM"]) * (params["BN"] // params["TN"])
-        sub = params.get("SUBGROUP") or None
-        key = ("gemm", tuple(sorted(defines.items())), sub)
-        return self.pipeline(key, lambda: self.device.pipelines.get(
-            self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size, subgroup_size=sub))
+             act: str | None):
+        """The tiled kernel of a resolved config (derived WG and shared_bytes included)."""
+        d = defines(params, mode=mode, dtype_id=dtype_id, a_kmajor=a_kmajor, b_nmajor=b_nmajor, vec_a=vec_a,
+                    vec_b=vec_b, act=act)
+        return self.variant(d, params["WG"], _PUSH.size, shared_bytes=params["shared_bytes"],
+                            subgroup_size=params["SUBGROUP"] or None)
 
-    def reduce(self, dtype_id: int, act: int):
+    def reduce(self, dtype_id: int, act: str | None):
+        """The split-K pass summing the partials (and applying the epilogue), and its workgroup size."""
         wg = min(256, self.device.facts.max_workgroup_invocations)
-        defines = {"MODE": _MODE_REDUCE, "DTYPE": dtype_id, "ACT": act}
-        key = ("reduce", dtype_id, act, wg)
-        return self.pipeline(key, lambda: self.device.pipelines.get(
-            self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size)), wg
+        return self.variant({"MODE": _MODE_REDUCE, "DTYPE": dtype_id, **activations.act_define(act)}, wg, _PUSH.size), wg
 
 
 # ------------------------------------------------------------------ validation helpers
@@ -269,17 +174,14 @@ def _vec_width(limit: int, contig_stride: int, addr: int, esize: int, other_stri
     return 1
 
 
-def _split_count(dev, params: dict, M: int, N: int, K: int, batch: int, bucket: str, split_k) -> int:
+def _split_count(dev, params: dict, M: int, N: int, K: int, batch: int, split_k) -> int:
     if K == 0:
         return 1
     if split_k is not None:
         s = _check_int("split_k", split_k, 1)
         return max(1, min(s, math.ceil(K / params["BK"])))
-    cfg = search_space(FAMILY).get("split_k", {})
-    targets = cfg.get("target_groups", {})
-    target = 64
-    for key in _device_classes(dev.facts):
-        target = targets.get(key, target)
+    cfg = search_space(Matmul.family).get("split_k", {})
+    target = by_class(cfg.get("target_groups"), dev.facts, 64)
     tiles = batch * math.ceil(M / params["BM"]) * math.ceil(N / params["BN"])
     if tiles >= target * cfg.get("min_fill", 1.0):  # the grid fills the GPU well enough already
         return 1
@@ -298,8 +200,8 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     likewise B (b_strides = (sB, sK, sN)) and out (out_strides = (sB, sM, sN)). Strides
     are in elements; None means contiguous. A batch stride of 0 broadcasts an operand.
     bias_addr (0: none) points to N values of `dtype`, added per output column.
-    activation: None, "relu", "gelu" (erf, torch's default), "gelu_tanh", "silu",
-    "sigmoid", "tanh". dtype: "float32", "float16" or "bfloat16" (16-bit storage,
+    activation: None or an activation of kernels/activations.py ("relu", "gelu", "silu", ...,
+    applied in float32 before the store). dtype: "float32", "float16" or "bfloat16" (16-bit storage,
     fp32 accumulate). params=None runs the tuned/default config of the shape bucket
     (fp16 may use cooperative matrices); params=dict runs exactly that tiled candidate
     (see `candidates`). split_k=None chooses; an int forces that many K splits (1: none).
@@ -310,7 +212,7 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     if params is None:  # a repeated tuned-config call skips the checks and choices below: _Prepared
         key = (device, M, N, K, batch, a_strides, b_strides, out_strides, activation, dtype, split_k,
                a_addr % 16, b_addr % 16, out_addr % 16, bias_addr % 16, not a_addr, not b_addr, not out_addr,
-               not bias_addr, generation())
+               not bias_addr, generation(), benchmark_mode.enabled())
         try:
             prep = _prepared.get(key)
         except TypeError:  # strides given as lists: no memo for this call
@@ -364,7 +266,7 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     fam = family(device, Matmul)
     a_kmajor = _contig_choice(sa[1], sa[2], M, K)
     b_nmajor = _contig_choice(sb[1], sb[2], K, N)
-    bucket = shape_bucket(M, N, K, batch, layout_name(a_kmajor, b_nmajor))
+    bucket = fam.bucket({"M": M, "N": N, "K": K, "batch": batch, "layout": layout_name(a_kmajor, b_nmajor)})
     if M == 0 or N == 0 or batch == 0:
         return {"kernel": "none", "bucket": bucket, "params": None, "source": None, "splits": 0}
 
@@ -385,15 +287,27 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
                 info = coop.run(a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, bias_addr, act, alpha)
                 info["bucket"] = bucket
                 return info
-        params, source = fam.config(bucket)
-        params = fam.check(params)
-    else:
-        if not isinstance(params, dict):
-            raise ValueError(f"matmul: params must be a dict of {', '.join(PARAM_NAMES)}, got {type(params).__name__}")
-        params = fam.check(params)
-        source = "explicit"
+        source = fam.params(bucket)[1]
+        if benchmark_mode.enabled() and out_addr not in (a_addr, b_addr, bias_addr):
+            layout = layout_name(a_kmajor, b_nmajor)
+            exact = (M, N, K, batch, layout, dtype, activation or "", split_k or 0)
 
-    splits = _split_count(device, params, M, N, K, batch, bucket, split_k)
+            def run(p):  # the same call with a candidate: it overwrites out, reads nothing it writes
+                matmul(device, a_addr, b_addr, out_addr, M, N, K, batch=batch, a_strides=sa, b_strides=sb,
+                       out_strides=sc, bias_addr=bias_addr, activation=activation, alpha=alpha, dtype=dtype,
+                       params=tiled_params(p), split_k=split_k)
+
+            params = tiled_params(fam.benchmarked(exact, {"M": M, "N": N, "K": K, "batch": batch, "layout": layout},
+                                                  run))
+            source = "benchmark"
+    elif isinstance(params, dict):
+        source = "explicit"
+    else:
+        raise ValueError(f"matmul: params must be a dict of {', '.join(search_space(fam.family)['params'])}, "
+                         f"got {type(params).__name__}")
+    params = fam.resolve(bucket, params)
+
+    splits = _split_count(device, params, M, N, K, batch, split_k)
     k_chunk = K if splits <= 1 else math.ceil(math.ceil(K / splits) / params["BK"]) * params["BK"]
     if splits > 1:
         splits = math.ceil(K / k_chunk)
@@ -426,8 +340,8 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     else:
         gemm = fam.gemm(params, dtype_id, _MODE_GEMM, a_kmajor, b_nmajor, vec_a, vec_b, act)
     prep = _Prepared(M, N, K, batch, sa, sb, sc, esize, chunk, splits, k_chunk, groups, gemm, red, red_wg,
-                     scratch_bytes, {"kernel": "tiled", "bucket": bucket, "params": params, "source": source,
-                                     "splits": splits})
+                     scratch_bytes, {"kernel": "tiled", "bucket": bucket, "params": tiled_params(params),
+                                     "source": source, "splits": splits})
     if key is not None:
         if len(_prepared) >= _MAX_PREPARED:
             _prepared.clear()
@@ -490,7 +404,7 @@ def _coop(fam: Matmul):
         enabled = "VK_KHR_cooperative_matrix" in getattr(dev, "extensions", ())
         if dev.facts.features.get("cooperative_matrix") and enabled:
             try:
-                runner = CoopMatmul(dev)
+                runner = CoopMatmul(fam)
                 if runner.shape is not None and runner.verify():
                     fam.coop = runner
             except (TVKError, OSError) as e:
@@ -511,11 +425,11 @@ def coop_candidates(device) -> list[dict]:
     coop = _coop(fam)
     if coop is None:
         return []
-    space = search_space(FAMILY)["coopmat"]["params"]
-    names = list(space)
+    values = param_values(search_space(fam.family)["coopmat"])
+    names = list(values)
     out = []
-    for values in itertools.product(*(space[n]["values"] for n in names)):
-        cfg = dict(zip(names, values))
+    for combo in itertools.product(*values.values()):
+        cfg = dict(zip(names, combo))
         try:
             coop.check(cfg)
         except InvalidConfigError:
@@ -569,19 +483,21 @@ def _pick_coop_shape(shapes: list[dict]):
     return fits[0]
 
 
-class CoopMatmul(Family):
-    """fp16 x fp16 -> fp32 GEMM on VK_KHR_cooperative_matrix (templates/matmul_coopmat.comp)."""
+class CoopMatmul:
+    """fp16 x fp16 -> fp32 GEMM on VK_KHR_cooperative_matrix: the matmul family's second template
+    (tuning/matmul.json "coopmat": its parameters, defaults and template)."""
 
-    def __init__(self, device):
-        super().__init__(device, FAMILY, COOP_TEMPLATE)
+    def __init__(self, fam: Matmul):
+        self.fam = fam
+        self.device = device = fam.device
         self.shapes = coop_shapes(device)
         self.shape = _pick_coop_shape(self.shapes)
-        space = search_space(FAMILY)["coopmat"]
-        params = dict(space["defaults"]["generic"])
-        for key in _device_classes(device.facts):
-            params.update(space["defaults"].get(key, {}))
+        space = search_space(fam.family)["coopmat"]
+        self.template = space["template"]
+        self.cfg = {}
+        for key in device_classes(device.facts):  # weakest first: a later class overrides
+            self.cfg.update(space["defaults"].get(key, {}))
         self.min_size = space.get("min_size", 64)
-        self.cfg = params
         self.subgroup = device.facts.subgroup_size
 
     def usable(self, M, N, K) -> bool:
@@ -610,17 +526,16 @@ class CoopMatmul(Family):
         self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, subgroup_size=sub, push_size=_PUSH.size)
         return wg, bm, bn, shared, stages, sub
 
-    def pipeline_for(self, act: int, vec_a: int, vec_b: int, a_kmajor: bool, b_nmajor: bool, cfg: dict | None = None):
+    def pipeline_for(self, act: str | None, vec_a: int, vec_b: int, a_kmajor: bool, b_nmajor: bool, cfg: dict | None = None):
         c = dict(self.cfg if cfg is None else cfg)
         s = self.shape
-        wg, bm, bn, _, stages, sub = self.check(c, a_kmajor, b_nmajor)
+        wg, bm, bn, shared, stages, sub = self.check(c, a_kmajor, b_nmajor)
         defines = {"MS": s["M"], "NS": s["N"], "KS": s["K"], "SG_M": c["SG_M"], "SG_N": c["SG_N"], "FM": c["FM"],
                    "FN": c["FN"], "BK": c["BK"], "PAD": c["PAD"], "STAGES": stages, "SUBGROUP_SIZE": self.subgroup,
-                   "ACT": act, "VEC_A": vec_a, "VEC_B": vec_b, "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor),
-                   "DTYPE": 1}
-        key = ("coop", tuple(sorted(defines.items())), sub)
-        pipe = self.pipeline(key, lambda: self.device.pipelines.get(
-            self.template, defines, local_size=(wg, 1, 1), push_size=_PUSH.size, subgroup_size=sub))
+                   "VEC_A": vec_a, "VEC_B": vec_b, "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor),
+                   "DTYPE": DTYPES["float16"][0], **activations.act_define(act)}
+        pipe = self.fam.variant(defines, wg, _PUSH.size, shared_bytes=shared, subgroup_size=sub,
+                                template=self.template)
         return pipe, bm, bn
 
     def run(self, a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, bias_addr, act, alpha, cfg=None) -> dict:
@@ -682,8 +597,8 @@ class CoopMatmul(Family):
 class MatmulTarget:
     """What tvk-tune needs to tune the tiled kernel (see tvk_kernels/tune/targets.py)."""
 
-    family = FAMILY
-    template = TEMPLATE
+    family = Matmul.family
+    template = Matmul.template
     suites = {
         "suite": [{"M": 128, "N": 128, "K": 128, "batch": 1}, {"M": 512, "N": 512, "K": 512, "batch": 1},
                   {"M": 1024, "N": 1024, "K": 1024, "batch": 1}, {"M": 2048, "N": 2048, "K": 2048, "batch": 1},
@@ -741,7 +656,7 @@ class MatmulTarget:
     @staticmethod
     def work(shape, params) -> dict:
         M, N, K, batch = shape["M"], shape["N"], shape["K"], shape.get("batch", 1)
-        d = derived(params)
+        d = with_derived(search_space(Matmul.family), params)
         tm, tn = math.ceil(M / params["BM"]), math.ceil(N / params["BN"])
         groups = batch * tm * tn
         steps = math.ceil(K / params["BK"])
@@ -755,10 +670,16 @@ class MatmulTarget:
 
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
-        defines = {"BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "TM": params["TM"], "TN": params["TN"],
-                   "UNROLL": params["UNROLL"], "PAD": params["PAD"], "VEC_A": params["VEC"], "VEC_B": params["VEC"],
-                   "A_KMAJOR": 1, "B_NMAJOR": 1, "ACT": 0, "DTYPE": 0, "MODE": _MODE_GEMM}
-        return defines, (derived(params)["WG"], 1, 1), params.get("SUBGROUP") or None
+        wg = with_derived(search_space(Matmul.family), params)["WG"]
+        return defines(params), (wg, 1, 1), params.get("SUBGROUP") or None
+
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """Kernels one tuned parameter set builds (tune/carry_over.py): the GEMM and its split-K
+        partials, every storage dtype and layout, at the config's load width and the scalar fallback."""
+        return [defines(params, mode=mode, dtype_id=code, a_kmajor=ak, b_nmajor=bn, vec_a=vec, vec_b=vec)
+                for mode in (_MODE_GEMM, _MODE_PARTIAL) for code, _ in DTYPES.values()
+                for ak in (True, False) for bn in (True, False) for vec in sorted({params["VEC"], 1})]
 
 
 TUNE_TARGET = MatmulTarget()

@@ -32,23 +32,34 @@ Batch norm over (N, C, *) (channels on dim 1; (N, C) for 1-d), like torch.nn.fun
 """
 from __future__ import annotations
 
+import math
 import struct
 
-from .launch import Family, family, grid_1d
-from .reduce import _pow2ceil, _prod, reduce, resolve_params, use_subgroups
+from .launch import Family, family, grid_1d, pow2ceil, powers_of_two
+from .reduce import reduce, use_subgroups
 
 _PUSH = struct.Struct("<10Q4I3f4I")
 _ADDRS = ("x", "y", "g", "w", "b", "mean", "rstd", "aux0", "aux1", "scratch")
-SMALL = 1 << 16
 LN_FWD, LN_BWD, LN_GWB, BN_FWD, BN_BWD, BN_PART_FWD, BN_PART_BWD, BN_COMBINE, BN_APPLY = range(9)
 
 
 class Norm(Family):
-    def __init__(self, device):
-        super().__init__(device, "norm", "norm.comp")
+    family = "norm"
+    template = "norm.comp"
 
-    def build(self, defines: dict, wg: int):
-        return self.workgroup_variant(defines, wg, _PUSH.size, shared_bytes=4 * wg)
+    def check_config(self, params: dict) -> dict:
+        return powers_of_two(self.family, params, "WG")
+
+    def kernel(self, params: dict, phase: int, items: int, subgroup: bool, relu: bool = False):
+        """One phase's kernel, every phase with the tuned WG and 4 bytes of shared memory per thread."""
+        wg = params["WG"]
+        return self.variant(defines(phase, items, subgroup, relu), wg, _PUSH.size, shared_bytes=4 * wg)
+
+
+def defines(phase: int, items: int, subgroup: bool, relu: bool = False) -> dict:
+    """The defines of one norm kernel (the runtime and the tuner target build them here). RELU is
+    only defined when set: the plain kernels stay as they were before the fused variant."""
+    return {"PHASE": phase, "ITEMS": items, "SUBGROUP": int(subgroup), **({"RELU": 1} if relu else {})}
 
 
 def _pack(addrs: dict, rows, n, inner=1, ostride=0, eps=0.0, momentum=0.0, unbias=1.0, flags=0, tlog=0, chunk=0,
@@ -57,17 +68,12 @@ def _pack(addrs: dict, rows, n, inner=1, ostride=0, eps=0.0, momentum=0.0, unbia
                       tlog, chunk, nsplit)
 
 
-def _params(device, total: int, params):
-    return resolve_params(family(device, Norm), "small" if total < SMALL else "large", params)
-
-
 def _row_launch(device, phase, prm, rows, n, addrs, inner=1, ostride=0, eps=0.0, momentum=0.0, unbias=1.0, flags=0,
-                label="norm", extra=None):
-    """One row (LN row / BN channel) per T adjacent threads; `extra`: more defines (RELU)."""
+                label="norm", relu=False):
+    """One row (LN row / BN channel) per T adjacent threads."""
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
-    t = min(wg, _pow2ceil(-(-max(n, 1) // items)))
-    defines = {"PHASE": phase, "ITEMS": items, "SUBGROUP": int(use_subgroups(device, prm, t)), **(extra or {})}
-    pipe = family(device, Norm).build(defines, wg)
+    t = min(wg, pow2ceil(-(-max(n, 1) // items)))
+    pipe = family(device, Norm).kernel(prm, phase, items, use_subgroups(device, prm, t), relu)
     groups = grid_1d(-(-rows // (wg // t)), device.facts.max_workgroup_count[0])
     push = _pack(addrs, rows, n, inner, ostride, eps, momentum, unbias, flags, t.bit_length() - 1)
     device.stream.dispatch(pipe, groups, push, label)
@@ -78,7 +84,7 @@ def _split_ln(shape, normalized_ndim):
     k = int(normalized_ndim)
     if not 1 <= k <= len(shape):
         raise ValueError(f"layer_norm: normalized_ndim {k} does not fit shape {shape}")
-    return _prod(shape[:-k]), _prod(shape[-k:])
+    return math.prod(shape[:-k]), math.prod(shape[-k:])
 
 
 def layer_norm(device, x_addr: int, y_addr: int, shape, normalized_ndim: int = 1, weight_addr: int = 0,
@@ -88,7 +94,7 @@ def layer_norm(device, x_addr: int, y_addr: int, shape, normalized_ndim: int = 1
     rows, n = _split_ln(shape, normalized_ndim)
     if rows == 0 or n == 0:
         return
-    prm = _params(device, rows * n, params)
+    prm = family(device, Norm).resolve({"n": rows * n}, params)
     _row_launch(device, LN_FWD, prm, rows, n, dict(x=x_addr, y=y_addr, w=weight_addr, b=bias_addr, mean=mean_addr,
                                                     rstd=rstd_addr), eps=eps, label="layer_norm")
 
@@ -100,7 +106,7 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
     rows, n = _split_ln(shape, normalized_ndim)
     if n == 0:
         return
-    prm = _params(device, rows * n, params)
+    prm = family(device, Norm).resolve({"n": rows * n}, params)
     if grad_in_addr and rows:
         _row_launch(device, LN_BWD, prm, rows, n, dict(x=x_addr, y=grad_in_addr, g=grad_addr, w=weight_addr,
                                                         mean=mean_addr, rstd=rstd_addr), label="layer_norm_backward")
@@ -108,7 +114,7 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
         return
     # column sums over rows: adjacent threads on adjacent columns, T threads down the rows
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
-    g_cols = min(wg, _pow2ceil(n))
+    g_cols = min(wg, pow2ceil(n))
     t = wg // g_cols
     groups = -(-n // g_cols)
     nsplit = 1
@@ -117,7 +123,7 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
         nsplit = min(-(-target // groups), rows // split_rows, 65535)
     chunk = -(-max(rows, 1) // nsplit)
     nsplit = max(1, -(-rows // chunk))
-    pipe = family(device, Norm).build({"PHASE": LN_GWB, "ITEMS": items, "SUBGROUP": 0}, wg)
+    pipe = family(device, Norm).kernel(prm, LN_GWB, items, False)
     gx, gy, _ = grid_1d(groups, device.facts.max_workgroup_count[0])
     if nsplit == 1:
         aux0, aux1, parts = grad_weight_addr, grad_bias_addr, []
@@ -137,7 +143,7 @@ def _split_bn(shape):
     shape = tuple(int(s) for s in shape)
     if len(shape) < 2:
         raise ValueError(f"batch_norm expects (N, C, *) input, got shape {shape}")
-    c, inner = shape[1], _prod(shape[2:])
+    c, inner = shape[1], math.prod(shape[2:])
     return shape[0], c, inner
 
 
@@ -145,7 +151,7 @@ def _bn_chunks(prm, c: int, m: int):
     """(nsplit, chunk) when one workgroup per channel would be fewer than TARGET_GROUPS
     workgroups and a channel has room for 2+ chunks of max(SPLIT_ROWS, WG * ITEMS) elements; else None."""
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
-    groups = -(-c // (wg // min(wg, _pow2ceil(-(-m // items)))))  # what _row_launch would run
+    groups = -(-c // (wg // min(wg, pow2ceil(-(-m // items)))))  # what _row_launch would run
     target, min_chunk = int(prm.get("TARGET_GROUPS", 1)), max(int(prm.get("SPLIT_ROWS", 1 << 30)), wg * items)
     if groups >= target or m < 2 * min_chunk:
         return None
@@ -153,10 +159,10 @@ def _bn_chunks(prm, c: int, m: int):
     return -(-m // chunk), chunk
 
 
-def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, extra=None, **scalars):
+def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, relu=False, **scalars):
     """Split batch norm: chunk partials (PHASE `partials`; none when split is None), the
     per-channel combine, then the elementwise apply when there is an output (addrs['y']),
-    with the defines `extra` (RELU)."""
+    relu of it when `relu`."""
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     nsplit, chunk = split or (0, 0)
     scratch = device.allocator.alloc(4 * c * (4 + 2 * nsplit))  # coefs [C, 4], partials [nsplit, C, 2]
@@ -164,13 +170,12 @@ def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, extra=Non
                  nsplit=nsplit, **scalars)
     fam, max_x = family(device, Norm), device.facts.max_workgroup_count[0]
     if nsplit:
-        sub = int(use_subgroups(device, prm, wg))
-        pipe = fam.build({"PHASE": partials, "ITEMS": items, "SUBGROUP": sub}, wg)
+        pipe = fam.kernel(prm, partials, items, use_subgroups(device, prm, wg))
         device.stream.dispatch(pipe, (c, 1, nsplit), push, label + ".partials")
-    pipe = fam.build({"PHASE": BN_COMBINE, "ITEMS": 1, "SUBGROUP": 0}, wg)
+    pipe = fam.kernel(prm, BN_COMBINE, 1, False)
     device.stream.dispatch(pipe, grid_1d(-(-c // wg), max_x), push, label + ".combine")
     if addrs.get("y"):
-        pipe = fam.build({"PHASE": BN_APPLY, "ITEMS": items, "SUBGROUP": 0, **(extra or {})}, wg)
+        pipe = fam.kernel(prm, BN_APPLY, items, False, relu)
         device.stream.dispatch(pipe, grid_1d(-(-c * m // (wg * items)), max_x), push, label + ".apply")
     device.stream.keep_alive(scratch)
 
@@ -185,7 +190,7 @@ def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bi
     m = n_ * inner
     if c == 0 or m == 0:
         return
-    prm = _params(device, c * m, params)
+    prm = family(device, Norm).resolve({"n": c * m}, params)
     addrs = dict(x=x_addr, y=y_addr, w=weight_addr, b=bias_addr)
     if training:
         if m <= 1:
@@ -199,15 +204,14 @@ def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bi
         addrs.update(mean=running_mean_addr, rstd=running_var_addr)
         flags, unbias = 1, 1.0
     momentum = 0.0 if momentum is None else momentum
-    extra = {"RELU": 1} if relu else None  # no define otherwise: the plain pipelines stay as they were
     label = "batch_norm_relu" if relu else "batch_norm"
     split = _bn_chunks(prm, c, m)
     if split:  # eval needs no partials: the combine reads the running stats
-        _bn_split(device, prm, c, m, inner, addrs, split if training else None, BN_PART_FWD, label, extra=extra,
+        _bn_split(device, prm, c, m, inner, addrs, split if training else None, BN_PART_FWD, label, relu=relu,
                   eps=eps, momentum=momentum, unbias=unbias, flags=flags)
         return
     _row_launch(device, BN_FWD, prm, c, m, addrs, inner=inner, ostride=c * inner, eps=eps,
-                momentum=momentum, unbias=unbias, flags=flags, label=label, extra=extra)
+                momentum=momentum, unbias=unbias, flags=flags, label=label, relu=relu)
 
 
 def batch_norm_backward(device, grad_addr: int, x_addr: int, shape, save_mean_addr: int = 0,
@@ -220,7 +224,7 @@ def batch_norm_backward(device, grad_addr: int, x_addr: int, shape, save_mean_ad
     m = n_ * inner
     if c == 0:
         return
-    prm = _params(device, c * max(m, 1), params)
+    prm = family(device, Norm).resolve({"n": c * max(m, 1)}, params)
     if training:
         addrs = dict(mean=save_mean_addr, rstd=save_invstd_addr)
         flags = 0
@@ -310,14 +314,25 @@ class NormTarget:
         ln = shape.get("kind", "ln") == "ln"
         rows, n = (shape["rows"], shape["cols"]) if ln else (shape["C"], shape["N"] * shape["HW"])
         wg, items = params["WG"], params["ITEMS"]
-        t = min(wg, _pow2ceil(-(-n // items)))
+        t = min(wg, pow2ceil(-(-n // items)))
         groups = -(-rows // (wg // t))
         return {"flops": 20 * rows * n, "dram_bytes": 4 * rows * n * 9, "lds_bytes": groups * wg * 32,
                 "groups": groups, "invocations": wg, "lds_per_group": 4 * wg}
 
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
-        return {"PHASE": LN_FWD, "ITEMS": params["ITEMS"], "SUBGROUP": params["SUBGROUP"]}, (params["WG"], 1, 1), None
+        """The layer norm forward (the suite's common kernel)."""
+        return defines(LN_FWD, params["ITEMS"], params["SUBGROUP"]), (params["WG"], 1, 1), None
+
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """The kernels one tuned parameter set builds (tune/carry_over.py): every phase as the
+        runtime builds it, the batch-norm writes with and without the fused ReLU."""
+        items, sub = params["ITEMS"], params["SUBGROUP"]
+        rows = [defines(phase, items, sub) for phase in (LN_FWD, LN_BWD, BN_FWD, BN_BWD, BN_PART_FWD, BN_PART_BWD)]
+        fixed = [defines(LN_GWB, items, False), defines(BN_COMBINE, 1, False), defines(BN_APPLY, items, False)]
+        relu = [defines(BN_FWD, items, sub, relu=True), defines(BN_APPLY, items, False, relu=True)]
+        return rows + fixed + relu
 
 
 TUNE_TARGET = NormTarget()

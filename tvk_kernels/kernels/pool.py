@@ -14,46 +14,32 @@ from __future__ import annotations
 import math
 import struct
 
-from .conv import _addr, _pair, check_params
-from .launch import Family, family, grid_1d
+from .conv import pair
+from .launch import Family, address, family, grid_1d, positive
 from ..errors import InvalidConfigError
-from ..search_space import bucket_of, candidates as space_candidates
+from ..search_space import candidates as space_candidates
 
-FAMILY = "pool"
 OPS = {"max_fwd": 1, "max_bwd": 2, "avg_fwd": 3, "avg_bwd": 4, "adaptive_fwd": 5, "adaptive_bwd": 6}
 _PUSH = struct.Struct("<3Q14If")  # src dst idx; planes h w oh; ow kh kw sh; sw ph pw dh; dw flags; divisor
 _WRITE_IDX, _INCLUDE_PAD, _DIVISOR = 1, 2, 4
 
 
 class Pool(Family):
-    def __init__(self, device):
-        super().__init__(device, FAMILY, "pool.comp")
-        self._checked: dict = {}
+    family = "pool"
+    template = "pool.comp"
 
-    def resolve(self, bucket: str, explicit: dict | None) -> dict:
-        params = dict(self.params(bucket)[0])
-        if explicit:
-            params.update(explicit)
-        key = tuple(sorted(params.items()))
-        if key not in self._checked:
-            check_params(self.device, FAMILY, params)
-            self._checked[key] = True
-        return params
+    def check_config(self, params: dict) -> dict:
+        return positive(self.family, params, "WG", "ITEMS")
 
-    def variant(self, op: str, params: dict):
-        wg, items = params["WG"], params["ITEMS"]
 
-        def build():
-            self.device.pipelines.check_limits((wg, 1, 1), push_size=_PUSH.size)
-            return self.device.pipelines.get(self.template, {"OP": OPS[op], "ITEMS": items}, local_size=(wg, 1, 1),
-                                             push_size=_PUSH.size)
-
-        return self.pipeline((op, wg, items), build)
+def defines(op: str, params: dict) -> dict:
+    """The template's defines for one op and parameter set (the runtime's and the tuner's)."""
+    return {"OP": OPS[op], "ITEMS": params["ITEMS"]}
 
 
 def candidates(device, max_count: int | None = None) -> list[dict]:
     """Every valid parameter set of tuning/pool.json on `device` (for the autotuner)."""
-    return space_candidates(FAMILY, device.facts, max_count)
+    return space_candidates(Pool.family, device.facts, max_count)
 
 
 # ------------------------------------------------------------------ shapes
@@ -69,10 +55,10 @@ def _out_size(size, k, s, p, d, ceil_mode):
 def pool2d_output_shape(x_shape, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False) -> tuple:
     """(N, C, OH, OW) of max_pool2d / avg_pool2d, torch's formula (stride defaults to kernel_size)."""
     n, c, h, w = (int(v) for v in x_shape)
-    kh, kw = _pair(kernel_size, "kernel_size")
-    sh, sw = _pair(kernel_size if stride is None or stride == () else stride, "stride")
-    ph, pw = _pair(padding, "padding")
-    dh, dw = _pair(dilation, "dilation")
+    kh, kw = pair(kernel_size, "kernel_size")
+    sh, sw = pair(kernel_size if stride is None or stride == () else stride, "stride")
+    ph, pw = pair(padding, "padding")
+    dh, dw = pair(dilation, "dilation")
     if min(kh, kw, sh, sw, dh, dw) < 1 or min(ph, pw) < 0:
         raise ValueError("kernel_size, stride and dilation must be >= 1, padding >= 0")
     if 2 * ph > dh * (kh - 1) + 1 or 2 * pw > dw * (kw - 1) + 1:
@@ -85,10 +71,10 @@ def pool2d_output_shape(x_shape, kernel_size, stride=None, padding=0, dilation=1
 
 def _geometry(x_shape, kernel_size, stride, padding, dilation, ceil_mode):
     out = pool2d_output_shape(x_shape, kernel_size, stride, padding, dilation, ceil_mode)
-    kh, kw = _pair(kernel_size, "kernel_size")
-    sh, sw = _pair(kernel_size if stride is None or stride == () else stride, "stride")
-    ph, pw = _pair(padding, "padding")
-    dh, dw = _pair(dilation, "dilation")
+    kh, kw = pair(kernel_size, "kernel_size")
+    sh, sw = pair(kernel_size if stride is None or stride == () else stride, "stride")
+    ph, pw = pair(padding, "padding")
+    dh, dw = pair(dilation, "dilation")
     return out, (kh, kw, sh, sw, ph, pw, dh, dw)
 
 
@@ -102,12 +88,11 @@ def _launch(device, op, src, dst, idx, x_shape, out_shape, win, flags=0, divisor
     if max(elems, planes * h * w) >= 1 << 32:
         raise ValueError("pooling over more than 2^32 elements is not supported; split the batch")
     fam = family(device, Pool)
-    bucket = bucket_of(FAMILY, {"dir": "fwd" if op.endswith("fwd") else "bwd", "n": elems, "window": win[0] * win[1]})
-    params = fam.resolve(bucket, params)
-    pipe = fam.variant(op, params)
+    params = fam.resolve({"dir": "fwd" if op.endswith("fwd") else "bwd", "n": elems, "window": win[0] * win[1]}, params)
+    pipe = fam.variant(defines(op, params), params["WG"], _PUSH.size)
     per_group = params["WG"] * params["ITEMS"]
     groups = grid_1d(-(-elems // per_group), device.facts.max_workgroup_count[0])
-    push = _PUSH.pack(_addr(src), _addr(dst), _addr(idx), planes, h, w, oh, ow, *win, flags, float(divisor))
+    push = _PUSH.pack(address(src), address(dst), address(idx), planes, h, w, oh, ow, *win, flags, float(divisor))
     device.stream.dispatch(pipe, groups, push, f"pool_{op}")
 
 
@@ -117,7 +102,7 @@ def max_pool2d(device, x_addr, out_addr, idx_addr, x_shape, kernel_size, stride=
     """out, indices = max_pool2d(x). `idx_addr` (int64, out shape) may be None to skip the indices.
     Returns the output shape."""
     out, win = _geometry(x_shape, kernel_size, stride, padding, dilation, ceil_mode)
-    idx = _addr(idx_addr)
+    idx = address(idx_addr)
     if idx & 7:
         raise ValueError("max_pool2d indices must be 8-byte aligned (int64)")
     _launch(device, "max_fwd", x_addr, out_addr, idx, x_shape, out, win, _WRITE_IDX if idx else 0, params=params)
@@ -128,7 +113,7 @@ def max_pool2d_backward(device, grad_out_addr, idx_addr, grad_in_addr, x_shape, 
                         dilation=1, ceil_mode=False, params=None) -> tuple:
     """grad_in (x_shape) from grad_out and the forward's indices. Returns x_shape."""
     out, win = _geometry(x_shape, kernel_size, stride, padding, dilation, ceil_mode)
-    idx = _addr(idx_addr)
+    idx = address(idx_addr)
     if not idx or idx & 7:
         raise ValueError("max_pool2d_backward needs the forward's int64 indices (8-byte aligned)")
     _launch(device, "max_bwd", grad_out_addr, grad_in_addr, idx, x_shape, out, win, params=params)
@@ -200,8 +185,8 @@ class PoolTarget:
     candidate must reproduce the default config's result bit for bit (the default is checked
     against torch by tests/test_pool.py)."""
 
-    family = FAMILY
-    template = "pool.comp"
+    family = Pool.family
+    template = Pool.template
 
     @staticmethod
     def shape(op, direction, x, kernel=None, stride=None, padding=0, output_size=None) -> dict:
@@ -273,7 +258,7 @@ class PoolTarget:
 
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
-        return {"OP": OPS["max_fwd"], "ITEMS": params["ITEMS"]}, (params["WG"], 1, 1), None
+        return defines("max_fwd", params), (params["WG"], 1, 1), None
 
 
 def _pool_suite(x):

@@ -20,17 +20,18 @@ splits the range into chunks (gl_WorkGroupID.z) and writes partials, pass 2 redu
 """
 from __future__ import annotations
 
+import math
 import struct
 
-from ..errors import InvalidConfigError
-from .launch import Family, family, grid_1d
+from . import dtypes
+from .launch import Family, family, grid_1d, pow2ceil, powers_of_two
+from .strides import contiguous_strides
 
 OPS = {"sum": 0, "mean": 0, "prod": 1, "max": 2, "amax": 2, "min": 3, "amin": 3, "argmax": 4, "argmin": 5}
 MAX_DIMS = 6
-SMALL = 1 << 16
 _PUSH = struct.Struct("<QQQQIIIIfI6I6I")
 _DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
-_IN_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}  # IN_F16 in reduce.comp
+_IN_CODE = dtypes.codes("float32", "float16", "bfloat16")  # IN_F16 in reduce.comp
 
 
 def normalize_dims(ndim: int, dims) -> tuple[int, ...]:
@@ -60,14 +61,6 @@ def output_shape(shape, dims=None, keepdim: bool = False) -> tuple[int, ...]:
     return tuple(s for i, s in enumerate(shape) if i not in red)
 
 
-def contiguous_strides(shape) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for s in reversed(tuple(shape)):
-        strides.append(acc)
-        acc *= max(int(s), 1)
-    return tuple(reversed(strides))
-
-
 def _collapse(dims: list) -> list:
     """[(size, stride)] outer->inner without size-1 dims, contiguous neighbours merged."""
     out: list = []
@@ -89,38 +82,25 @@ def sum_span(dims) -> int:
     return span
 
 
-def _pow2ceil(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
-def _prod(xs) -> int:
-    n = 1
-    for x in xs:
-        n *= int(x)
-    return n
-
-
 class Reduce(Family):
-    def __init__(self, device):
-        super().__init__(device, "reduce", "reduce.comp")
+    family = "reduce"
+    template = "reduce.comp"
 
-    def build(self, defines: dict, wg: int):
-        # arg ops (OP >= 4) keep an index beside each value
-        return self.workgroup_variant(defines, wg, _PUSH.size, shared_bytes=wg * 4 * (2 if defines["OP"] >= 4 else 1))
+    def check_config(self, params: dict) -> dict:
+        return powers_of_two(self.family, params, "WG")
 
 
-def resolve_params(fam: Family, bucket: str, params: dict | None) -> dict:
-    base, _ = fam.params(bucket)
-    merged = dict(base)
-    if params:
-        merged.update(params)
-    wg = merged["WG"]
-    if wg & (wg - 1) or wg < 1:
-        raise InvalidConfigError(f"{fam.family}: WG={wg} must be a power of two")
-    return merged
+def defines(params: dict, op: int, reduced_dims: int, cols: bool, subgroup: bool, in_code: int = 0,
+            in_idx: bool = False, idx64: bool = False) -> dict:
+    """The defines of one reduce kernel: the tuned ITEMS and the launch's choices (the runtime
+    and the tuner target build them here)."""
+    return {"OP": op, "RD": reduced_dims, "COLS": int(cols), "ITEMS": params["ITEMS"], "SUBGROUP": int(subgroup),
+            "IN_F16": in_code, "IN_IDX": int(in_idx), "IDX64": int(idx64)}
 
 
 def use_subgroups(device, params: dict, t: int) -> bool:
+    """Whether T threads of a row reduce with subgroup arithmetic (SUBGROUP set, the device has it,
+    T covers whole subgroups); else through shared memory. Reduce, norm and softmax rows."""
     f = device.facts
     return bool(params.get("SUBGROUP")) and f.features.get("subgroup_arithmetic", False) and t >= f.max_subgroup_size
 
@@ -149,8 +129,8 @@ def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, di
         raise ValueError("negative strides are not supported; pass the base address of the lowest element")
     red_dims = normalize_dims(len(shape), dims)
     out_shape = output_shape(shape, red_dims, keepdim)
-    n_out = _prod(out_shape)
-    n_red = _prod(shape[d] for d in red_dims)
+    n_out = math.prod(out_shape)
+    n_red = math.prod(shape[d] for d in red_dims)
     if n_out == 0:
         return out_shape
     if n_red == 0 and OPS[op] >= 2:
@@ -168,8 +148,7 @@ def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, di
     if sum_span(kept + red) >= 1 << 32:
         raise ValueError(f"reduce: the view {shape} / strides {strides} spans 2**32 elements or more; split it")
     fam = family(device, Reduce)
-    bucket = "small" if n_out * max(n_red, 1) < SMALL else "large"
-    prm = resolve_params(fam, bucket, params)
+    prm = fam.resolve({"n": n_out * max(n_red, 1)}, params)
     scale = (1.0 / n_red if n_red else float("nan")) if op == "mean" else 1.0
     _launch(device, fam, prm, OPS[op], in_addr, 0, out_addr, index_addr, kept, red, n_out, n_red, scale,
             _IN_CODE[dtype], allow_split=True)
@@ -183,9 +162,9 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
 
     def layout(length):
         if cols:
-            g = min(wg, _pow2ceil(n_out))
+            g = min(wg, pow2ceil(n_out))
             return wg // g, g
-        t = min(wg, _pow2ceil(-(-max(length, 1) // items)))
+        t = min(wg, pow2ceil(-(-max(length, 1) // items)))
         return t, wg // t
 
     t, g = layout(n_red)
@@ -201,10 +180,10 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
         t, g = layout(chunk)
     pair = opc >= 4
 
-    defines = {"OP": opc, "RD": len(red), "COLS": int(cols), "ITEMS": items,
-               "SUBGROUP": int(not cols and use_subgroups(device, prm, t)), "IN_F16": in_code,
-               "IN_IDX": int(in_idx != 0), "IDX64": int(idx64 and nsplit == 1)}
-    pipe = fam.build(defines, wg)
+    kernel = defines(prm, opc, len(red), cols, not cols and use_subgroups(device, prm, t), in_code, in_idx != 0,
+                     idx64 and nsplit == 1)
+    # arg ops (OP >= 4) keep an index beside each value
+    pipe = fam.variant(kernel, wg, _PUSH.size, shared_bytes=wg * 4 * (2 if pair else 1))
     tlog = t.bit_length() - 1
     gx, gy, _ = grid_1d(groups, device.facts.max_workgroup_count[0])
     dims = red + kept
@@ -228,7 +207,6 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
     device.stream.keep_alive(part)
     if pair:
         device.stream.keep_alive(part_idx)
-
 
 
 class ReduceTarget:
@@ -263,7 +241,7 @@ class ReduceTarget:
         host = [rng.standard_normal((rows, cols), dtype=np.float32) for _ in range(n_inputs + 1)]
         bufs = [device.upload(a) for a in host]
         oshape = output_shape((rows, cols), dim)
-        out = device.allocator.alloc(4 * max(_prod(oshape), 1))
+        out = device.allocator.alloc(4 * max(math.prod(oshape), 1))
 
         def run(params, i):
             reduce(device, "sum", bufs[i].address, out.address, (rows, cols), None, dim, params=params)
@@ -284,10 +262,10 @@ class ReduceTarget:
         wg, items = params["WG"], params["ITEMS"]
         n = rows * cols
         if dim == 1:
-            t = min(wg, _pow2ceil(-(-cols // items)))
+            t = min(wg, pow2ceil(-(-cols // items)))
             groups = -(-rows // (wg // t))
         elif dim == 0:
-            groups = -(-cols // min(wg, _pow2ceil(cols)))
+            groups = -(-cols // min(wg, pow2ceil(cols)))
         else:
             groups = max(1, min(params.get("TARGET_GROUPS", 1), n // max(params.get("SPLIT_MIN", n) // 4, 1)))
         return {"flops": n, "dram_bytes": 4 * n, "lds_bytes": groups * wg * 8, "groups": groups,
@@ -295,17 +273,16 @@ class ReduceTarget:
 
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
-        defines = {"OP": 0, "RD": 1, "COLS": 0, "ITEMS": params["ITEMS"], "SUBGROUP": params["SUBGROUP"],
-                   "IN_F16": 0, "IN_IDX": 0, "IDX64": 0}
-        return defines, (params["WG"], 1, 1), None
+        """A float32 sum over the innermost dim, one pass (what the suite's first shape runs)."""
+        return defines(params, 0, 1, False, params["SUBGROUP"], idx64=True), (params["WG"], 1, 1), None
 
     @staticmethod
     def kernel_defines(params) -> list[dict]:
-        """The define sets one tuned parameter set builds for float32/float16 inputs, every op and
-        both layouts (tune/carry_over.py)."""
-        return [{"OP": op, "RD": 1, "COLS": cols, "ITEMS": params["ITEMS"], "SUBGROUP": params["SUBGROUP"],
-                 "IN_F16": f16, "IN_IDX": 0, "IDX64": 0}
-                for op in range(6) for cols in (0, 1) for f16 in (0, 1)]
+        """The kernels one tuned parameter set builds over one reduced dim (tune/carry_over.py): every
+        op, input dtype and layout in one pass, and a split's first pass."""
+        one_pass = [defines(params, op, 1, cols, params["SUBGROUP"] and not cols, code, idx64=True)
+                    for op in range(6) for cols in (False, True) for code in _IN_CODE.values()]
+        return one_pass + [defines(params, op, 1, False, params["SUBGROUP"]) for op in range(6)]
 
 
 TUNE_TARGET = ReduceTarget()

@@ -25,12 +25,13 @@ _PUSH = struct.Struct("<QQI2i2i2f2i")
 
 
 class Resample(Family):
-    def __init__(self, device):
-        super().__init__(device, "resample", "resample.comp")
+    family = "resample"
+    template = "resample.comp"
 
-    def variant(self, mode: int, backward: bool, align_corners: bool):
-        defines = {"MODE": mode, "BACKWARD": int(backward), "ALIGN_CORNERS": int(align_corners)}
-        return self.workgroup_variant(defines, WG, _PUSH.size)
+
+def defines(mode: int, backward: bool, align_corners: bool) -> dict:
+    """The template's defines for one mode and direction (align_corners matters to bilinear only)."""
+    return {"MODE": mode, "BACKWARD": int(backward), "ALIGN_CORNERS": int(align_corners and mode == BILINEAR)}
 
 
 def nearest_scale(in_size: int, out_size: int, scale) -> float:
@@ -57,7 +58,7 @@ def _run(device, mode, backward, src, dst, planes, in_hw, out_hw, scales, pads, 
         raise ValueError(f"{NAMES[mode]}: a tensor of 2**31 elements or more is not supported; split the batch")
     push = _PUSH.pack(src, dst, n, in_h, in_w, out_h, out_w, *(float(s) for s in scales), *(int(p) for p in pads))
     groups = grid_1d(-(-n // WG), device.facts.max_workgroup_count[0])
-    pipe = family(device, Resample).variant(mode, backward, align_corners and mode == BILINEAR)
+    pipe = family(device, Resample).variant(defines(mode, backward, align_corners), WG, _PUSH.size)
     device.stream.dispatch(pipe, groups, push, NAMES[mode] + ("_backward" if backward else ""))
 
 

@@ -12,37 +12,27 @@ from __future__ import annotations
 
 import struct
 
-from .elementwise import SMALL, dtype_name
-from .launch import Family, family, grid_1d
+from .elementwise import dtype_name
+from . import dtypes
+from .launch import Family, address, family, grid_1d
 
 _PUSH = struct.Struct("<QQQQQIff")
 _MODES = {"uniform": 0, "normal": 1, "dropout": 2}
-_DT = {"float32": 0, "float16": 1}
+_DT = dtypes.codes("float32", "float16")
 _M64 = (1 << 64) - 1
 
 
 class Rng(Family):
-    """Shares the `elementwise` tuning entry: its local size is WG."""
-
-    TEMPLATE = "elementwise_rng.comp"
-
-    def __init__(self, device):
-        super().__init__(device, "elementwise", "elementwise_binary.comp")
-
-    def variant(self, mode: str, dtype: str, n: int, seed_buf: bool = False):
-        params, _ = self.params("small" if n < SMALL else "large")
-        wg = params["WG"]
-        key = (mode, dtype, wg, seed_buf)
-        return self.pipeline(key, lambda: self.device.pipelines.get(
-            self.TEMPLATE, {"MODE": _MODES[mode], "DT": _DT[dtype], "SEED_BUF": int(seed_buf)}, local_size=(wg, 1, 1),
-            push_size=_PUSH.size)), wg
+    family = "rng"
+    template = "elementwise_rng.comp"
 
 
-def _addr(a) -> int:
-    return 0 if a is None else int(getattr(a, "address", a))
+def defines(mode: str, dtype: str, seed_buf: bool) -> dict:
+    """The defines of one RNG kernel (the runtime and the tuner target build them here)."""
+    return {"MODE": _MODES[mode], "DT": _DT[dtype], "SEED_BUF": int(seed_buf)}
 
 
-def _launch(device, mode, x, out, mask, n, s0, s1, seed, offset, dtype, seed_buffer=None):
+def _launch(device, mode, x, out, mask, n, s0, s1, seed, offset, dtype, seed_buffer=None, params=None):
     n = int(n)
     if n <= 0:
         return
@@ -54,12 +44,14 @@ def _launch(device, mode, x, out, mask, n, s0, s1, seed, offset, dtype, seed_buf
     feats = device.facts.features
     if dtype == "float16" and not feats.get("storage_16bit"):
         raise TypeError(f"{device.facts.name} lacks 16-bit storage for float16 tensors")
-    pipe, wg = family(device, Rng).variant(mode, dtype, n, seed_buffer is not None)
+    fam = family(device, Rng)
+    wg = fam.resolve({"n": n}, params)["WG"]
+    pipe = fam.variant(defines(mode, dtype, seed_buffer is not None), wg, _PUSH.size)
     if seed_buffer is not None:  # seed and base offset read from this 16-byte buffer; offset is relative
-        seed = _addr(seed_buffer)
+        seed = address(seed_buffer)
     threads = (n + 3) // 4
     groups = grid_1d((threads + wg - 1) // wg, device.facts.max_workgroup_count[0])
-    push = _PUSH.pack(_addr(x), _addr(out), _addr(mask), int(seed) & _M64, int(offset) & _M64, n,
+    push = _PUSH.pack(address(x), address(out), address(mask), int(seed) & _M64, int(offset) & _M64, n,
                       float(s0), float(s1))
     device.stream.dispatch(pipe, groups, push, mode)
 
@@ -77,12 +69,76 @@ def dropout(device, in_addr, out_addr, mask_addr, n: int, p: float, seed: int, o
 
 
 def uniform_(device, addr, n: int, low: float = 0.0, high: float = 1.0, seed: int = 0, offset: int = 0,
-             dtype="float32"):
-    """addr[:n] = U[low, high)."""
-    _launch(device, "uniform", None, addr, None, n, low, high, seed, offset, dtype)
+             dtype="float32", params: dict | None = None):
+    """addr[:n] = U[low, high). params: an explicit WG (the tuner), over the tuned/default one."""
+    _launch(device, "uniform", None, addr, None, n, low, high, seed, offset, dtype, params=params)
 
 
 def normal_(device, addr, n: int, mean: float = 0.0, std: float = 1.0, seed: int = 0, offset: int = 0,
             dtype="float32"):
     """addr[:n] = N(mean, std**2) (Box-Muller)."""
     _launch(device, "normal", None, addr, None, n, mean, std, seed, offset, dtype)
+
+
+def philox_words(seed: int, offset: int, n: int):
+    """The first n uint32 words the kernel draws for (seed, offset), computed on the host (numpy,
+    the same Philox4x32-10 as templates/elementwise_rng.comp): word i is element i's."""
+    import numpy as np
+
+    m32 = np.uint64(0xFFFFFFFF)
+    t = np.arange((n + 3) // 4, dtype=np.uint64)
+    zero = np.zeros_like(t)
+    c = [t, zero, zero + np.uint64(offset & 0xFFFFFFFF), zero + np.uint64((offset >> 32) & 0xFFFFFFFF)]
+    for r in range(10):  # each round's key: the seed plus r times the Weyl increments
+        k0 = np.uint64((seed + r * 0x9E3779B9) & 0xFFFFFFFF)
+        k1 = np.uint64(((seed >> 32) + r * 0xBB67AE85) & 0xFFFFFFFF)
+        p0, p1 = np.uint64(0xD2511F53) * c[0], np.uint64(0xCD9E8D57) * c[2]
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & m32, (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & m32]
+    return np.stack(c, axis=1).reshape(-1)[:n].astype(np.uint32)
+
+
+class RngTarget:
+    """What tvk-tune needs to tune the RNG kernel (see tvk_kernels/tune/targets.py): float32 uniform_
+    of n elements, checked bit for bit against the host's Philox."""
+
+    family = "rng"
+    template = "elementwise_rng.comp"
+    suites = {"suite": [{"n": 4096}, {"n": 1 << 20}, {"n": 1 << 24}], "tiny": [{"n": 1000}, {"n": 70_000}]}
+
+    def prepare(self, device, shape, n_inputs=3, seed=0):
+        import numpy as np
+
+        from ..tune.targets import Case
+
+        n = shape["n"]
+        outs = [device.allocator.alloc(4 * n) for _ in range(n_inputs + 1)]
+
+        def run(params, i):
+            uniform_(device, outs[i], n, seed=seed, offset=i % len(outs), params=params)
+
+        def check(params):
+            run(params, -1)
+            want = (philox_words(seed, len(outs) - 1, n) >> 8).astype(np.float32) / np.float32(1 << 24)
+            got = device.download(outs[-1], np.float32, (n,))
+            return bool(np.array_equal(got, want)), float(np.max(np.abs(got - want)))
+
+        return Case(device, shape, run, check, outs)
+
+    @staticmethod
+    def work(shape, params) -> dict:
+        n = shape["n"]
+        return {"flops": 40 * n, "dram_bytes": 4 * n, "lds_bytes": 0, "groups": -(-n // (4 * params["WG"])),
+                "invocations": params["WG"], "lds_per_group": 0}
+
+    @staticmethod
+    def static_defines(params) -> tuple[dict, tuple, int | None]:
+        """float32 uniform_ (what the suite times)."""
+        return defines("uniform", "float32", False), (params["WG"], 1, 1), None
+
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """The kernels one tuned parameter set builds (tune/carry_over.py): every mode and dtype, both seed sources."""
+        return [defines(mode, dtype, seed_buf) for mode in _MODES for dtype in _DT for seed_buf in (False, True)]
+
+
+TUNE_TARGET = RngTarget()

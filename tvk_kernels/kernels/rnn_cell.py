@@ -13,22 +13,18 @@ from __future__ import annotations
 
 import struct
 
-from .launch import Family, family, grid_1d
+from .launch import Family, address, family, grid_1d, positive
 
-FAMILY = "rnn_cell"
-TEMPLATE = "rnn_cell.comp"
 CELLS = {"lstm_fwd": 0, "lstm_bwd": 1, "gru_fwd": 2, "gru_bwd": 3}
 _PUSH = struct.Struct("<8Q3I")  # 8 buffer slots (meaning per cell: the template), rows, hidden, flags
-SMALL = 1 << 16
-
-
-def _addr(x) -> int:
-    return 0 if x is None else int(getattr(x, "address", x))
 
 
 class RnnCell(Family):
-    def __init__(self, device):
-        super().__init__(device, FAMILY, TEMPLATE)
+    family = "rnn_cell"
+    template = "rnn_cell.comp"
+
+    def check_config(self, params: dict) -> dict:
+        return positive(self.family, params, "WG")
 
 
 def _launch(device, cell: str, slots, rows: int, hidden: int, flags: int, params: dict | None):
@@ -38,11 +34,9 @@ def _launch(device, cell: str, slots, rows: int, hidden: int, flags: int, params
     if n == 0:
         return
     fam = family(device, RnnCell)
-    if params is None:
-        params, _ = fam.params("small" if n < SMALL else "large")
-    wg = params["WG"]
-    pipe = fam.workgroup_variant({"CELL": CELLS[cell]}, wg, _PUSH.size)
-    addrs = [_addr(s) for s in slots] + [0] * (8 - len(slots))
+    wg = fam.resolve({"n": n}, params)["WG"]
+    pipe = fam.variant({"CELL": CELLS[cell]}, wg, _PUSH.size)
+    addrs = [address(s) for s in slots] + [0] * (8 - len(slots))
     groups = grid_1d(-(-n // wg), device.facts.max_workgroup_count[0])
     device.stream.dispatch(pipe, groups, _PUSH.pack(*addrs, rows, hidden, flags), f"rnn_{cell}")
 

@@ -20,46 +20,37 @@ from __future__ import annotations
 
 import struct
 
-from ..errors import InvalidConfigError
-from .launch import Family, family, grid_1d
+from .launch import Family, family, grid_1d, pow2ceil, powers_of_two
 
 OPS = {"sum": 0, "prod": 1, "logsumexp": 2}
 _DTYPES = {"float32": 4, "int64": 8}
 _PUSH = struct.Struct("<QQQ9I")
-SMALL = 1 << 16
 COLS_MIN = 32  # rows adjacent in memory, at least this many: one thread per row
+SCAN, CARRY = 0, 1  # MODE: scan (each span), add each span's carry (a split row's second pass)
 
 
 class Scan(Family):
-    def __init__(self, device):
-        super().__init__(device, "scan", "scan.comp")
-
-    def build(self, op: int, int64: bool, mode: int, prm: dict):
-        wg = int(prm["WG"])
-        defines = {"OP": op, "INT64": int(int64), "MODE": mode, "ITEMS": int(prm["ITEMS"])}
-        acc_bytes = 8 if int64 or op == OPS["logsumexp"] else 4  # logsumexp: (max, sum) pairs
-        return self.workgroup_variant(defines, wg, _PUSH.size, shared_bytes=wg * acc_bytes)
+    family = "scan"
+    template = "scan.comp"
 
     def check_config(self, params: dict) -> dict:
-        wg = int(params["WG"])
-        if wg < 1 or wg & (wg - 1):
-            raise InvalidConfigError(f"scan: WG={wg} must be a power of two")
-        return params
+        return powers_of_two(self.family, params, "WG")
+
+    def kernel(self, params: dict, op: int, int64: bool, mode: int):
+        wg = params["WG"]
+        acc_bytes = 8 if int64 or op == OPS["logsumexp"] else 4  # logsumexp: (max, sum) pairs
+        return self.variant(defines(params, op, int64, mode), wg, _PUSH.size, shared_bytes=wg * acc_bytes)
 
 
-def resolve_params(fam: Family, bucket: str, params: dict | None) -> dict:
-    base, _ = fam.params(bucket)
-    return fam.check_config(dict(base, **(params or {})))
-
-
-def _pow2ceil(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
+def defines(params: dict, op: int, int64: bool, mode: int) -> dict:
+    """The defines of one scan kernel (the runtime and the tuner target build them here)."""
+    return {"OP": op, "INT64": int(int64), "MODE": mode, "ITEMS": params["ITEMS"]}
 
 
 def threads_per_row(n: int, inner: int, inner_stride: int, wg: int, items: int) -> int:
     if inner >= COLS_MIN and inner_stride == 1:
         return 1
-    return min(wg, _pow2ceil(-(-max(n, 1) // items)))
+    return min(wg, pow2ceil(-(-max(n, 1) // items)))
 
 
 def scan(device, op: str, in_addr: int, out_addr: int, outer: int, n: int, inner: int, in_strides=None,
@@ -83,7 +74,7 @@ def scan(device, op: str, in_addr: int, out_addr: int, outer: int, n: int, inner
     if max(span_in, rows * n) >= 1 << 32:
         raise ValueError(f"scan: the view [{outer}, {n}, {inner}] spans 2**32 elements or more; split it")
     fam = family(device, Scan)
-    prm = resolve_params(fam, "small" if rows * n < SMALL else "large", params)
+    prm = fam.resolve({"n": rows * n}, params)
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     t = threads_per_row(n, inner, strides[2], wg, items)
     groups = -(-rows // (wg // t))
@@ -99,11 +90,11 @@ def scan(device, op: str, in_addr: int, out_addr: int, outer: int, n: int, inner
     part = device.allocator.alloc(rows * nsplit * _DTYPES[dtype]) if nsplit > 1 else None
     part_addr = part.address if part is not None else 0
     push = _PUSH.pack(in_addr, out_addr, part_addr, rows, n, inner, t.bit_length() - 1, span, nsplit, *strides)
-    device.stream.dispatch(fam.build(opc, int64, 0, prm), (grid[0], grid[1], nsplit), push, "scan")
+    device.stream.dispatch(fam.kernel(prm, opc, int64, SCAN), (grid[0], grid[1], nsplit), push, "scan")
     if part is None:
         return
     scan(device, op, part_addr, part_addr, rows, nsplit, 1, dtype=dtype, params=params)
-    device.stream.dispatch(fam.build(opc, int64, 1, prm), (grid[0], grid[1], nsplit - 1), push, "scan.carry")
+    device.stream.dispatch(fam.kernel(prm, opc, int64, CARRY), (grid[0], grid[1], nsplit - 1), push, "scan.carry")
     device.stream.keep_alive(part)
 
 
@@ -169,7 +160,14 @@ class ScanTarget:
 
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
-        return {"OP": 0, "INT64": 1, "MODE": 0, "ITEMS": params["ITEMS"]}, (params["WG"], 1, 1), None
+        """An int64 cumsum (the kernel the static model has always compiled for this family)."""
+        return defines(params, OPS["sum"], True, SCAN), (params["WG"], 1, 1), None
+
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """The kernels one tuned parameter set builds (tune/carry_over.py): every op and dtype, both passes."""
+        return [defines(params, op, int64, mode) for op in OPS.values() for int64 in (False, True)
+                for mode in (SCAN, CARRY) if not (int64 and op == OPS["logsumexp"])]
 
 
 TUNE_TARGET = ScanTarget()

@@ -11,21 +11,27 @@ output: softmax dx = y * (g - sum(g*y)); log_softmax dx = g - exp(y) * sum(g).
 """
 from __future__ import annotations
 
+import math
 import struct
 
-from .launch import Family, family, grid_1d
-from .reduce import _pow2ceil, _prod, resolve_params, use_subgroups
+from .launch import Family, family, grid_1d, pow2ceil, powers_of_two
+from .reduce import use_subgroups
 
 _PUSH = struct.Struct("<QQQQIIII")
-SMALL = 1 << 16
 
 
 class Softmax(Family):
-    def __init__(self, device):
-        super().__init__(device, "softmax", "softmax.comp")
+    family = "softmax"
+    template = "softmax.comp"
 
-    def build(self, defines: dict, wg: int):
-        return self.workgroup_variant(defines, wg, _PUSH.size, shared_bytes=4 * wg)
+    def check_config(self, params: dict) -> dict:
+        return powers_of_two(self.family, params, "WG")
+
+
+def defines(params: dict, cols: bool, log: bool, backward: bool, subgroup: bool) -> dict:
+    """The defines of one softmax kernel (the runtime and the tuner target build them here)."""
+    return {"COLS": int(cols), "ITEMS": params["ITEMS"], "LOG": int(log), "BWD": int(backward),
+            "SUBGROUP": int(subgroup)}
 
 
 def _run(device, x, y, g, dx, shape, dim, log, bwd, params):
@@ -36,23 +42,22 @@ def _run(device, x, y, g, dx, shape, dim, log, bwd, params):
     dim %= nd
     if not shape:
         shape = (1,)
-    outer, n, inner = _prod(shape[:dim]), shape[dim], _prod(shape[dim + 1:])
+    outer, n, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
     rows = outer * inner
     if rows == 0 or n == 0:
         return
     fam = family(device, Softmax)
-    prm = resolve_params(fam, "small" if rows * n < SMALL else "large", params)
+    prm = fam.resolve({"n": rows * n}, params)
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     cols = inner > 1
     if cols:
-        g_rows = min(wg, _pow2ceil(rows))
+        g_rows = min(wg, pow2ceil(rows))
         t = wg // g_rows
     else:
-        t = min(wg, _pow2ceil(-(-n // items)))
+        t = min(wg, pow2ceil(-(-n // items)))
         g_rows = wg // t
-    defines = {"COLS": int(cols), "ITEMS": items, "LOG": int(bool(log)), "BWD": int(bwd),
-               "SUBGROUP": int(not cols and use_subgroups(device, prm, t))}
-    pipe = fam.build(defines, wg)
+    kernel = defines(prm, cols, bool(log), bwd, not cols and use_subgroups(device, prm, t))
+    pipe = fam.variant(kernel, wg, _PUSH.size, shared_bytes=4 * wg)
     groups = grid_1d(-(-rows // g_rows), device.facts.max_workgroup_count[0])
     device.stream.dispatch(pipe, groups, _PUSH.pack(x, y, g, dx, rows, n, inner, t.bit_length() - 1),
                            ("log_softmax" if log else "softmax") + ("_backward" if bwd else ""))
@@ -124,17 +129,24 @@ class SoftmaxTarget:
         wg, items = params["WG"], params["ITEMS"]
         n = rows * cols
         if dim in (-1, 1):
-            t = min(wg, _pow2ceil(-(-cols // items)))
+            t = min(wg, pow2ceil(-(-cols // items)))
             groups = -(-rows // (wg // t))
         else:
-            groups = -(-cols // min(wg, _pow2ceil(cols)))
+            groups = -(-cols // min(wg, pow2ceil(cols)))
         return {"flops": 6 * n, "dram_bytes": 12 * n, "lds_bytes": groups * wg * 16, "groups": groups,
                 "invocations": wg, "lds_per_group": 4 * wg}
 
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
-        defines = {"COLS": 0, "ITEMS": params["ITEMS"], "LOG": 0, "BWD": 0, "SUBGROUP": params["SUBGROUP"]}
-        return defines, (params["WG"], 1, 1), None
+        """The last-dim softmax forward (the suite's common path)."""
+        return defines(params, False, False, False, params["SUBGROUP"]), (params["WG"], 1, 1), None
+
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """The kernels one tuned parameter set builds (tune/carry_over.py): both layouts, softmax
+        and log_softmax, forward and backward."""
+        return [defines(params, cols, log, bwd, params["SUBGROUP"] and not cols)
+                for cols in (False, True) for log in (False, True) for bwd in (False, True)]
 
 
 TUNE_TARGET = SoftmaxTarget()

@@ -20,38 +20,30 @@ from __future__ import annotations
 
 import struct
 
-from ..errors import InvalidConfigError
-from .launch import Family, family, grid_1d
+from .launch import Family, family, grid_1d, powers_of_two
 
 _PUSH = struct.Struct("<QQQQQ10I")
 FROM_INPUT, TO_OUTPUT, DESCENDING = 1, 2, 4
+LOCAL, GLOBAL = 0, 1  # MODE: steps in shared memory, one global compare-exchange step
 _KEY_BYTES = {"float32": 4, "int64": 8}
-SMALL = 1 << 16
 
 
 class Sort(Family):
-    def __init__(self, device):
-        super().__init__(device, "sort", "sort.comp")
+    family = "sort"
+    template = "sort.comp"
 
-    def build(self, mode: int, key64: bool, prm: dict):
-        elems, wg = int(prm["ELEMS"]), int(prm["WG"])
-        shared = elems * ((8 if key64 else 4) + 4) if mode == 0 else 0
-        return self.workgroup_variant({"MODE": mode, "KEY64": int(key64), "ELEMS": elems}, wg, _PUSH.size, shared)
+    def kernel(self, params: dict, mode: int, key64: bool):
+        shared = params["ELEMS"] * ((8 if key64 else 4) + 4) if mode == LOCAL else 0
+        return self.variant(defines(params, mode, key64), params["WG"], _PUSH.size, shared_bytes=shared)
 
     def check_config(self, params: dict) -> dict:
-        for name in ("ELEMS", "WG"):
-            v = int(params[name])
-            if v < 1 or v & (v - 1):
-                raise InvalidConfigError(f"sort: {name}={v} must be a power of two")
-        if params["ELEMS"] < 2 * params["WG"]:
-            raise InvalidConfigError(f"sort: ELEMS={params['ELEMS']} must be at least 2 * WG={params['WG']} "
-                                     "(a pair per thread and step)")
-        return params
+        # ELEMS >= 2 * WG (a pair per thread and step) is a constraint of tuning/sort.json
+        return powers_of_two(self.family, params, "ELEMS", "WG")
 
 
-def resolve_params(fam: Family, bucket: str, params: dict | None) -> dict:
-    base, _ = fam.params(bucket)
-    return fam.check_config(dict(base, **(params or {})))
+def defines(params: dict, mode: int, key64: bool) -> dict:
+    """The defines of one sort kernel (the runtime and the tuner target build them here)."""
+    return {"MODE": mode, "KEY64": int(key64), "ELEMS": params["ELEMS"]}
 
 
 def _log2ceil(n: int) -> int:
@@ -80,7 +72,7 @@ def sort(device, in_addr: int, values_addr: int, indices_addr: int, rows: int, n
         raise ValueError(f"sort: {rows} rows of {n} (padded to {1 << nlog}) need 2**32 elements or more; "
                          "sort fewer rows at a time")
     fam = family(device, Sort)
-    prm = resolve_params(fam, "small" if rows * n < SMALL else "large", params)
+    prm = fam.resolve({"n": rows * n}, params)
     elems, wg = int(prm["ELEMS"]), int(prm["WG"])
     key64 = dtype == "int64"
     desc = DESCENDING if descending else 0
@@ -91,7 +83,7 @@ def sort(device, in_addr: int, values_addr: int, indices_addr: int, rows: int, n
         push = _PUSH.pack(in_addr, values_addr, indices_addr, skey, sidx, rows, n, k, row_stride, nlog, elog,
                           klo, khi, 0, flags | desc)
         groups = -(-total // (1 << elog))
-        device.stream.dispatch(fam.build(0, key64, prm), grid_1d(groups, max_x), push, "sort.local")
+        device.stream.dispatch(fam.kernel(prm, LOCAL, key64), grid_1d(groups, max_x), push, "sort.local")
 
     if nlog <= elog:  # whole rows fit a workgroup: one dispatch
         local(FROM_INPUT | TO_OUTPUT, 1, nlog)
@@ -103,7 +95,7 @@ def sort(device, in_addr: int, values_addr: int, indices_addr: int, rows: int, n
     def global_step(stage, stride):
         push = _PUSH.pack(in_addr, values_addr, indices_addr, skey.address, sidx.address, rows, n, k, row_stride,
                           nlog, elog, stage, stage, stride, desc)
-        device.stream.dispatch(fam.build(1, key64, prm), grid_1d(-(-pairs // wg), max_x), push, "sort.global")
+        device.stream.dispatch(fam.kernel(prm, GLOBAL, key64), grid_1d(-(-pairs // wg), max_x), push, "sort.global")
 
     local(FROM_INPUT, 1, elog, skey.address, sidx.address)
     for stage in range(elog + 1, nlog + 1):
@@ -178,7 +170,13 @@ class SortTarget:
 
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
-        return {"MODE": 0, "KEY64": 1, "ELEMS": params["ELEMS"]}, (params["WG"], 1, 1), None
+        """The int64-key shared-memory sort (the kernel the static model has always compiled for this family)."""
+        return defines(params, LOCAL, True), (params["WG"], 1, 1), None
+
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """The kernels one tuned parameter set builds (tune/carry_over.py): both modes, both key types."""
+        return [defines(params, mode, key64) for mode in (LOCAL, GLOBAL) for key64 in (False, True)]
 
 
 TUNE_TARGET = SortTarget()

@@ -85,6 +85,7 @@ class Stream:
         self.total_dispatches = 0
         self.submits = 0
         self.profile_records: list | None = None  # (label, gpu seconds) when profiling
+        self.profile_start_ticks: list | None = None  # beside them: each kernel's start, raw GPU clock ticks
         self._profile_start_stage = lib.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT
         self.graphs_in_flight: set = set()
         self.capturing = False  # replayed graphs (runtime/graph.py) not yet waited for
@@ -249,6 +250,7 @@ class Stream:
             for i, label in enumerate(slot.labels):
                 ticks = ((data[2 * i + 1] & mask) - (data[2 * i] & mask)) & mask
                 self.profile_records.append((label, ticks * period))
+                self.profile_start_ticks.append(data[2 * i] & mask)
         slot.labels.clear()
 
     @contextmanager
@@ -266,7 +268,8 @@ class Stream:
 
     @contextmanager
     def profiling(self, exclusive: bool = False):
-        """Collect (label, gpu_seconds) for every dispatch recorded inside the block.
+        """Collect (label, gpu_seconds) for every dispatch recorded inside the block (and, in
+        `profile_start_ticks`, when each started on the GPU's clock: torchvk/profiler.py's timeline).
 
         By default a kernel's start is latched at the top of the pipe, which on a busy queue can
         be before the kernel ahead of it has finished: back-to-back times overlap. exclusive=True
@@ -277,7 +280,7 @@ class Stream:
             raise RuntimeError(f"{self.device.facts.name} has no compute timestamps; GPU times cannot be measured")
         self.synchronize()  # so query pools are reset at the next begin
         records: list = []
-        self.profile_records = records
+        self.profile_records, self.profile_start_ticks = records, []
         self._profile_start_stage = (lib.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT if exclusive
                                      else lib.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT)
         batch = self.batch
@@ -285,5 +288,5 @@ class Stream:
             yield records
             self.synchronize()
         finally:
-            self.profile_records = None
+            self.profile_records = self.profile_start_ticks = None
             self.batch = batch

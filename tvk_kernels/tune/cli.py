@@ -7,6 +7,8 @@ import shlex
 import sys
 import time
 
+from .storage import HEARTBEAT_SECONDS
+
 INTERRUPTED = 130  # the shell's code for a run stopped by Ctrl-C (128 + SIGINT)
 
 
@@ -21,11 +23,15 @@ def main(argv=None) -> int:
     ap.add_argument("--time-budget", type=float, default=None,
                     help="seconds for the whole run, split over studies; shapes too slow for it on this device are "
                          "skipped (and said so)")
-    ap.add_argument("--storage", default=None, help="Optuna storage URL (default: SQLite in the cache dir; "
-                                                     "postgresql://... lets several machines tune one study)")
+    ap.add_argument("--storage", default=None,
+                    help="Optuna storage URL (default: SQLite in the cache dir; postgresql+psycopg://user:pw@host/db "
+                         "lets several machines tune one study: start each with --resume)")
     ap.add_argument("--resume", action="store_true",
-                    help="continue existing studies (e.g. after Ctrl-C) instead of starting over: each runs until it "
-                         "has --trials finished trials")
+                    help="continue existing studies (e.g. after Ctrl-C) instead of starting over, or join the "
+                         "workers tuning them: each study runs until it has --trials finished trials in all")
+    ap.add_argument("--heartbeat", type=int, default=HEARTBEAT_SECONDS, metavar="SECONDS",
+                    help="seconds between this worker's heartbeats in the storage; a running trial whose worker "
+                         "missed two (killed) is marked failed by the next worker (default %(default)s)")
     ap.add_argument("--write-partial", action="store_true",
                     help="on Ctrl-C, also write the best of the interrupted study's finished trials")
     ap.add_argument("--out", default=None, help="folder for <device-key>.json (default: TVK_CONFIG_DIR or ~/.config/torchvk/configs)")
@@ -37,6 +43,7 @@ def main(argv=None) -> int:
     from ..errors import TVKError
     from ..runtime import get_device
     from .driver import TuneInterrupted, tune
+    from .storage import StorageError
     from .targets import load_optional_targets
 
     TARGETS = load_optional_targets()
@@ -67,7 +74,8 @@ def main(argv=None) -> int:
         # aim 5% early: the last study may overrun by a compile and a check, then the process exits
         deadline = None if args.time_budget is None else started + 0.95 * args.time_budget
         path = tune(device, families, suite, args.trials, None, args.storage, args.resume, args.out,
-                    progress=not args.no_progress, deadline=deadline, write_partial=args.write_partial)
+                    progress=not args.no_progress, deadline=deadline, write_partial=args.write_partial,
+                    heartbeat=args.heartbeat)
     except TuneInterrupted as e:
         again = [a for a in argv if a != "--resume"] + ["--resume"]
         print(f"tvk-tune: {e}\nto continue: tvk-tune {shlex.join(again)}", file=sys.stderr)
@@ -75,7 +83,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # outside a measured run's studies (device set-up, --target rdna1)
         print("tvk-tune: interrupted", file=sys.stderr)
         return INTERRUPTED
-    except (TVKError, ValueError) as e:
+    except (TVKError, ValueError, StorageError) as e:
         print(f"tvk-tune: {e}", file=sys.stderr)
         return 1
     if path is None:  # only a time budget leaves every study out

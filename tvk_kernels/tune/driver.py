@@ -17,13 +17,22 @@ bounded by its study's deadline.
 Ctrl-C stops the run: finished trials stay in the study storage (--resume continues them),
 configs of finished studies stay written, the interrupted study writes nothing unless
 `write_partial`, and TuneInterrupted says what was kept.
+
+Several workers (processes or machines) can tune one study in a shared storage (PostgreSQL; see
+storage.py): with `resume` each joins the study, and together they stop at `trials` finished
+trials. Each trial records the host that measured it and the default's times there; a trial
+from another host is compared by its ratio to that host's default, and re-timed here before it
+is written as this device's winner.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
+import os
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -34,6 +43,7 @@ from ..errors import InvalidConfigError, ShaderCompileError, VulkanError
 from ..runtime.compiler import template_checksum
 from .measure import MIN_REPEATS, OutOfTime, time_candidate
 from ..search_space import bucket_of, param_values, violations
+from .storage import HEARTBEAT_SECONDS, default_storage, open_storage, shown
 
 # A shape is tuned only if this many of its minimal measurements fit its study's share of the
 # budget: the default, one trial, the default again.
@@ -61,12 +71,6 @@ class TuneInterrupted(Exception):
             lines.append(f"nothing was written for {where}: its study did not finish "
                          "(--write-partial writes the best trial so far)")
         super().__init__("\n".join(lines))
-
-
-def default_storage() -> str:
-    from ..paths import cache_dir
-
-    return f"sqlite:///{cache_dir() / 'tuning.sqlite3'}"
 
 
 def evaluate_params(device, target, cases, params, default_times=None, hopeless=3.0, deadline=None, needs=None):
@@ -98,9 +102,10 @@ def evaluate_params(device, target, cases, params, default_times=None, hopeless=
 
 
 class HeldCtrlC:
-    """Ctrl-C raises KeyboardInterrupt at once only inside a trial's objective. Landing while Optuna
-    saves a trial (its storage commit), it broke Optuna's own bookkeeping (an UnboundLocalError,
-    exit 1); there it is held and raised when the next objective starts, or when the block ends."""
+    """Ctrl-C raises KeyboardInterrupt at once only inside a trial's objective, outside its `held`
+    blocks. Landing while Optuna saves a trial (its storage commit), it broke Optuna's own
+    bookkeeping (an UnboundLocalError, exit 1); there it is held and raised when the next objective
+    starts, or when the block ends."""
 
     def __init__(self):
         self.inside = False
@@ -135,34 +140,99 @@ class HeldCtrlC:
                 self.inside = False
         return run
 
+    @contextlib.contextmanager
+    def held(self):
+        """Inside an objective: a block that Ctrl-C waits for (the objective's own storage writes);
+        one that came during it is raised when it ends."""
+        inside, self.inside = self.inside, False
+        try:
+            yield
+        finally:
+            self.inside = inside
+        if inside and self.pending:
+            raise KeyboardInterrupt
+
 
 def finished_trials(study) -> int:
-    """Trials that ran to the end (timed or rejected); one stopped by Ctrl-C or the budget is not."""
+    """Trials that ran to the end (timed or rejected); one stopped by Ctrl-C or the budget is not,
+    nor one that a killed worker left (RUNNING, then FAIL once its heartbeat is stale)."""
+    return len(study.get_trials(deepcopy=False, states=finished_states()))
+
+
+def finished_states() -> tuple:
+    """The trial states that count toward --trials: timed, or rejected with a reason."""
     from optuna.trial import TrialState
 
-    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.trials)
+    return TrialState.COMPLETE, TrialState.PRUNED
+
+
+def geomean_ratio(times, reference) -> float:
+    return math.exp(sum(math.log(t / d) for t, d in zip(times, reference)) / len(times))
+
+
+def best_trial(trials, default_times, here: str):
+    """The timed trial with the lowest geometric-mean time ratio to the default, or None. A trial
+    measured on this host (`here`) is compared with `default_times`, this host's default; one
+    measured on another host with the default that host measured."""
+    from optuna.trial import TrialState
+
+    def ratio(t):
+        mine = t.user_attrs.get("host", here) == here  # trials from before hosts were recorded: here
+        return geomean_ratio(t.user_attrs["times"], default_times if mine else t.user_attrs["default_seconds"])
+
+    timed = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("times")]
+    return min(timed, key=ratio, default=None)
+
+
+def start_over(study_name: str, storage) -> None:
+    """Delete the study, unless another worker is running one of its trials (its heartbeat is
+    fresh): deleting would throw away what that worker finds, and make it fail."""
+    import warnings
+
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        return
+    with warnings.catch_warnings():  # optuna marks fail_stale_trials experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)  # trials of killed workers: FAIL
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    if running:
+        t = running[0]
+        who = f"{t.user_attrs.get('host', '?')} (pid {t.user_attrs.get('pid', '?')})"
+        grace = 2 * storage.heartbeat_interval
+        raise ValueError(
+            f"study {study_name!r} is being tuned: trial {t.number} runs on {who}, started "
+            f"{t.datetime_start:%H:%M:%S}. "
+            f"Pass --resume to join it, or stop that worker to start over (a killed worker's trial is taken as "
+            f"failed {grace} s after its last heartbeat). To delete the study anyway: optuna delete-study "
+            f"--study-name '{study_name}' --storage '{shown(storage.url)}'")
+    optuna.delete_study(study_name=study_name, storage=storage)
 
 
 def tune_bucket(device, target, bucket, shapes, trials, deadline, storage, resume, progress=True,
                 write_partial=False, needs=None):
     """One study; returns its result, or None where the budget ran out before the default was measured.
 
-    trials: the study's total of finished trials (a resumed study runs what it lacks). deadline: a
-    time.perf_counter() value the study ends by (None: no limit); needs: see evaluate_params.
-    Ctrl-C propagates unless `write_partial`: then the best so far is returned, marked
-    "interrupted" in its provenance."""
+    storage: an Optuna storage (see storage.open_storage). trials: the study's total of finished
+    trials, from every worker (a resumed study runs what it lacks; workers that share it stop when
+    it has them). deadline: a time.perf_counter() value the study ends by (None: no limit); needs:
+    see evaluate_params. Ctrl-C propagates unless `write_partial`: then the best so far is
+    returned, marked "interrupted" in its provenance."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # a trial stopped by Ctrl-C is reported by tune()
     key = device_key_name(device.facts)
     study_name = f"{key}:{target.family}:{bucket}"
     if not resume:
-        try:
-            optuna.delete_study(study_name=study_name, storage=storage)
-        except KeyError:
-            pass
+        start_over(study_name, storage)
+    # a fresh study samples reproducibly; a resumed one (or a worker joining others) must not
+    # replay the draws of the run it continues (seed 0 again repeats them, trial for trial)
     study = optuna.create_study(study_name=study_name, storage=storage, direction="minimize", load_if_exists=True,
-                                sampler=optuna.samplers.TPESampler(seed=0, multivariate=True))
+                                sampler=optuna.samplers.TPESampler(seed=None if resume else 0, multivariate=True))
+    here = socket.gethostname()
     cases = []
     try:
         cases += [target.prepare(device, s) for s in shapes]
@@ -185,15 +255,24 @@ def tune_bucket(device, target, bucket, shapes, trials, deadline, storage, resum
 
             bar = tqdm(total=trials, initial=finished_trials(study), desc=f"{target.family}/{bucket}", unit="trial")
 
+        ctrl_c = HeldCtrlC()
+
         def objective(trial):
-            params = {**defaults, **{name: trial.suggest_categorical(name, vals) for name, vals in values.items()}}
+            with ctrl_c.held():  # storage writes
+                # who measures it, against which default: trials of other hosts are compared by their ratio
+                trial.set_user_attr("host", here)
+                trial.set_user_attr("pid", os.getpid())
+                trial.set_user_attr("default_seconds", default_times)
+                params = {**defaults, **{name: trial.suggest_categorical(name, vals) for name, vals in values.items()}}
             try:
                 ratio, times = evaluate_params(device, target, cases, params, default_times, deadline=study_deadline,
                                                needs=needs)
             except (_Rejected, RuntimeError) as e:  # RuntimeError: e.g. the device gave no usable timestamps
-                trial.set_user_attr("rejected", str(e) if isinstance(e, _Rejected) else f"{type(e).__name__}: {e}")
+                with ctrl_c.held():
+                    trial.set_user_attr("rejected", str(e) if isinstance(e, _Rejected) else f"{type(e).__name__}: {e}")
                 raise optuna.TrialPruned(str(e))
-            trial.set_user_attr("times", times)
+            with ctrl_c.held():
+                trial.set_user_attr("times", times)
             return ratio
 
         def on_trial(study, trial):
@@ -207,9 +286,14 @@ def tune_bucket(device, target, bucket, shapes, trials, deadline, storage, resum
         interrupted = False
         timeout = None if study_deadline is None else max(study_deadline - time.perf_counter(), 0.0)
         try:
-            with HeldCtrlC() as ctrl_c:
-                study.optimize(ctrl_c.objective(objective), n_trials=max(trials - finished_trials(study), 0),
-                               timeout=timeout, callbacks=[on_trial])
+            left = trials - finished_trials(study)
+            if left > 0:
+                # n_trials: what the study lacked when this worker began; the callback stops it
+                # sooner where other workers have finished the rest
+                enough = optuna.study.MaxTrialsCallback(trials, states=finished_states())
+                with ctrl_c:
+                    study.optimize(ctrl_c.objective(objective), n_trials=left, timeout=timeout,
+                                   callbacks=[on_trial, enough])
         except OutOfTime:  # the study's share of the budget is spent; its finished trials count
             pass
         except KeyboardInterrupt:
@@ -227,19 +311,27 @@ def tune_bucket(device, target, bucket, shapes, trials, deadline, storage, resum
                 default_times = [min(a, b) for a, b in zip(default_times, again)]
             except OutOfTime:
                 pass
-        complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("times")]
-        geo = lambda ts: math.exp(sum(math.log(t / d) for t, d in zip(ts, default_times)) / len(ts))  # noqa: E731
-        best = min(complete, key=lambda t: geo(t.user_attrs["times"])) if complete else None
-        if best is not None and geo(best.user_attrs["times"]) < 0.97:
-            params, tuned_times = {**defaults, **best.params}, best.user_attrs["times"]
+        everyone = study.trials  # one snapshot (other workers add trials): the winner and the counts agree
+        best = best_trial(everyone, default_times, here)
+        tuned_times = best.user_attrs["times"] if best is not None else None
+        if best is not None and best.user_attrs.get("host", here) != here:
+            # found on another machine: its times are that machine's, so it is timed here before
+            # it is written as this device's winner (where it cannot be, the default stays)
+            try:
+                _, tuned_times = evaluate_params(device, target, cases, {**defaults, **best.params},
+                                                 deadline=deadline, needs=needs)
+            except (_Rejected, OutOfTime, RuntimeError):
+                best = None
+        if best is not None and geomean_ratio(tuned_times, default_times) < 0.97:
+            params = {**defaults, **best.params}
         else:
             params, tuned_times = defaults, default_times
-        rejected = [t.user_attrs.get("rejected") for t in study.trials if t.user_attrs.get("rejected")]
+        rejected = [t.user_attrs.get("rejected") for t in everyone if t.user_attrs.get("rejected")]
         provenance = {
             "default_seconds": default_times, "tuned_seconds": tuned_times,
             "speedup": math.exp(sum(math.log(d / t) for d, t in zip(default_times, tuned_times)) / len(default_times)),
-            "trials": finished_trials(study), "rejected": len(rejected), "rejected_examples": rejected[:5],
-            "shapes": shapes, "study": study_name,
+            "trials": sum(t.state in finished_states() for t in everyone), "rejected": len(rejected),
+            "rejected_examples": rejected[:5], "shapes": shapes, "study": study_name,
         }
         if interrupted:
             provenance["interrupted"] = True
@@ -369,7 +461,8 @@ def write_config(out_dir: Path, facts, source: str, results: dict, match: str = 
             res["provenance"].update(stamp)
             entry["buckets"][bucket] = res
         fams[family] = entry
-    tmp = path.with_suffix(".tmp")
+    # one temporary file per process: workers on one machine may write the same config at once
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(data, indent=2, default=float) + "\n")
     tmp.replace(path)
     reload()
@@ -377,16 +470,18 @@ def write_config(out_dir: Path, facts, source: str, results: dict, match: str = 
 
 
 def tune(device, families, suite="suite", trials=30, time_budget=None, storage=None, resume=False, out_dir=None,
-         progress=True, deadline=None, write_partial=False, say=print) -> Path | None:
+         progress=True, deadline=None, write_partial=False, say=print, heartbeat=HEARTBEAT_SECONDS) -> Path | None:
     """Tune every (family, shape bucket); returns the config written (None: nothing fitted the budget).
 
+    storage: an Optuna storage URL (default: SQLite in the cache folder); heartbeat: see storage.py.
     time_budget: seconds for the whole run, from now; deadline: the same as a time.perf_counter()
     value (the CLI starts the clock at launch). Ctrl-C raises TuneInterrupted."""
     import optuna
 
     from .targets import TARGETS
 
-    storage = storage or default_storage()
+    url = storage or default_storage()
+    storage = open_storage(url, heartbeat)  # first: a bad URL or a server down is said before any work
     out_dir = Path(out_dir) if out_dir else user_config_dir()
     if deadline is None and time_budget:
         deadline = time.perf_counter() + time_budget
@@ -423,7 +518,7 @@ def tune(device, families, suite="suite", trials=30, time_budget=None, storage=N
             path = write_config(out_dir, device.facts, "measured", {target.family: results[target.family]})
             if res["provenance"].get("interrupted"):  # --write-partial: the best so far is written, then stop
                 written.append((f"{where} (best of its finished trials)", path))
-                raise TuneInterrupted(where, study_name, res["provenance"]["trials"], storage, written, True)
+                raise TuneInterrupted(where, study_name, res["provenance"]["trials"], shown(url), written, True)
             written.append((where, path))
             where, study_name = "the start of the next study", None
     except KeyboardInterrupt:
@@ -433,7 +528,7 @@ def tune(device, families, suite="suite", trials=30, time_budget=None, storage=N
                 finished = finished_trials(optuna.load_study(study_name=study_name, storage=storage))
             except KeyError:  # Ctrl-C before the study was created
                 pass
-        raise TuneInterrupted(where, study_name, finished, storage, written, False) from None
+        raise TuneInterrupted(where, study_name, finished, shown(url), written, False) from None
     if progress:
         say(f"tvk-tune: {len(jobs)} studies in {time.perf_counter() - t0:.1f} s -> {path}")
     return path

@@ -63,7 +63,16 @@ class ElementwiseTarget:
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
         """(defines, local size, subgroup size) to compile a candidate for static analysis."""
-        return {"OP(x,y)": "((x) + p.alpha * (y))", "VEC": params["VEC"], "ITEMS": params["ITEMS"]}, (params["WG"], 1, 1), None
+        from ..kernels.elementwise import binary_defines
+
+        return binary_defines(params, "add", params["VEC"]), (params["WG"], 1, 1), None
+
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """The kernels one tuned parameter set builds (tune/carry_over.py): every op, each vector width."""
+        from ..kernels.elementwise import BINARY_OPS, binary_defines
+
+        return [binary_defines(params, op, vec) for op in BINARY_OPS for vec in {params["VEC"], 1}]
 
 
 TARGETS = {t.family: t for t in (ElementwiseTarget(),)}
@@ -78,7 +87,8 @@ def load_optional_targets():
     """Targets of kernel families whose modules define one (`TUNE_TARGET`)."""
     import importlib
 
-    for module in ("matmul", "conv", "pool", "reduce", "softmax", "norm", "sort", "scan", "attention"):
+    for module in ("elementwise", "rng", "matmul", "conv", "pool", "reduce", "softmax", "norm", "sort", "scan",
+                   "attention"):
         try:
             mod = importlib.import_module(f"..kernels.{module}", __package__)
         except ImportError:
