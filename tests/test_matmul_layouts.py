@@ -199,7 +199,7 @@ def test_tuner_target_runs_layouts(device):
 
 
 def test_gemm_sweep_sample_and_quick_run(device):
-    from tvk_kernels.bench import gemm_sweep as gs
+    from torchvk.experiments import gemm_sweep as gs
 
     sample = gs.sample()
     assert sample == gs.sample() and len(sample) == gs.COUNT  # seeded: the same GEMMs every run

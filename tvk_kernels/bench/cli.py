@@ -34,10 +34,6 @@ def main(argv=None) -> int:
                 vsizes = sizes if args.experiment == "vector-add" else None
                 vector_add.run(device, args.out, vsizes or ([1_000, 100_000] if args.quick else None),
                                progress=not args.no_progress)
-            elif name == "kernels":
-                from . import kernels
-
-                kernels.run(device, args.out, quick=args.quick, progress=not args.no_progress)
             elif name == "matmul":
                 from . import matmul
 

@@ -14,7 +14,7 @@ import math
 import struct
 
 from . import activations
-from .launch import Family, address, family, grid_1d, positive
+from .launch import Family, address, family, grid_1d, positive, record_shape
 from .reduce import reduce
 from .. import benchmark_mode
 from ..config import by_class
@@ -151,6 +151,7 @@ class Conv2d(Family):
         In benchmark mode, `run(params)` (the same call with a candidate) times this exact geometry."""
         M, N, K = gemm_dims(direction, g)
         shape = {"dir": direction, "M": M, "N": N, "K": K}
+        record_shape(self.family, lambda: launch_tune_shape(direction, g))
         if params is None and run is not None and benchmark_mode.enabled():
             names = search_space(self.family)["params"]
             return self.benchmarked((direction, *sorted(g.items())), shape,
@@ -384,6 +385,16 @@ def tune_shape(direction: str, x, w, stride=1, padding=0, dilation=1, groups=1) 
     M, N, K = gemm_dims(direction, g)
     return {"dir": direction, "M": M, "N": N, "K": K, "x": list(x), "w": list(w), "stride": stride,
             "padding": padding, "dilation": dilation, "groups": groups}
+
+
+def launch_tune_shape(direction: str, g: dict) -> dict:
+    """tune_shape of a launch's geometry (tvk-tune --model). A transposed conv's cut output
+    (out_hw) is not kept: the uncut conv, one output row or column more, is tuned for it."""
+    def one(a, b):  # an int where both axes agree, as the suites write it
+        return a if a == b else [a, b]
+
+    return tune_shape(direction, [g["n"], g["ic"], g["h"], g["w"]], [g["oc"], g["ic"] // g["groups"], g["kh"], g["kw"]],
+                      one(g["sh"], g["sw"]), one(g["ph"], g["pw"]), one(g["dh"], g["dw"]), g["groups"])
 
 
 def _suite(x, w, stride=1, padding=0, dilation=1, groups=1):

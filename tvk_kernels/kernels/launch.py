@@ -180,3 +180,14 @@ def positive(family: str, params: dict, *names: str) -> dict:
         if params[name] < 1:
             raise InvalidConfigError(f"{family}: {name}={params[name]} must be a positive int; pass another {name}")
     return params
+
+
+_recorder = None  # tune/record.py's ShapeRecorder while one is active, else None
+
+
+def record_shape(family: str, shape) -> None:
+    """Tell an active shape recorder (tvk-tune --model) the tuner shape of a launch: a dict in the
+    family's TUNE_TARGET format, or a function returning one (built only while recording).
+    With no recorder this is one global test: eager launches pay nothing else."""
+    if _recorder is not None:
+        _recorder.add(family, shape() if callable(shape) else shape)

@@ -21,7 +21,7 @@ from ..config import by_class, device_classes, generation
 from ..errors import InvalidConfigError, TVKError
 from ..search_space import param_values, search_space, with_derived
 from . import activations, dtypes
-from .launch import Family, family, grid_1d
+from .launch import Family, family, grid_1d, record_shape
 
 # dtype -> (DTYPE define, element bytes)
 DTYPES = {n: (dtypes.DTYPES[n].code, dtypes.DTYPES[n].itemsize) for n in ("float32", "float16", "bfloat16")}
@@ -218,6 +218,7 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
         except TypeError:  # strides given as lists: no memo for this call
             key = prep = None
         if prep is not None:
+            record_shape(Matmul.family, prep.tune_shape)
             return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
     dtype = _norm_dtype(dtype)
     dtype_id, esize = DTYPES[dtype]
@@ -266,9 +267,11 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     fam = family(device, Matmul)
     a_kmajor = _contig_choice(sa[1], sa[2], M, K)
     b_nmajor = _contig_choice(sb[1], sb[2], K, N)
-    bucket = fam.bucket({"M": M, "N": N, "K": K, "batch": batch, "layout": layout_name(a_kmajor, b_nmajor)})
+    tune_shape = {"M": M, "N": N, "K": K, "batch": batch, "layout": layout_name(a_kmajor, b_nmajor)}
+    bucket = fam.bucket(tune_shape)
     if M == 0 or N == 0 or batch == 0:
         return {"kernel": "none", "bucket": bucket, "params": None, "source": None, "splits": 0}
+    record_shape(fam.family, tune_shape)
 
     if isinstance(params, dict) and "SG_M" in params:  # an explicit cooperative-matrix candidate
         if dtype != "float16":
@@ -341,7 +344,7 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
         gemm = fam.gemm(params, dtype_id, _MODE_GEMM, a_kmajor, b_nmajor, vec_a, vec_b, act)
     prep = _Prepared(M, N, K, batch, sa, sb, sc, esize, chunk, splits, k_chunk, groups, gemm, red, red_wg,
                      scratch_bytes, {"kernel": "tiled", "bucket": bucket, "params": tiled_params(params),
-                                     "source": source, "splits": splits})
+                                     "source": source, "splits": splits}, tune_shape)
     if key is not None:
         if len(_prepared) >= _MAX_PREPARED:
             _prepared.clear()
@@ -357,7 +360,7 @@ class _Prepared:
     """Everything matmul() decides for one geometry (checks passed, config, split-K, vector
     widths, pipelines): a repeated call only records the launches."""
     __slots__ = ("M", "N", "K", "batch", "sa", "sb", "sc", "esize", "chunk", "splits", "k_chunk", "groups", "gemm",
-                 "red", "red_wg", "scratch_bytes", "info")
+                 "red", "red_wg", "scratch_bytes", "info", "tune_shape")
 
     def __init__(self, *values):
         for name, v in zip(self.__slots__, values):

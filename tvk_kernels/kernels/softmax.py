@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import struct
 
-from .launch import Family, family, grid_1d, pow2ceil, powers_of_two
+from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape
 from .reduce import use_subgroups
 
 _PUSH = struct.Struct("<QQQQIIII")
@@ -47,6 +47,9 @@ def _run(device, x, y, g, dx, shape, dim, log, bwd, params):
     if rows == 0 or n == 0:
         return
     fam = family(device, Softmax)
+    if inner == 1 or outer == 1:  # SoftmaxTarget's [rows, cols] along dim -1 or 0; other views are not recorded
+        record_shape(fam.family, {"rows": rows, "cols": n, "dim": -1, "n": rows * n} if inner == 1
+                     else {"rows": n, "cols": inner, "dim": 0, "n": rows * n})
     prm = fam.resolve({"n": rows * n}, params)
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     cols = inner > 1

@@ -17,6 +17,11 @@ import sys
 
 import numpy as np
 
+from tvk_kernels.bench.common import md_table
+from tvk_kernels.kernels import matmul as mm
+from tvk_kernels.kernels.matmul import TUNE_TARGET
+from tvk_kernels.tune.measure import time_candidate
+
 LAYOUTS = ("nn", "nt", "tn", "tt")
 SEED = 16
 COUNT = 60
@@ -27,7 +32,6 @@ QUICK = {"count": 6, "max_dim": 40, "flop_cap": 2 ** 18}
 
 def sample(seed: int = SEED, count: int = COUNT, max_dim: int = MAX_DIM, flop_cap: int = FLOP_CAP) -> list[dict]:
     """`count` GEMMs {M, N, K, batch, layout, bcast_b}, the same for the same arguments."""
-    from ..kernels.matmul import TUNE_TARGET
 
     tuned = {(s["M"], s["N"], s["K"], s.get("batch", 1)) for suite in TUNE_TARGET.suites.values() for s in suite}
     rng = np.random.default_rng(seed)
@@ -63,8 +67,6 @@ def operand_layout(g: dict):
 
 
 def _tvk_one(device, g: dict, dtype: str, repeats: int, quick: bool) -> dict:
-    from ..kernels import matmul as mm
-    from ..tune.measure import time_candidate
 
     npdt = np.float32 if dtype == "float32" else np.float16
     esize = np.dtype(npdt).itemsize
@@ -192,7 +194,6 @@ def run(device, quick: bool = False, has_cuda: bool = False, gemms: list[dict] |
 
 
 def _markdown(rows, summary, worst) -> str:
-    from .common import md_table
 
     lines = ["## GEMM sweep (seeded sample, all layouts, batched and not; tvk vs cuBLAS, TF32 off)", ""]
     for dtype, s in summary.items():

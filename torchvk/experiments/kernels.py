@@ -5,9 +5,9 @@
   bandwidth    reductions (sum, row sum), softmax, layer norm and N-d elementwise (broadcast
                mul, transposed copy) at 16M floats: GB/s vs torch CUDA's on the same op
   gemm sweep   a seeded sample of ~60 GEMMs (all layouts, batched and not, fp32 and fp16) vs
-               cuBLAS: geometric mean time ratio and the worst 5 (bench/gemm_sweep.py)
+               cuBLAS: geometric mean time ratio and the worst 5 (gemm_sweep.py)
   attention    fused SDPA forward and forward + backward vs torch CUDA's, and a seq-4096 training
-               step under a 2 GiB cap (bench/attention.py)
+               step under a 2 GiB cap (attention_bench.py)
   per-op host  host time to issue one small op in eager mode: torchvk (deferred) vs torch
                CUDA eager (asynchronous launch), measured in a process without torchvk
 
@@ -22,10 +22,17 @@ import time
 
 import numpy as np
 
-from ..tune.measure import time_candidate
-from . import attention as attention_bench
-from . import gemm_sweep
-from .common import environment, md_table, median, write_result
+import torch
+import torch.nn.functional as F
+
+from tvk_kernels.bench.common import environment, md_table, median, write_result
+from tvk_kernels.kernels import conv, norm, reduce, softmax
+from tvk_kernels.kernels import elementwise as ew
+from tvk_kernels.kernels.elementwise import add
+from tvk_kernels.runtime.graph import capture
+from tvk_kernels.tune.measure import time_candidate
+
+from . import attention_bench, gemm_sweep
 
 # (C_in, C_out, H) of the CIFAR CNN's 3x3, padding-1 convolutions (torchvk/experiments/models.py)
 CIFAR_CONVS = [(3, 32, 32), (32, 32, 32), (32, 64, 16), (64, 64, 16), (64, 128, 8)]
@@ -37,7 +44,6 @@ def _gpu(device, fn, repeats=10):
 
 
 def _cuda(fn, repeats=10):
-    import torch
 
     fn()
     torch.cuda.synchronize()
@@ -53,10 +59,6 @@ def _cuda(fn, repeats=10):
 
 
 def conv2d(device, batch, has_cuda):
-    import torch
-    import torch.nn.functional as F
-
-    from ..kernels import conv
 
     rows = []
     for cin, cout, h in CIFAR_CONVS:
@@ -103,10 +105,7 @@ def conv2d(device, batch, has_cuda):
 
 
 def bandwidth(device, n_rows, n_cols, has_cuda):
-    import torch
 
-    from ..kernels import elementwise as ew
-    from ..kernels import norm, reduce, softmax
 
     n = n_rows * n_cols
     x = np.random.default_rng(0).standard_normal((n_rows, n_cols), dtype=np.float32)
@@ -157,9 +156,7 @@ print(json.dumps({"us": t * 1e6}))
 
 
 def per_op_overhead(device, count, has_cuda):
-    import torch
 
-    import torchvk  # noqa: F401
 
     a = torch.ones(16, device=f"tvk:{device.index}")
     b = torch.ones(16, device=f"tvk:{device.index}")
@@ -183,8 +180,6 @@ def per_op_overhead(device, count, has_cuda):
 def graph_replay(device, counts=(10, 1000), repeats=20) -> dict:
     """Host time of one replay of a captured graph of N small kernels (GPU time excluded:
     each replay starts after the previous one finished)."""
-    from ..kernels.elementwise import add
-    from ..runtime.graph import capture
 
     x = device.upload(np.ones(256, np.float32))
     y = device.allocator.alloc(1024)
@@ -206,7 +201,6 @@ def graph_replay(device, counts=(10, 1000), repeats=20) -> dict:
 
 def run(device, out_dir, quick=False, progress=True) -> dict:
     try:
-        import torch
 
         has_cuda = torch.cuda.is_available()
     except Exception:

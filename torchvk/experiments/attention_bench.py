@@ -18,7 +18,11 @@ import time
 
 import numpy as np
 
-from .common import md_table
+import torch
+
+import torchvk
+from tvk_kernels.bench.common import md_table
+from tvk_kernels.kernels import attention as A
 
 FULL = {"batch": 8, "heads": 8, "seq": 1024, "head": 64}
 QUICK = {"batch": 1, "heads": 2, "seq": 64, "head": 32}
@@ -61,7 +65,6 @@ def _cuda_sdpa(shape) -> dict:
 
 def sdpa(device, quick, has_cuda, gpu_time) -> list:
     """GPU seconds of the fused forward and forward + backward; `gpu_time(fn)` times one launch."""
-    from ..kernels import attention as A
 
     s = QUICK if quick else FULL
     b, h, n, d = s["batch"], s["heads"], s["seq"], s["head"]
@@ -97,9 +100,7 @@ def sdpa(device, quick, has_cuda, gpu_time) -> list:
 
 def long_sequence_step(device, quick) -> dict:
     """One TransformerEncoderLayer training step at seq 4096 under a 2 GiB cap (eager tvk)."""
-    import torch
 
-    import torchvk
 
     seq, d_model, heads, cap = (128, 64, 2, 2 << 30) if quick else (4096, 256, 4, 2 << 30)
     dev = f"tvk:{device.index}"
