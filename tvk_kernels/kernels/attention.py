@@ -20,7 +20,7 @@ import struct
 
 from ..errors import InvalidConfigError
 from . import dtypes
-from .launch import Family, address, family, grid_1d
+from .launch import Family, address, family, grid_1d, record_shape
 
 _PUSH = struct.Struct("<10Q5I2f4I")
 _DT = dtypes.codes("float32", "float16")
@@ -104,6 +104,8 @@ def attention_forward(device, q, k, v, o, lse, shape, *, dtype="float32", scale:
         return
     _check_dropout(dropout_p, b, hq, lq, lk)
     fam = family(device, Attention)
+    # AttentionTarget runs forward and backward, one head count for q and k/v, no mask: its bucket is the head dim
+    record_shape(fam.family, {"batch": b, "heads": hq, "lq": lq, "lk": lk, "head": d})
     prm = fam.resolve({"head": d}, params)
     m_addr, m_kind, ms = _mask_fields(mask)
     dropout = dropout_p > 0

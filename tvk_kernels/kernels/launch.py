@@ -187,7 +187,11 @@ _recorder = None  # tune/record.py's ShapeRecorder while one is active, else Non
 
 def record_shape(family: str, shape) -> None:
     """Tell an active shape recorder (tvk-tune --model) the tuner shape of a launch: a dict in the
-    family's TUNE_TARGET format, or a function returning one (built only while recording).
-    With no recorder this is one global test: eager launches pay nothing else."""
+    family's TUNE_TARGET format, or a function returning one or None (built only while recording;
+    None: the target has no shape for this launch). With no recorder this is one global test:
+    eager launches pay nothing else."""
     if _recorder is not None:
-        _recorder.add(family, shape() if callable(shape) else shape)
+        if callable(shape):
+            shape = shape()
+        if shape is not None:
+            _recorder.add(family, shape)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import struct
 
-from .launch import Family, family, grid_1d, pow2ceil, powers_of_two
+from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape
 from .reduce import reduce, use_subgroups
 
 _PUSH = struct.Struct("<10Q4I3f4I")
@@ -94,6 +94,7 @@ def layer_norm(device, x_addr: int, y_addr: int, shape, normalized_ndim: int = 1
     rows, n = _split_ln(shape, normalized_ndim)
     if rows == 0 or n == 0:
         return
+    record_shape(Norm.family, {"kind": "ln", "rows": rows, "cols": n, "n": rows * n})  # its backward: the same
     prm = family(device, Norm).resolve({"n": rows * n}, params)
     _row_launch(device, LN_FWD, prm, rows, n, dict(x=x_addr, y=y_addr, w=weight_addr, b=bias_addr, mean=mean_addr,
                                                     rstd=rstd_addr), eps=eps, label="layer_norm")
@@ -190,6 +191,7 @@ def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bi
     m = n_ * inner
     if c == 0 or m == 0:
         return
+    record_shape(Norm.family, {"kind": "bn", "N": n_, "C": c, "HW": inner, "n": c * m})  # its backward: the same
     prm = family(device, Norm).resolve({"n": c * m}, params)
     addrs = dict(x=x_addr, y=y_addr, w=weight_addr, b=bias_addr)
     if training:

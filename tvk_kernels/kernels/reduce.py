@@ -24,7 +24,7 @@ import math
 import struct
 
 from . import dtypes
-from .launch import Family, family, grid_1d, pow2ceil, powers_of_two
+from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape
 from .strides import contiguous_strides
 
 OPS = {"sum": 0, "mean": 0, "prod": 1, "max": 2, "amax": 2, "min": 3, "amin": 3, "argmax": 4, "argmin": 5}
@@ -148,11 +148,26 @@ def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, di
     if sum_span(kept + red) >= 1 << 32:
         raise ValueError(f"reduce: the view {shape} / strides {strides} spans 2**32 elements or more; split it")
     fam = family(device, Reduce)
+    record_shape(fam.family, lambda: _tune_shape(kept, red))
     prm = fam.resolve({"n": n_out * max(n_red, 1)}, params)
     scale = (1.0 / n_red if n_red else float("nan")) if op == "mean" else 1.0
     _launch(device, fam, prm, OPS[op], in_addr, 0, out_addr, index_addr, kept, red, n_out, n_red, scale,
             _IN_CODE[dtype], allow_split=True)
     return out_shape
+
+
+def _tune_shape(kept: list, red: list):
+    """ReduceTarget's contiguous [rows, cols] reduced over dim 1, 0 or both, where the collapsed view
+    is one of those (tvk-tune --model); None for other views (not recorded)."""
+    if not kept and len(red) == 1 and red[0][1] == 1:
+        rows, cols, dim = 1, red[0][0], None
+    elif len(kept) == 1 and len(red) == 1 and red[0][1] == 1 and kept[0][1] == red[0][0]:
+        rows, cols, dim = kept[0][0], red[0][0], 1
+    elif len(kept) == 1 and len(red) == 1 and kept[0][1] == 1 and red[0][1] == kept[0][0]:
+        rows, cols, dim = red[0][0], kept[0][0], 0
+    else:
+        return None
+    return {"rows": rows, "cols": cols, "dim": dim, "n": rows * cols}
 
 
 def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, red, n_out, n_red, scale, in_code,
