@@ -37,8 +37,29 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="folder for <device-key>.json (default: TVK_CONFIG_DIR or ~/.config/torchvk/configs)")
     ap.add_argument("--target", choices=["rdna1"], default=None,
                     help="rdna1: tune statically for Navi 10 on Mesa's null RADV device (no card needed)")
+    ap.add_argument("--model", default=None, metavar="MODULE:FACTORY",
+                    help="tune the shapes one training step (forward, loss, backward) of this model launches: "
+                         "pkg.module:factory, a callable returning an nn.Module (needs torch). Recorded: matmul, "
+                         "conv2d, softmax (last dim or outermost), norm (layer/batch norm), reduce (contiguous 2-d "
+                         "views), attention")
+    ap.add_argument("--input-shape", default=None, metavar="N,C,H,W", help="the model's random input (with --model)")
+    ap.add_argument("--loss", default="cross_entropy", choices=["cross_entropy", "mse"],
+                    help="cross_entropy: random class targets (classes: the output's dim 1); mse: against zeros")
+    ap.add_argument("--target-shape", default=None, metavar="DIMS",
+                    help="the loss target's shape (default: from the model's output)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
+    try:
+        input_shape, target_shape = _dims("--input-shape", args.input_shape), _dims("--target-shape", args.target_shape)
+    except ValueError as e:
+        ap.error(str(e))
+    if args.model is not None:
+        if input_shape is None:
+            ap.error("--model needs --input-shape, e.g. --input-shape 64,3,32,32")
+        if args.shapes != "suite" or args.target is not None:
+            ap.error("--model tunes the model's own shapes: leave out --shapes and --target")
+    elif input_shape is not None or target_shape is not None:
+        ap.error("--input-shape and --target-shape go with --model")
 
     from ..errors import TVKError
     from ..runtime import get_device
@@ -60,6 +81,25 @@ def main(argv=None) -> int:
             TARGETS[fam].suites["custom"] = shapes
         suite = "custom"
     try:
+        if args.model is not None:
+            from .model import record_training_step
+
+            try:
+                recorded = record_training_step(args.model, input_shape, args.loss, target_shape, args.device)
+            except (RuntimeError, NotImplementedError, TypeError) as e:  # the model's own errors (TVKError: below)
+                if isinstance(e, TVKError):
+                    raise
+                print(f"tvk-tune: the training step of {args.model} failed: {type(e).__name__}: {e}",
+                      file=sys.stderr)
+                return 1
+            families = _show_recorded(recorded, families)
+            if not families:
+                print(f"tvk-tune: {args.model} launched no shapes of {args.ops or 'any tunable family'}; "
+                      "nothing to tune", file=sys.stderr)
+                return 1
+            for fam in families:
+                TARGETS[fam].suites["model"] = recorded[fam]
+            suite = "model"
         if args.target == "rdna1":
             from . import rdna1
 
@@ -91,6 +131,31 @@ def main(argv=None) -> int:
               "raise it", file=sys.stderr)
         return 1
     return 0
+
+
+def _dims(flag: str, text):
+    """"64,3,32,32" -> (64, 3, 32, 32); None stays None."""
+    if text is None:
+        return None
+    try:
+        dims = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        dims = ()
+    if not dims or any(d < 0 for d in dims):
+        raise ValueError(f"{flag} {text!r}: expected comma-separated non-negative sizes, e.g. 64,3,32,32")
+    return dims
+
+
+def _show_recorded(recorded: dict, families: list) -> list:
+    """Print the recorded shapes with their buckets; returns the families to tune (asked for, recorded)."""
+    from ..search_space import bucket_of
+
+    for fam, shapes in sorted(recorded.items()):
+        note = "" if fam in families else "  (not tuned: not in --ops)"
+        print(f"tvk-tune: recorded {len(shapes)} {fam} shapes{note}")
+        for shape in shapes:
+            print(f"  {bucket_of(fam, shape):<12} {json.dumps(shape)}")
+    return [fam for fam in families if recorded.get(fam)]
 
 
 if __name__ == "__main__":
