@@ -93,8 +93,11 @@ def default_params(family: str, facts, bucket: str = "*") -> dict:
     params = {}
     for key in keys:
         params.update(space["defaults"].get(key, {}))
+    size = bucket.split(".")[0]  # a layout bucket ("batched.nt") starts from its size bucket's defaults
     for key in keys:
-        params.update(space.get("bucket_defaults", {}).get(key, {}).get(bucket, {}))
+        by_bucket = space.get("bucket_defaults", {}).get(key, {})
+        params.update(by_bucket.get(size, {}))
+        params.update(by_bucket.get(bucket, {}))
     return params
 
 
