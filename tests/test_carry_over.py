@@ -1,6 +1,7 @@
 """tune/carry_over.py: tuned configs survive a template edit only if their kernels are unchanged."""
 import json
 import struct
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -23,6 +24,11 @@ def head_template(tmp_path, monkeypatch):
     old = tmp_path / "old" / "conv2d.comp"
     old.parent.mkdir()
     old.write_text(text)
+    for name in subprocess.check_output(["git", "ls-tree", "--name-only", "HEAD", "templates/common/"],
+                                        text=True).split():  # the includes it names, as committed
+        inc = old.parent / "common" / Path(name).name
+        inc.parent.mkdir(exist_ok=True)
+        inc.write_text(subprocess.check_output(["git", "show", f"HEAD:{name}"], text=True))
     configs = tmp_path / "configs"
     configs.mkdir()
     data = json.loads(LLVMPIPE.read_text())
@@ -36,6 +42,7 @@ def _edit(monkeypatch, tmp_path, text):
     new = tmp_path / "new" / "conv2d.comp"
     new.parent.mkdir(exist_ok=True)
     new.write_text(text)
+    shutil.copytree(REPO / "templates" / "common", new.parent / "common", dirs_exist_ok=True)  # its includes
     monkeypatch.setattr(carry_over, "template_path", lambda name: new)
     monkeypatch.setattr(carry_over, "template_checksum", lambda name: compiler._template_hash(new)[:16])
     return compiler._template_hash(new)[:16]
@@ -55,8 +62,9 @@ def test_an_edit_that_leaves_the_kernels_alone_keeps_the_configs(head_template, 
 
 def test_an_edit_that_changes_a_kernel_leaves_the_configs_stale(head_template, monkeypatch, tmp_path, capsys):
     text, configs = head_template
-    assert "C.v[base + col * ohw] = v;" in text
-    _edit(monkeypatch, tmp_path, text.replace("C.v[base + col * ohw] = v;", "C.v[base + col * ohw] = v * 2.0;"))
+    line = "C.v[base + col] = acc[i][j];"  # the grad_weight store, in every tuned grad_weight kernel
+    assert line in text
+    _edit(monkeypatch, tmp_path, text.replace(line, "C.v[base + col] = acc[i][j] * 2.0;"))
     before = (configs / LLVMPIPE.name).read_text()
     assert carry_over.main(["conv2d.comp", "--since", "HEAD", "--configs", str(configs)]) == 1
     assert "the SPIR-V differs" in capsys.readouterr().out

@@ -258,7 +258,9 @@ class profile:
         gpu_us = [((t - ticks[0]) & mask) * facts.timestamp_period_ns / 1e3 for t in ticks]
         # the least shift of the GPU clock that starts no kernel before the op that recorded it
         shift = max((o.start_us if o is not None else 0.0) - g for o, g in zip(owner, gpu_us)) if n else 0.0
-        self.kernels = [KernelEvent(label, o.name if o is not None else OUTSIDE_OPS, g + shift, seconds * 1e6)
+        # max(): (start - g) + g can round below start, which would draw the kernel before its op
+        self.kernels = [KernelEvent(label, o.name if o is not None else OUTSIDE_OPS,
+                                    max(g + shift, o.start_us if o is not None else 0.0), seconds * 1e6)
                         for (label, seconds), o, g in zip(records, owner, gpu_us)]
         self._owner = owner
         self._gpu_prefix = [0.0] + list(accumulate(k.duration_us for k in self.kernels))
