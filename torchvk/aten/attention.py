@@ -192,3 +192,45 @@ def _bias_grad(ds, attn_bias):
     g = aten.sum.dim_IntList(ds, dims, True) if dims else ds
     g = aten.reshape.default(g, tuple(attn_bias.shape))
     return cast(contig(g), attn_bias.dtype)
+
+
+# ------------------------------------------------------------------ nn.TransformerEncoderLayer's fast path
+@register(aten._transformer_encoder_layer_fwd.default)
+def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu,
+                                  norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2,
+                                  ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None):
+    """The fused inference path torch takes for an eval-mode, batch-first TransformerEncoderLayer under
+    no_grad: the same layer written with functional ops (attention through the fused SDPA kernel).
+    mask_type (torch's merge_masks): 0 an attention mask [L, L], 1 a key padding mask [N, L], 2 both
+    merged [N, heads, L, L]."""
+    F = torch.nn.functional
+    n, length, _ = src.shape
+    key_padding = attn_mask = None
+    if mask is not None:
+        if mask_type == 1:
+            key_padding = mask
+        elif mask_type == 2:
+            attn_mask = mask.reshape(n * num_heads, length, length)
+        else:
+            attn_mask = mask
+
+    def self_attention(x):
+        out, _ = F.multi_head_attention_forward(
+            x.transpose(0, 1), x.transpose(0, 1), x.transpose(0, 1), embed_dim, num_heads, qkv_weight, qkv_bias,
+            None, None, False, 0.0, proj_weight, proj_bias, training=False, key_padding_mask=key_padding,
+            need_weights=False, attn_mask=attn_mask)
+        return out.transpose(0, 1)
+
+    def feed_forward(x):
+        h = F.linear(x, ffn_weight_1, ffn_bias_1)
+        return F.linear(F.gelu(h) if use_gelu else F.relu(h), ffn_weight_2, ffn_bias_2)
+
+    def norm(x, w, b):
+        return F.layer_norm(x, (embed_dim,), w, b, eps)
+
+    x = src
+    if norm_first:
+        x = x + self_attention(norm(x, norm_weight_1, norm_bias_1))
+        return x + feed_forward(norm(x, norm_weight_2, norm_bias_2))
+    x = norm(x + self_attention(x), norm_weight_1, norm_bias_1)
+    return norm(x + feed_forward(x), norm_weight_2, norm_bias_2)

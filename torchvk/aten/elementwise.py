@@ -306,6 +306,8 @@ def _activation_forward(name):
         act = activations.select(name, kwargs)
         if act.ints == "refuse":
             require_floating(name, self)
+        elif act.ints == "keep" and self.dtype == torch.bool:  # as torch on every device
+            raise RuntimeError(f"Boolean inputs not supported for {name}")
         return run(act.name, (self,), kind=INT_TO_FLOAT if act.ints == "float" else DEFAULT)
 
     return forward
@@ -316,6 +318,8 @@ def _activation_inplace(name):
         act = activations.select(name, kwargs)
         if act.ints == "refuse":
             require_floating(name + "_", self)
+        elif act.ints == "keep" and self.dtype == torch.bool:
+            raise RuntimeError(f"Boolean inputs not supported for {name}")
         return run_(act.name, self, (self,), kind=INT_TO_FLOAT if act.ints == "float" else DEFAULT,
                     opname=name + "_")
 
@@ -468,21 +472,27 @@ def logical_or(self, other):
 def bitwise_not(self):
     if self.dtype == torch.bool:
         return logical_not(self)
-    raise TypeError(f"TorchVK: aten.bitwise_not supports bool only, not {self.dtype}")
+    # NotImplementedError, not TypeError: Tensor.__and__ turns a TypeError into NotImplemented and loses the message
+    raise NotImplementedError(f"TorchVK has no Vulkan implementation of aten.bitwise_not for {self.dtype} tensors (bool "
+                              f"only); compute it on the CPU (.cpu()) or with bool masks")
 
 
 @register(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)
 def bitwise_and(self, other):
     if self.dtype == torch.bool and (not isinstance(other, torch.Tensor) or other.dtype == torch.bool):
         return logical_and(self, other)
-    raise TypeError(f"TorchVK: aten.bitwise_and supports bool only, not {self.dtype}")
+    # NotImplementedError, not TypeError: Tensor.__and__ turns a TypeError into NotImplemented and loses the message
+    raise NotImplementedError(f"TorchVK has no Vulkan implementation of aten.bitwise_and for {self.dtype} tensors (bool "
+                              f"only); compute it on the CPU (.cpu()) or with bool masks")
 
 
 @register(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)
 def bitwise_or(self, other):
     if self.dtype == torch.bool and (not isinstance(other, torch.Tensor) or other.dtype == torch.bool):
         return logical_or(self, other)
-    raise TypeError(f"TorchVK: aten.bitwise_or supports bool only, not {self.dtype}")
+    # NotImplementedError, not TypeError: Tensor.__and__ turns a TypeError into NotImplemented and loses the message
+    raise NotImplementedError(f"TorchVK has no Vulkan implementation of aten.bitwise_or for {self.dtype} tensors (bool "
+                              f"only); compute it on the CPU (.cpu()) or with bool masks")
 
 
 # ------------------------------------------------------------------ ternary
@@ -766,6 +776,8 @@ def softplus_backward(grad_output, self, beta, threshold):
 @register(aten.hardshrink.default)
 def hardshrink(self, lambd=0.5):
     require_floating("hardshrink", self)
+    if self.dtype in (torch.float16, torch.bfloat16):  # torch compares with lambda in the input's dtype
+        lambd = float(torch.tensor(lambd, dtype=self.dtype))
     return run("hardshrink", (self,), scalars=(lambd,))
 
 

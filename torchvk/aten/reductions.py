@@ -158,6 +158,8 @@ def min_dim(self, dim, keepdim=False):
 
 @register(aten.argmax.default)
 def argmax(self, dim=None, keepdim=False):
+    if self.dtype == torch.bool:  # as torch on every device
+        raise RuntimeError("argmax(): does not support bool input")
     _refuse_empty("argmax", self, dim)
     if dim is None:
         r = _reduce("argmax", self.reshape(-1) if self.is_contiguous() else self, None, False)
@@ -167,6 +169,8 @@ def argmax(self, dim=None, keepdim=False):
 
 @register(aten.argmin.default)
 def argmin(self, dim=None, keepdim=False):
+    if self.dtype == torch.bool:  # as torch on every device
+        raise RuntimeError("argmin(): does not support bool input")
     _refuse_empty("argmin", self, dim)
     if dim is None:
         r = _reduce("argmin", self, None, False)
