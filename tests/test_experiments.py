@@ -101,3 +101,4 @@ def test_ablations_experiment(tmp_path):
 def test_kernels_experiment(tmp_path):
     result = _run_quick("kernels", tmp_path)
     assert result["conv2d"] and all(r["max_rel_err"] < 1e-3 for r in result["conv2d"])
+    assert result["conv_sweep"]["rows"] and all(r["rel_err"] < 1e-3 for r in result["conv_sweep"]["rows"])

@@ -234,3 +234,12 @@ def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bia
         return x + feed_forward(norm(x, norm_weight_2, norm_bias_2))
     x = norm(x + self_attention(x), norm_weight_1, norm_bias_1)
     return norm(x + feed_forward(x), norm_weight_2, norm_bias_2)
+
+
+@register(aten._nested_tensor_from_mask_left_aligned.default)
+def nested_tensor_from_mask_left_aligned(src, mask):
+    """nn.TransformerEncoder's inference path asks this before packing padded sequences into a
+    nested tensor; tvk has no nested tensors."""
+    raise NotImplementedError("TorchVK has no nested tensors, which nn.TransformerEncoder uses in eval mode with a "
+                              "src_key_padding_mask: build it with enable_nested_tensor=False (the layers then take "
+                              "the padding mask directly)")

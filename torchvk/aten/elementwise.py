@@ -468,31 +468,50 @@ def logical_or(self, other):
                dtype=torch.bool, compute="int32")
 
 
+_INTS = (torch.int32, torch.int64)
+
+
+def _bitwise(name, self, other=None):
+    """An integer bitwise op (the kernel's compute type is the promoted integer type). Floats are
+    refused with torch's exception type, NotImplementedError."""
+    args = (self,) if other is None else (self, other)
+    dtype = promote(args)
+    if dtype not in _INTS or any(isinstance(a, torch.Tensor) and a.dtype not in _INTS + (torch.bool,) for a in args):
+        dtypes = ", ".join(str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
+        raise NotImplementedError(f"TorchVK has no Vulkan implementation of aten.{name} for {dtypes} (int32 and "
+                                  f"int64 tensors, or bool ones); compute it on the CPU (.cpu())")
+    return run(name, args, dtype=dtype)
+
+
+# NotImplementedError, not TypeError, for what is missing: Tensor.__and__ turns a TypeError into
+# NotImplemented, and the user would see Python's generic message instead of this one.
 @register(aten.bitwise_not.default)
 def bitwise_not(self):
     if self.dtype == torch.bool:
         return logical_not(self)
-    # NotImplementedError, not TypeError: Tensor.__and__ turns a TypeError into NotImplemented and loses the message
-    raise NotImplementedError(f"TorchVK has no Vulkan implementation of aten.bitwise_not for {self.dtype} tensors (bool "
-                              f"only); compute it on the CPU (.cpu()) or with bool masks")
+    return _bitwise("bitwise_not", self)
+
+
+def _bool_pair(self, other):
+    return self.dtype == torch.bool and (other.dtype == torch.bool if isinstance(other, torch.Tensor)
+                                         else isinstance(other, bool))
 
 
 @register(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)
 def bitwise_and(self, other):
-    if self.dtype == torch.bool and (not isinstance(other, torch.Tensor) or other.dtype == torch.bool):
-        return logical_and(self, other)
-    # NotImplementedError, not TypeError: Tensor.__and__ turns a TypeError into NotImplemented and loses the message
-    raise NotImplementedError(f"TorchVK has no Vulkan implementation of aten.bitwise_and for {self.dtype} tensors (bool "
-                              f"only); compute it on the CPU (.cpu()) or with bool masks")
+    return logical_and(self, other) if _bool_pair(self, other) else _bitwise("bitwise_and", self, other)
 
 
 @register(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)
 def bitwise_or(self, other):
-    if self.dtype == torch.bool and (not isinstance(other, torch.Tensor) or other.dtype == torch.bool):
-        return logical_or(self, other)
-    # NotImplementedError, not TypeError: Tensor.__and__ turns a TypeError into NotImplemented and loses the message
-    raise NotImplementedError(f"TorchVK has no Vulkan implementation of aten.bitwise_or for {self.dtype} tensors (bool "
-                              f"only); compute it on the CPU (.cpu()) or with bool masks")
+    return logical_or(self, other) if _bool_pair(self, other) else _bitwise("bitwise_or", self, other)
+
+
+@register(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)
+def bitwise_xor(self, other):
+    if _bool_pair(self, other):
+        return ne(self, other)
+    return _bitwise("bitwise_xor", self, other)
 
 
 # ------------------------------------------------------------------ ternary

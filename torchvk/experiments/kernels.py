@@ -6,6 +6,8 @@
                mul, transposed copy) at 16M floats: GB/s vs torch CUDA's on the same op
   gemm sweep   a seeded sample of ~60 GEMMs (all layouts, batched and not, fp32 and fp16) vs
                cuBLAS: geometric mean time ratio and the worst 5 (gemm_sweep.py)
+  conv sweep   ~30 untuned ResNet/VGG/MobileNetV2/UNet conv layers, forward and both backwards, vs
+               cuDNN (fp32): geometric mean time ratio and the worst 5 (conv_sweep.py)
   attention    fused SDPA forward and forward + backward vs torch CUDA's, and a seq-4096 training
                step under a 2 GiB cap (attention_bench.py)
   per-op host  host time to issue one small op in eager mode: torchvk (deferred) vs torch
@@ -32,7 +34,7 @@ from tvk_kernels.kernels.elementwise import add
 from tvk_kernels.runtime.graph import capture
 from tvk_kernels.tune.measure import time_candidate
 
-from . import attention_bench, gemm_sweep
+from . import attention_bench, conv_sweep, gemm_sweep
 
 # (C_in, C_out, H) of the CIFAR CNN's 3x3, padding-1 convolutions (torchvk/experiments/models.py)
 CIFAR_CONVS = [(3, 32, 32), (32, 32, 32), (32, 64, 16), (64, 64, 16), (64, 128, 8)]
@@ -210,11 +212,12 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
     overhead = per_op_overhead(device, 200 if quick else 5000, has_cuda)
     replay = graph_replay(device)
     gemm, gemm_md = gemm_sweep.run(device, quick=quick, has_cuda=has_cuda)
+    conv_sw, conv_sw_md = conv_sweep.run(device, quick=quick, has_cuda=has_cuda)
     sdpa_rows = attention_bench.sdpa(device, quick, has_cuda, lambda fn: _gpu(device, fn))
     long_seq = attention_bench.long_sequence_step(device, quick)
     payload = {"experiment": "kernels", "environment": environment(device), "quick": quick,
                "conv2d": conv_rows, "bandwidth": bw_rows, "per_op_overhead": overhead, "graph_replay": replay,
-               "gemm_sweep": gemm, "sdpa": sdpa_rows, "attention_long_sequence": long_seq,
+               "gemm_sweep": gemm, "conv_sweep": conv_sw, "sdpa": sdpa_rows, "attention_long_sequence": long_seq,
                "notes": "cuDNN and cuBLAS with TF32 off; GPU times from Vulkan timestamps and CUDA events"}
     table = "## conv2d, CIFAR CNN layers, batch " + str(2 if quick else 128) + "\n\n" + md_table(
         ["layer", "direction", "tvk ms", "tvk TFLOP/s", "cuDNN ms", "tvk/cuDNN time", "max rel err"],
@@ -228,6 +231,7 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
     table += "Host cost of one graph replay: " + ", ".join(
         f"{n} kernels {us:.1f} us" for n, us in replay["kernels_to_replay_us"].items()) + ".\n"
     table += "\n" + gemm_md + "\n"
+    table += "\n" + conv_sw_md + "\n"
     table += "\n" + attention_bench.markdown(sdpa_rows, long_seq)
     write_result(out_dir, "kernels", payload, table)
     return payload

@@ -200,6 +200,18 @@ def kernels(r) -> list[str]:
             line += "; worst " + ", ".join(f"{w['label']} {w['dtype']} {w['tvk_over_cuda_time']:.1f}x"
                                            for w in sweep["worst"][:3])
         out.append(line + ".")
+    conv_sweep = r.get("conv_sweep")  # absent from results older than the sweep
+    if conv_sweep:
+        sm = conv_sweep["summary"]["float32"]  # the sweep is fp32 only
+        g = sm["geomean_tvk_over_cudnn_time"]
+        line = ("conv sweep (ResNet, VGG, MobileNetV2, UNet layers, forward and both backwards, none in the tuning "
+                "suites): " + (f"fp32 {g:.2f}x cuDNN's time (geometric mean of {sm['count']})" if g else
+                               f"fp32: {sm['count']} layer/direction pairs match torch CPU "
+                               f"(max relative error {sm['max_rel_err']:.1g})"))
+        if conv_sweep["worst"]:
+            line += "; worst " + ", ".join(f"{w['label']} {w['direction']} {w['tvk_over_cudnn_time']:.1f}x"
+                                           for w in conv_sweep["worst"][:3])
+        out.append(line + ".")
     for a in r.get("sdpa", []):
         if a.get("tvk_over_cuda_fwd_bwd"):
             out.append(f"Fused attention (SDPA, batch {a['batch']}, {a['heads']} heads, seq {a['seq']}, head {a['head']}, "

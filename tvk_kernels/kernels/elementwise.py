@@ -222,6 +222,10 @@ OPS: dict[str, OpSpec] = {
     "lerp_scalar": _b("a + S(0) * (b - a)", nscalars=1, **_F),
     "atan2": _b("tvk_atan2(a, b)", **_F),
     "remainder": _b("tvk_remainder(a, b)"),      # sign of the divisor
+    "bitwise_and": _b("(a & b)"),                 # integer inputs only (bool goes through logical_*)
+    "bitwise_or": _b("(a | b)"),
+    "bitwise_xor": _b("(a ^ b)"),
+    "bitwise_not": _u("(~a)"),
     "fmod": _b("tvk_fmod(a, b)"),                # sign of the dividend
     "floor_divide": _b("tvk_floor_div(a, b)"),
     "trunc_divide": _b("tvk_trunc_div(a, b)"),
