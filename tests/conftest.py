@@ -36,3 +36,20 @@ def no_validation_messages(request):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def config_dir(tmp_path, monkeypatch):
+    """A user config folder of the test's own, and no shipped configs: lookups see only what the test
+    writes (families forget the parameters they looked up, before and after)."""
+    from tvk_kernels import config
+    from tvk_kernels.kernels.launch import _families
+
+    monkeypatch.setenv("TVK_CONFIG_DIR", str(tmp_path / "configs"))
+    monkeypatch.setattr(config, "config_dirs", lambda: [tmp_path / "configs"])
+    config.reload()
+    _families.clear()
+    yield tmp_path / "configs"
+    config.reload()
+    _families.clear()
+

@@ -101,7 +101,11 @@ def test_conv_directions_are_benchmarked_and_stay_correct(bench_on):
     x = torch.randn(2, 3, 9, 7, requires_grad=True)
     w = torch.randn(5, 3, 3, 3, requires_grad=True)
     tx, tw = (t.detach().to("tvk").requires_grad_() for t in (x, w))
-    decided = benchmark_mode.stats()["decided"]
+    def chosen():  # timed now, or found on disk (a cache folder kept from an earlier run)
+        stats = benchmark_mode.stats()
+        return stats["decided"] + stats["reused_from_disk"]
+
+    before = chosen()
     out = torch.nn.functional.conv2d(tx, tw, stride=2, padding=1)
     out.sum().backward()
     want = torch.nn.functional.conv2d(x, w, stride=2, padding=1)
@@ -109,4 +113,4 @@ def test_conv_directions_are_benchmarked_and_stay_correct(bench_on):
     torch.testing.assert_close(out.detach().cpu(), want.detach(), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(tx.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(tw.grad.cpu(), w.grad, rtol=1e-4, atol=1e-4)
-    assert benchmark_mode.stats()["decided"] >= decided + 2  # forward and weight gradient at least
+    assert chosen() >= before + 2  # forward and weight gradient at least

@@ -525,18 +525,6 @@ def test_explicit_params_run_the_nd_kernel(vk, device):
     check(vk.get(out), t)
 
 
-@pytest.fixture
-def config_dir(tmp_path, monkeypatch):
-    """A config folder of the test's own and no shipped configs."""
-    from tvk_kernels import config
-
-    monkeypatch.setenv("TVK_CONFIG_DIR", str(tmp_path / "configs"))
-    monkeypatch.setattr(config, "config_dirs", lambda: [tmp_path / "configs"])
-    config.reload()
-    yield tmp_path / "configs"
-    config.reload()
-
-
 @pytest.mark.parametrize("edited", ["elementwise_binary.comp", "elementwise_nd.comp", "elementwise_rng.comp"])
 def test_a_template_edit_retires_the_configs_of_the_family_that_launches_it(device, config_dir, tmp_path,
                                                                             monkeypatch, edited):

@@ -9,22 +9,9 @@ import pytest
 
 from tvk_kernels import config
 from tvk_kernels.kernels import elementwise
-from tvk_kernels.kernels.launch import _families
 from tvk_kernels import search_space as space
 from tvk_kernels.tune import driver
 from tvk_kernels.tune.targets import Case, ElementwiseTarget
-
-
-@pytest.fixture
-def config_dir(tmp_path, monkeypatch):
-    """A user config folder of the test's own, and no shipped configs: lookups see only what the test writes."""
-    monkeypatch.setenv("TVK_CONFIG_DIR", str(tmp_path / "configs"))
-    monkeypatch.setattr(config, "config_dirs", lambda: [tmp_path / "configs"])
-    config.reload()
-    _families.clear()
-    yield tmp_path / "configs"
-    config.reload()
-    _families.clear()
 
 
 def test_search_space_constraints_hold(device):

@@ -4,10 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from tvk_kernels import config
 from tvk_kernels.kernels import launch
 from tvk_kernels.kernels.conv import tune_shape
-from tvk_kernels.kernels.launch import _families
 from tvk_kernels.kernels.matmul import matmul
 from tvk_kernels.search_space import bucket_of
 from tvk_kernels.tune import cli
@@ -70,18 +68,6 @@ def test_bad_input_shape_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["--model", MODEL, "--input-shape", "2,x"])
     assert e.value.code == 2 and "--input-shape" in capsys.readouterr().err
-
-
-@pytest.fixture
-def config_dir(tmp_path, monkeypatch):
-    """A config folder of the test's own and no shipped configs (as in test_tune.py)."""
-    monkeypatch.setenv("TVK_CONFIG_DIR", str(tmp_path / "configs"))
-    monkeypatch.setattr(config, "config_dirs", lambda: [tmp_path / "configs"])
-    config.reload()
-    _families.clear()
-    yield tmp_path / "configs"
-    config.reload()
-    _families.clear()
 
 
 def test_cli_tunes_the_models_buckets(config_dir, tmp_path, capsys):

@@ -19,7 +19,7 @@ import json
 import os
 import time
 
-from .config import by_class, device_key_name
+from .config import default_params, device_key_name
 from .errors import InvalidConfigError
 from .paths import cache_dir
 from .runtime import cache_file
@@ -59,28 +59,19 @@ def _entry_key(fam, key: tuple) -> str:
     return f"benchmark v1|{fam.family}|{fam.checksum}|{key!r}"
 
 
-def _candidates(fam, shape: dict, first: dict) -> list[dict]:
-    """The lookup's config first, then the tuned and default configs of the family's other buckets."""
-    limit = int(os.environ.get("TVK_BENCHMARK_CANDIDATES", "6"))
+def _candidates(fam, first: dict) -> list[dict]:
+    """The lookup's config first, then the tuned and default configs of the family's buckets."""
     space = search_space(fam.family)
     names = list(space.get("params", {}))
+    buckets = [*space.get("buckets", {}), "*"]
     seen, out = set(), []
-
-    def add(params):
+    for params in (first, *(fam.params(b)[0] for b in buckets),
+                   *(default_params(fam.family, fam.device.facts, b) for b in buckets)):
         sig = tuple(params.get(n) for n in names)
-        if sig not in seen and len(out) < limit:
+        if sig not in seen:
             seen.add(sig)
             out.append({n: params[n] for n in names if n in params})
-
-    add(first)
-    buckets = [*space.get("buckets", {}), "*"]
-    for bucket in buckets:
-        add(fam.params(bucket)[0])
-    for table in space.get("bucket_defaults", {}).values():
-        for params in table.values():
-            add({**first, **params})
-    add({**first, **by_class(space.get("defaults"), fam.device.facts, {})})
-    return out
+    return out[:int(os.environ.get("TVK_BENCHMARK_CANDIDATES", "6"))]
 
 
 def _time(device, run, params, repeats: int) -> float:
@@ -116,7 +107,7 @@ def best(fam, key: tuple, shape: dict, run) -> dict:
     t0 = time.perf_counter()
     first = fam.resolve(shape)
     candidates = []
-    for params in _candidates(fam, shape, first):
+    for params in _candidates(fam, first):
         try:
             candidates.append(fam.resolve(bucket, params))
         except InvalidConfigError:  # a config of another bucket this shape or device cannot run

@@ -12,10 +12,7 @@ and the worst 5.
 """
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import torch
@@ -24,6 +21,8 @@ import torch.nn.functional as F
 from tvk_kernels.bench.common import md_table
 from tvk_kernels.kernels import conv
 from tvk_kernels.tune.measure import time_candidate
+
+from .sweep_common import geomean, run_cuda_peer, worst
 
 DIRECTIONS = ("fwd", "bwd_input", "bwd_weight")
 
@@ -141,7 +140,6 @@ def _tvk_one(device, layer: dict, repeats: int, quick: bool) -> dict:
 
 
 _CUDA_PEER = r"""
-import json, sys, torch
 import torch.nn.functional as F
 torch.backends.cudnn.allow_tf32 = False
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -155,24 +153,7 @@ for L in layers:
     fns = {"fwd": lambda: F.conv2d(x, w, **geo),
            "bwd_input": lambda: torch.nn.grad.conv2d_input(x.shape, w, go, **geo),
            "bwd_weight": lambda: torch.nn.grad.conv2d_weight(x, w.shape, go, **geo)}
-    for d in directions:
-        fn = fns[d]
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); e.synchronize()
-        # back-to-back launches per timing, so a small layer's time is its kernels', not the launch latency
-        inner = max(1, min(100, int(1e-3 / max(s.elapsed_time(e) * 1e-3, 1e-7))))
-        ts = []
-        for _ in range(repeats):
-            s.record()
-            for _ in range(inner):
-                fn()
-            e.record(); e.synchronize()
-            ts.append(s.elapsed_time(e) * 1e-3 / inner)
-        ts.sort()
-        out.append(ts[len(ts) // 2])
+    out += [median_seconds(fns[d], repeats) for d in directions]
     del x, w, go
 print(json.dumps(out))
 """
@@ -180,12 +161,7 @@ print(json.dumps(out))
 
 def cuda_times(layers: list[dict], repeats: int = 10) -> list[float] | None:
     """Median cuDNN seconds per (layer, direction), layer-major, from a process without torchvk; None if it fails."""
-    proc = subprocess.run([sys.executable, "-c", _CUDA_PEER], input=json.dumps([layers, DIRECTIONS, repeats]),
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(f"conv sweep: the CUDA peer failed: {proc.stderr.strip()[-800:]}", file=sys.stderr)
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_cuda_peer(_CUDA_PEER, [layers, DIRECTIONS, repeats], "conv sweep")
 
 
 def label(layer: dict) -> str:
@@ -210,17 +186,15 @@ def run(device, quick: bool = False, has_cuda: bool = False, layers: list[dict] 
                          "gemm_mnk": _gemm_mnk(direction, layer), "tvk_s": t,
                          "tvk_tflops": flops(layer) / t / 1e12, "cudnn_s": tc,
                          "tvk_over_cudnn_time": t / tc if tc else None, "rel_err": err})
-    ratios = [r["tvk_over_cudnn_time"] for r in rows if r["tvk_over_cudnn_time"]]
     summary = {"float32": {
         "count": len(rows),
-        "geomean_tvk_over_cudnn_time": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
+        "geomean_tvk_over_cudnn_time": geomean(r["tvk_over_cudnn_time"] for r in rows if r["tvk_over_cudnn_time"]),
         "max_rel_err": max(r["rel_err"] for r in rows),
     }}
-    ranked = sorted((r for r in rows if r["tvk_over_cudnn_time"]), key=lambda r: -r["tvk_over_cudnn_time"])
-    worst = [{"label": r["label"], "direction": r["direction"], "tvk_over_cudnn_time": r["tvk_over_cudnn_time"],
-              "tvk_s": r["tvk_s"], "cudnn_s": r["cudnn_s"], "gemm_mnk": r["gemm_mnk"]} for r in ranked[:5]]
-    section = {"layers": layers, "rows": rows, "summary": summary, "worst": worst}
-    return section, _markdown(rows, summary, worst)
+    slowest = worst(rows, "tvk_over_cudnn_time",
+                    ("label", "direction", "tvk_over_cudnn_time", "tvk_s", "cudnn_s", "gemm_mnk"))
+    section = {"layers": layers, "rows": rows, "summary": summary, "worst": slowest}
+    return section, _markdown(rows, summary, slowest)
 
 
 def _markdown(rows, summary, worst) -> str:

@@ -10,10 +10,7 @@ tvk/cuBLAS, per dtype its geometric mean, and the worst 5 GEMMs.
 """
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 
@@ -21,6 +18,8 @@ from tvk_kernels.bench.common import md_table
 from tvk_kernels.kernels import matmul as mm
 from tvk_kernels.kernels.matmul import TUNE_TARGET
 from tvk_kernels.tune.measure import time_candidate
+
+from .sweep_common import geomean, run_cuda_peer, worst
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 SEED = 16
@@ -107,7 +106,6 @@ def _tvk_one(device, g: dict, dtype: str, repeats: int, quick: bool) -> dict:
 
 
 _CUDA_PEER = r"""
-import json, sys, torch
 torch.backends.cuda.matmul.allow_tf32 = False
 gemms, dtypes, repeats = json.loads(sys.stdin.read())
 out = []
@@ -122,23 +120,7 @@ for g in gemms:
             torch.randn(nb, K, N, device="cuda", dtype=dt)
         w = w.expand(b, K, N)
         fn = (lambda: torch.mm(a[0], w[0])) if b == 1 else (lambda: torch.bmm(a, w))
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); e.synchronize()
-        # back-to-back launches per timing, so a tiny GEMM's time is its kernel's, not the launch latency
-        # (the tvk side reads Vulkan timestamps of the dispatches alone)
-        inner = max(1, min(100, int(1e-3 / max(s.elapsed_time(e) * 1e-3, 1e-7))))
-        ts = []
-        for _ in range(repeats):
-            s.record()
-            for _ in range(inner):
-                fn()
-            e.record(); e.synchronize()
-            ts.append(s.elapsed_time(e) * 1e-3 / inner)
-        ts.sort()
-        out.append(ts[len(ts) // 2])
+        out.append(median_seconds(fn, repeats))
         del a, w
 print(json.dumps(out))
 """
@@ -146,12 +128,7 @@ print(json.dumps(out))
 
 def cuda_times(gemms: list[dict], dtypes: list[str], repeats: int = 10) -> list[float] | None:
     """Median cuBLAS seconds per (gemm, dtype), gemm-major, from a process without torchvk; None if it fails."""
-    proc = subprocess.run([sys.executable, "-c", _CUDA_PEER], input=json.dumps([gemms, dtypes, repeats]),
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(f"gemm sweep: the CUDA peer failed: {proc.stderr.strip()[-800:]}", file=sys.stderr)
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_cuda_peer(_CUDA_PEER, [gemms, dtypes, repeats], "gemm sweep")
 
 
 def _label(g: dict) -> str:
@@ -178,19 +155,16 @@ def run(device, quick: bool = False, has_cuda: bool = False, gemms: list[dict] |
             rows.append(r)
     summary = {}
     for dtype in dtypes:
-        ratios = [r["tvk_over_cuda_time"] for r in rows if r["dtype"] == dtype and r["tvk_over_cuda_time"]]
         summary[dtype] = {
             "count": sum(r["dtype"] == dtype for r in rows),
-            "geomean_tvk_over_cuda_time": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
+            "geomean_tvk_over_cuda_time": geomean(r["tvk_over_cuda_time"] for r in rows
+                                                  if r["dtype"] == dtype and r["tvk_over_cuda_time"]),
             "max_rel_err": max(r["rel_err"] for r in rows if r["dtype"] == dtype),
         }
-    ranked = sorted((r for r in rows if r["tvk_over_cuda_time"]), key=lambda r: -r["tvk_over_cuda_time"])
-    worst = [{"label": r["label"], "dtype": r["dtype"], "tvk_over_cuda_time": r["tvk_over_cuda_time"],
-              "tvk_s": r["tvk_s"], "cuda_s": r["cuda_s"], "bucket": r["bucket"], "splits": r["splits"]}
-             for r in ranked[:5]]
-    section = {"seed": SEED, "gemms": gemms, "rows": rows, "summary": summary, "worst": worst}
-    md = _markdown(rows, summary, worst)
-    return section, md
+    slowest = worst(rows, "tvk_over_cuda_time",
+                    ("label", "dtype", "tvk_over_cuda_time", "tvk_s", "cuda_s", "bucket", "splits"))
+    section = {"seed": SEED, "gemms": gemms, "rows": rows, "summary": summary, "worst": slowest}
+    return section, _markdown(rows, summary, slowest)
 
 
 def _markdown(rows, summary, worst) -> str:
