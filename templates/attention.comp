@@ -23,6 +23,10 @@
 // {seed, offset} pair (16 bytes).
 // SEED_BUF (forward): `rng` is the address of {seed, base offset} (compiled mode's replays) and
 // `offset` is relative to that base.
+// Tunables (specialization constants: one SPIR-V module serves every config): BR (id 3), BC (4).
+// Defines: KERNEL (its own main), DT (storage type), MASK (bool: 8-bit storage), and HEAD, TPR,
+// CAUSAL, DROPOUT, SEED_BUF: as specialization constants these give other RDNA1 machine code (glslc
+// -O unrolls the DPT loops and folds the flags before the driver sees them), so they stay defines.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -60,12 +64,8 @@
 #ifndef HEAD
 #define HEAD 64
 #endif
-#ifndef BR
-#define BR 16
-#endif
-#ifndef BC
-#define BC 16
-#endif
+layout(constant_id = 3) const uint BR = 16u;
+layout(constant_id = 4) const uint BC = 16u;
 #ifndef TPR
 #define TPR 4
 #endif

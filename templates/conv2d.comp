@@ -14,9 +14,11 @@
 // with kh*dh % sh == rh, so no stride holes are multiplied; then oh = base_h + a - b*step_h.
 // DIR 2 with split-K writes partial sums, [split][OC][IC/G*KH*KW], summed by conv2d_reduce.comp.
 //
-// Tunables (defines): BM, BN, BK tile; TM, TN outputs per thread; PAD shared-row padding
-// (floats); WG must equal the local size (specialization constant 0) = (BM/TM)*(BN/TN).
-// ACT (DIR 0 only, not tuned): the activation applied after the bias, as a GLSL expression in x
+// Tunables (specialization constants, so one SPIR-V module per DIR serves every tile shape):
+// BM, BN, BK tile; TM, TN outputs per thread; PAD shared-row padding (floats); WG must equal
+// the local size (specialization constant 0) = (BM/TM)*(BN/TN).
+// Defines: DIR (it changes the push constants and the shared tables); ACT (DIR 0 only, not
+// tuned): the activation applied after the bias, as a GLSL expression in x
 // (common/activation.glsl; compiled mode's act(conv2d)); absent: none.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
@@ -29,30 +31,16 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef DIR
 #define DIR 0
 #endif
-#ifndef BM
-#define BM 64
-#endif
-#ifndef BN
-#define BN 64
-#endif
-#ifndef BK
-#define BK 16
-#endif
-#ifndef TM
-#define TM 4
-#endif
-#ifndef TN
-#define TN 4
-#endif
-#ifndef PAD
-#define PAD 1
-#endif
-#ifndef WG
-#define WG ((BM / TM) * (BN / TN))
-#endif
+layout(constant_id = 3) const uint BM = 64u;
+layout(constant_id = 4) const uint BN = 64u;
+layout(constant_id = 5) const uint BK = 16u;
+layout(constant_id = 6) const uint TM = 4u;
+layout(constant_id = 7) const uint TN = 4u;
+layout(constant_id = 8) const uint PAD = 1u;
+layout(constant_id = 9) const uint WG = 256u;  // (BM / TM) * (BN / TN)
 
-#define BMT (BM / TM)  // threads along M
-#define BNT (BN / TN)  // threads along N
+const uint BMT = BM / TM;  // threads along M
+const uint BNT = BN / TN;  // threads along N
 #define FAR 0x10000000 // a tap offset that lands outside every image: marks invalid rows/taps
 
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer RBuf { float v[]; };
@@ -114,7 +102,7 @@ void main() {
 #else
     const uint M = ocg, N = icg * khw, K = p.n * ohw;
 #endif
-    const uint mtiles = (M + BM - 1) / BM, ntiles = (N + BN - 1) / BN;
+    const uint mtiles = (M + (BM - 1)) / BM, ntiles = (N + (BN - 1)) / BN;  // grouped: one constant, as the defines gave
     const uint tile = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     if (tile >= mtiles * ntiles) {
         return;  // the whole workgroup: grid_1d rounding

@@ -4,7 +4,9 @@
 // Split-K partials of grad_weight: A = splits, sa = OC*IC/G*KH*KW, si = 1, B = 1.
 // grad_bias:                      A = batch, sa = OC*OH*OW,       si = OH*OW, B = OH*OW.
 // PER_THREAD 1: one invocation per output (short sums); 0: one workgroup per output with a
-// shared-memory tree (long sums). Local size: specialization constant 0 (a power of two).
+// shared-memory tree (long sums). A define, not a specialization constant: as a constant, the
+// tree's shared array would take LDS in per-thread mode too (RADV keeps it).
+// Tunables (specialization constants): the local size (constant 0, a power of two).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 

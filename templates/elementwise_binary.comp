@@ -1,7 +1,8 @@
 #version 450
 // out[i] = OP(a[i], b[i]) over n contiguous elements.
-// Tunables: local size (specialization constant 0), VEC (elements per load: 1, 2, 4),
-// ITEMS (vector loads per thread). OP is an expression in x, y and p.alpha.
+// Tunables (specialization constants): local size (0), ITEMS (3: vector loads per thread).
+// Defines: VEC (elements per load: 1, 2, 4; it picks the vector type), OP (an expression in x, y
+// and p.alpha).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -11,9 +12,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef VEC
 #define VEC 4
 #endif
-#ifndef ITEMS
-#define ITEMS 1
-#endif
+layout(constant_id = 3) const uint ITEMS = 1u;
 #ifndef OP
 #define OP(x, y) ((x) + p.alpha * (y))
 #endif

@@ -17,6 +17,8 @@
 //   IN_A IN_B IN_C  what the op sees as a, b, c: x0/x1/x2 (tensor slot values) or S(k)
 //   OP_EXPR         a CT-valued expression in a, b, c, S(k)
 //   USE_F16 USE_I64 USE_U8 enable the storage extensions (USE_F16: any 16-bit storage, bfloat16 too)
+// Tunables (specialization constants): local size (0), ITEMS (3). VEC stays a define: it picks
+// the vector types.
 // Push block: uvec2 ptr[NT+1]; [uvec2 meta ptr]; CT s[NS]; uint n; [uint meta[NMETA]].
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
@@ -43,9 +45,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef VEC
 #define VEC 1
 #endif
-#ifndef ITEMS
-#define ITEMS 1
-#endif
+layout(constant_id = 3) const uint ITEMS = 1u;  // vector loads (CONTIG=1) or elements (CONTIG=0) per thread
 #ifndef NDIM
 #define NDIM 1
 #endif

@@ -10,6 +10,8 @@
 // SEED_BUF 1: `seed` is the address of {uvec2 seed; uvec2 offset} and `offset` is added to that
 // offset: a recorded command buffer (compiled mode's replay) draws new numbers on every replay
 // because the host rewrites those 16 bytes before each one.
+// Tunables (specialization constants): local size (0); SEED_BUF (3) is one too. MODE (extensions,
+// buffers) and DT (the storage type) stay defines.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -30,9 +32,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef DT
 #define DT TVK_DT_FLOAT32
 #endif
-#ifndef SEED_BUF
-#define SEED_BUF 0
-#endif
+layout(constant_id = 3) const bool SEED_BUF = false;
 #if DT == TVK_DT_FLOAT16
 #define STYPE float16_t
 #define ESIZE 2
@@ -42,9 +42,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #endif
 
 layout(buffer_reference, std430, buffer_reference_align = ESIZE) buffer DataBuf { STYPE v[]; };
-#if SEED_BUF
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer SeedBuf { uvec2 seed; uvec2 offset; };
-#endif
 #if MODE == 2
 layout(buffer_reference, std430, buffer_reference_align = 1) writeonly buffer MaskBuf { uint8_t v[]; };
 #endif
@@ -83,16 +81,17 @@ void main() {
                    + gl_LocalInvocationID.x;
     const uint first = t * 4u;
     if (first >= p.n) return;
-#if SEED_BUF
-    SeedBuf sb = SeedBuf(p.seed);
-    uint carry;
-    uint off_lo = uaddCarry(sb.offset.x, p.offset.x, carry);
-    uvec2 offset = uvec2(off_lo, sb.offset.y + p.offset.y + carry);
-    uvec2 key = sb.seed;
-#else
-    uvec2 offset = p.offset;
-    uvec2 key = p.seed;
-#endif
+    uvec2 offset, key;
+    if (SEED_BUF) {
+        SeedBuf sb = SeedBuf(p.seed);
+        uint carry;
+        uint off_lo = uaddCarry(sb.offset.x, p.offset.x, carry);
+        offset = uvec2(off_lo, sb.offset.y + p.offset.y + carry);
+        key = sb.seed;
+    } else {
+        offset = p.offset;
+        key = p.seed;
+    }
     uvec4 r = philox(uvec4(t, 0u, offset.x, offset.y), key);
     float v[4];
 #if MODE == 0

@@ -13,8 +13,9 @@
 //         (increasing i, the same order as MODE 1, so both give identical bits).
 // MODE 7  zero grad_weight[V, D] (row stride ws).
 // Rows equal to padding_idx (p.pad, -1 = none) and indices outside [0, V) get no gradient.
-// Tunables: local size (specialization constant 0, also -DWG for shared arrays), VEC (forward
-// vector width), ITEMS (forward vectors per thread).
+// Tunables (specialization constants): local size (0), WG (3: the local size again, for the shared
+// arrays), ITEMS (4: forward vectors per thread). VEC (forward vector width) stays a define: it
+// picks the vector type.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
@@ -25,15 +26,11 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef MODE
 #define MODE 0
 #endif
-#ifndef WG
-#define WG 64
-#endif
+layout(constant_id = 3) const uint WG = 64u;
 #ifndef VEC
 #define VEC 1
 #endif
-#ifndef ITEMS
-#define ITEMS 1
-#endif
+layout(constant_id = 4) const uint ITEMS = 1u;
 
 #if VEC == 4
 #define VTYPE vec4

@@ -12,7 +12,9 @@
 //         gin[i, c] = g_i * ((1 - eps) * w[t] * (softmax - onehot) + eps / C * (W * softmax - w[c]))
 // g_i is grad_out[i] (reduction none), grad_out[0] (sum) or grad_out[0] / aux[0] (mean).
 // Ignored rows (target == ignore_index, or outside [0, C)) have loss, weight and gradient 0.
-// Tunables: local size (spec constant 0, also -DWG), TPR (threads per row, MODE 1).
+// Tunables (specialization constants): local size (0), WG (3: the local size again, for the shared
+// arrays), TPR (4: threads per row, MODE 1). SHARED_ROWS (TPR > 1) stays a define: it declares
+// the shared arrays.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
@@ -23,11 +25,12 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef MODE
 #define MODE 0
 #endif
-#ifndef WG
-#define WG 64
-#endif
-#ifndef TPR
-#define TPR 1
+layout(constant_id = 3) const uint WG = 64u;
+layout(constant_id = 4) const uint TPR = 1u;
+// SHARED_ROWS 1: a row's TPR lanes combine their partials in shared memory (the host passes 0
+// when TPR is 1, which leaves out that code and the shared arrays; with 1 any TPR is right)
+#ifndef SHARED_ROWS
+#define SHARED_ROWS 1
 #endif
 
 #define RED_NONE 0u
@@ -72,7 +75,7 @@ float grad_scale(uint i) {
     return g;
 }
 
-#if MODE == 1 && TPR > 1
+#if MODE == 1 && SHARED_ROWS
 shared float s_m[WG];
 shared float s_s[WG];
 shared float s_wx[WG];
@@ -119,7 +122,7 @@ void main() {
             }
         }
     }
-#if TPR > 1
+#if SHARED_ROWS
     s_m[lid] = m; s_s[lid] = s; s_wx[lid] = wx; s_ws[lid] = wsum;
     barrier();
     [[unroll]] for (uint st = TPR / 2u; st > 0u; st >>= 1) {

@@ -12,13 +12,14 @@
 // MODE 2: split-K reduce: one thread per output element sums the partials of scratch
 //         buffer p.a and applies the epilogue to C (a 1-D grid over batch*M*N).
 //
-// Tunables (defines): BM, BN, BK (workgroup tile), TM, TN (per-thread tile; the
-// workgroup has (BM/TM)*(BN/TN) invocations, which must equal local_size_x),
-// VEC_A, VEC_B (vector width of global loads along the contiguous dimension: 1, 2, 4),
-// A_KMAJOR (A is contiguous along K, else along M), B_NMAJOR (B contiguous along N,
-// else along K), UNROLL (inner-product unroll over BK), PAD (shared-memory row padding,
-// in floats), ACT (the epilogue activation: common/activation.glsl), DTYPE (storage: fp32, fp16
-// or bf16, codes of common/dtypes.glsl).
+// Tunables and layout (specialization constants: one SPIR-V module serves every config):
+// BM, BN, BK (workgroup tile), TM, TN (per-thread tile; the workgroup has (BM/TM)*(BN/TN)
+// invocations, which must equal local_size_x), VEC_A, VEC_B (vector width of global loads along
+// the contiguous dimension: 1, 2, 4), A_KMAJOR (A is contiguous along K, else along M), B_NMAJOR
+// (B contiguous along N, else along K), UNROLL (inner-product unroll over BK), PAD (shared-memory
+// row padding, in floats).
+// Defines (a module each): MODE, ACT (the epilogue activation: common/activation.glsl), DTYPE
+// (storage: fp32, fp16 or bf16, codes of common/dtypes.glsl).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -41,39 +42,17 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef MODE
 #define MODE 0
 #endif
-#ifndef BM
-#define BM 64
-#endif
-#ifndef BN
-#define BN 64
-#endif
-#ifndef BK
-#define BK 16
-#endif
-#ifndef TM
-#define TM 4
-#endif
-#ifndef TN
-#define TN 4
-#endif
-#ifndef VEC_A
-#define VEC_A 1
-#endif
-#ifndef VEC_B
-#define VEC_B 1
-#endif
-#ifndef A_KMAJOR
-#define A_KMAJOR 1
-#endif
-#ifndef B_NMAJOR
-#define B_NMAJOR 1
-#endif
-#ifndef UNROLL
-#define UNROLL 4
-#endif
-#ifndef PAD
-#define PAD 0
-#endif
+layout(constant_id = 3) const uint BM = 64u;
+layout(constant_id = 4) const uint BN = 64u;
+layout(constant_id = 5) const uint BK = 16u;
+layout(constant_id = 6) const uint TM = 4u;
+layout(constant_id = 7) const uint TN = 4u;
+layout(constant_id = 8) const uint VEC_A = 1u;
+layout(constant_id = 9) const uint VEC_B = 1u;
+layout(constant_id = 10) const uint A_KMAJOR = 1u;
+layout(constant_id = 11) const uint B_NMAJOR = 1u;
+layout(constant_id = 12) const uint UNROLL = 4u;
+layout(constant_id = 13) const uint PAD = 0u;
 // ------------------------------------------------------------------ storage types
 #if DTYPE == TVK_DT_FLOAT32
 #define T float
@@ -177,18 +156,10 @@ const uint BS = BN + PAD;
 shared float As[BK * AS];  // As[k][m]
 shared float Bs[BK * BS];  // Bs[k][n]
 
-#if A_KMAJOR
-const uint A_PER = BK / VEC_A;          // vectors per m-row of the tile
-#else
-const uint A_PER = BM / VEC_A;          // vectors per k-row of the tile
-#endif
+const uint A_PER = (A_KMAJOR != 0u ? BK : BM) / VEC_A;  // vectors per m-row (k-row when not K-major) of the tile
 const uint A_VECS = BM * BK / VEC_A;
 const uint A_ITERS = (A_VECS + WG - 1) / WG;
-#if B_NMAJOR
-const uint B_PER = BN / VEC_B;
-#else
-const uint B_PER = BK / VEC_B;
-#endif
+const uint B_PER = (B_NMAJOR != 0u ? BN : BK) / VEC_B;
 const uint B_VECS = BN * BK / VEC_B;
 const uint B_ITERS = (B_VECS + WG - 1) / WG;
 
@@ -199,13 +170,10 @@ const uint B_ITERS = (B_VECS + WG - 1) / WG;
 vec4 load_v1(uvec2 base, uint e, uint stride, uint pos, uint lim) {
     return vec4(pos < lim ? TO_F(SBuf(base).v[e]) : 0.0, 0.0, 0.0, 0.0);
 }
-#if VEC_A == 2 || VEC_B == 2
 vec4 load_v2(uvec2 base, uint e, uint stride, uint pos, uint lim) {
     if (pos + 2u <= lim) return vec4(TO_F2(V2Buf(base).v[e >> 1]), 0.0, 0.0);
     return load_v1(base, e, stride, pos, lim);
 }
-#endif
-#if VEC_A == 4 || VEC_B == 4
 vec4 load_v4(uvec2 base, uint e, uint stride, uint pos, uint lim) {
     if (pos + 4u <= lim) return TO_F4(V4Buf(base).v[e >> 2]);
     vec4 r = vec4(0.0);
@@ -213,21 +181,14 @@ vec4 load_v4(uvec2 base, uint e, uint stride, uint pos, uint lim) {
         if (pos + q < lim) r[q] = TO_F(SBuf(base).v[e + q * stride]);
     return r;
 }
-#endif
-#if VEC_A == 4
-#define LOAD_A load_v4
-#elif VEC_A == 2
-#define LOAD_A load_v2
-#else
-#define LOAD_A load_v1
-#endif
-#if VEC_B == 4
-#define LOAD_B load_v4
-#elif VEC_B == 2
-#define LOAD_B load_v2
-#else
-#define LOAD_B load_v1
-#endif
+// VEC is a specialization constant: the driver keeps only the load it selects
+vec4 load_vec(uint vec, uvec2 base, uint e, uint stride, uint pos, uint lim) {
+    if (vec == 4u) return load_v4(base, e, stride, pos, lim);
+    if (vec == 2u) return load_v2(base, e, stride, pos, lim);
+    return load_v1(base, e, stride, pos, lim);
+}
+#define LOAD_A(base, e, stride, pos, lim) load_vec(VEC_A, base, e, stride, pos, lim)
+#define LOAD_B(base, e, stride, pos, lim) load_vec(VEC_B, base, e, stride, pos, lim)
 
 void main() {
     const uint tid = gl_LocalInvocationIndex;
@@ -257,15 +218,15 @@ void main() {
             if (A_ITERS * WG == A_VECS || v < A_VECS) {
                 const uint row = v / A_PER, col = (v % A_PER) * VEC_A;
                 vec4 val = vec4(0.0);
-#if A_KMAJOR
-                const uint gm = m0 + row, gk = k0 + col;  // row: m, col: k
-                if (gm < p.M) val = LOAD_A(abase, gm * p.sAm + gk * p.sAk, p.sAk, gk, kend);
-                [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[(col + q) * AS + row] = val[q];
-#else
-                const uint gk = k0 + row, gm = m0 + col;  // row: k, col: m
-                if (gk < kend) val = LOAD_A(abase, gm * p.sAm + gk * p.sAk, p.sAm, gm, p.M);
-                [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[row * AS + col + q] = val[q];
-#endif
+                if (A_KMAJOR != 0u) {
+                    const uint gm = m0 + row, gk = k0 + col;  // row: m, col: k
+                    if (gm < p.M) val = LOAD_A(abase, gm * p.sAm + gk * p.sAk, p.sAk, gk, kend);
+                    [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[(col + q) * AS + row] = val[q];
+                } else {
+                    const uint gk = k0 + row, gm = m0 + col;  // row: k, col: m
+                    if (gk < kend) val = LOAD_A(abase, gm * p.sAm + gk * p.sAk, p.sAm, gm, p.M);
+                    [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[row * AS + col + q] = val[q];
+                }
             }
         }
         // ---- B tile -> Bs[k][n]
@@ -274,15 +235,15 @@ void main() {
             if (B_ITERS * WG == B_VECS || v < B_VECS) {
                 const uint row = v / B_PER, col = (v % B_PER) * VEC_B;
                 vec4 val = vec4(0.0);
-#if B_NMAJOR
-                const uint gk = k0 + row, gn = n0 + col;  // row: k, col: n
-                if (gk < kend) val = LOAD_B(bbase, gk * p.sBk + gn * p.sBn, p.sBn, gn, p.N);
-                [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[row * BS + col + q] = val[q];
-#else
-                const uint gn = n0 + row, gk = k0 + col;  // row: n, col: k
-                if (gn < p.N) val = LOAD_B(bbase, gk * p.sBk + gn * p.sBn, p.sBk, gk, kend);
-                [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[(col + q) * BS + row] = val[q];
-#endif
+                if (B_NMAJOR != 0u) {
+                    const uint gk = k0 + row, gn = n0 + col;  // row: k, col: n
+                    if (gk < kend) val = LOAD_B(bbase, gk * p.sBk + gn * p.sBn, p.sBn, gn, p.N);
+                    [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[row * BS + col + q] = val[q];
+                } else {
+                    const uint gn = n0 + row, gk = k0 + col;  // row: n, col: k
+                    if (gn < p.N) val = LOAD_B(bbase, gk * p.sBk + gn * p.sBn, p.sBk, gk, kend);
+                    [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[(col + q) * BS + row] = val[q];
+                }
             }
         }
         barrier();

@@ -15,6 +15,10 @@
 // is multiplied (one barrier per slice); STAGES 1 uses one buffer (less shared memory).
 // The accumulators go back through a per-subgroup MS x NS fp32 staging area for the
 // strided, bounds-checked epilogue.
+// Tunables (specialization constants: one SPIR-V module serves every tile config): SG_M (id 3),
+// SG_N (4), FM (5), FN (6), BK (7), PAD (8). Defines (a module each): MS, NS, KS (cooperative-matrix
+// type parameters), SUBGROUP_SIZE (the device's), STAGES, VEC_A, VEC_B, A_KMAJOR, B_NMAJOR (code
+// paths and cooperative load layouts), DTYPE, ACT.
 // Needs glslang >= 13 (GL_KHR_cooperative_matrix); SPIR-V for Vulkan 1.2 is enough.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
@@ -44,24 +48,12 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef KS
 #define KS 16
 #endif
-#ifndef SG_M
-#define SG_M 2
-#endif
-#ifndef SG_N
-#define SG_N 2
-#endif
-#ifndef FM
-#define FM 2
-#endif
-#ifndef FN
-#define FN 2
-#endif
-#ifndef BK
-#define BK 32
-#endif
-#ifndef PAD
-#define PAD 8
-#endif
+layout(constant_id = 3) const uint SG_M = 2u;
+layout(constant_id = 4) const uint SG_N = 2u;
+layout(constant_id = 5) const uint FM = 2u;
+layout(constant_id = 6) const uint FN = 2u;
+layout(constant_id = 7) const uint BK = 32u;
+layout(constant_id = 8) const uint PAD = 8u;
 #ifndef SUBGROUP_SIZE
 #define SUBGROUP_SIZE 32
 #endif

@@ -25,7 +25,9 @@
 //   8 BN apply, elementwise over all C * n elements: forward y = x * c0 + c1, backward
 //     dx = c0 * (g - c1 - (x - c2) * c3) (flags & 2; eval: dx = c0 * g)
 // Optional buffers have address 0 (weight, bias, stats outputs, grads).
-// Tunables: local size (spec constant 0, = WG), ITEMS (unrolled loads), SUBGROUP.
+// Tunables (specialization constants): local size (id 0, = WG), ITEMS (id 3: unrolled loads);
+// RELU (id 4) is one too. Defines: PHASE, SUBGROUP (tunable; a define as it enables the
+// subgroup extensions).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -42,15 +44,10 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef PHASE
 #define PHASE 0
 #endif
-#ifndef ITEMS
-#define ITEMS 1
-#endif
-// RELU 1: batch norm forward (PHASE 3, 8) writes relu(y) (compiled mode's bn + relu fusion)
-#if defined(RELU) && RELU
-#define ACT(v) ((v) < 0.0 ? 0.0 : (v))
-#else
-#define ACT(v) (v)
-#endif
+layout(constant_id = 3) const uint ITEMS = 1u;
+// RELU: batch norm forward (PHASE 3, 8) writes relu(y) (compiled mode's bn + relu fusion)
+layout(constant_id = 4) const bool RELU = false;
+#define ACT(v) (RELU && (v) < 0.0 ? 0.0 : (v))
 #if PHASE == 2
 #define COLS 1
 #else
@@ -147,7 +144,7 @@ float seg_sum(float v, uint l, uint t, uint ol) {
         const uint dq = WG / p.inner, dr = WG % p.inner;             \
         for (uint kb = k0 + t; kb < k1; kb += WG * ITEMS) {          \
             [[unroll]] for (uint i_ = 0; i_ < ITEMS; ++i_) {          \
-                if (kb + i_ * WG < k1) {                             \
+                if (i_ == 0u || kb + i_ * WG < k1) {                 \
                     const uint off = q * p.ostride + c * p.inner + r; \
                     BODY                                             \
                 }                                                    \
@@ -156,13 +153,15 @@ float seg_sum(float v, uint l, uint t, uint ol) {
         }                                                            \
     }
 
-// BODY runs for each element k of this thread's share of the row; `off` is its offset
+// BODY runs for each element k of this thread's share of the row; `off` is its offset.
+// Item 0 of each step is in range by the loop's own test: said in the code (here, in FOR_CHUNK and
+// PHASE 2), as the driver unrolls ITEMS only after specialization and would test it again.
 #define FOR_ROW(BODY)                                                \
     if (live) {                                                      \
         for (uint k0 = t; k0 < p.n; k0 += T * ITEMS) {               \
             [[unroll]] for (uint i_ = 0; i_ < ITEMS; ++i_) {          \
                 const uint k = k0 + i_ * T;                          \
-                if (k < p.n) {                                       \
+                if (i_ == 0u || k < p.n) {                           \
                     const uint off = OFFSET(row, k);                 \
                     BODY                                             \
                 }                                                    \
@@ -298,7 +297,7 @@ void main() {
         for (uint r = r0 + t; r < r1; r += T * ITEMS) {
             [[unroll]] for (uint i_ = 0; i_ < ITEMS; ++i_) {
                 const uint rr = r + i_ * T;
-                if (rr < r1) {
+                if (i_ == 0u || rr < r1) {
                     const uint off = rr * p.n + col;
                     const float gv = Gr.v[off];
                     gw += gv * (X.v[off] - Mn.v[rr]) * Rs.v[rr];

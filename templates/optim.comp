@@ -22,7 +22,9 @@
 // tensor's step count (float), bias corrections computed here; F_LR_TENSOR: lr read from lr_addr;
 // F_GRAD_SCALE: grad /= scale[0] (the unscaled grad is stored back, as torch's fused kernels do);
 // F_FOUND_INF: nothing changes where found_inf[0] != 0 (AMP skipped step).
-// Tunables: local size (spec constant 0, also -DWG), CHUNK (elements per workgroup).
+// Tunables (specialization constants): local size (0), WG (3: the local size again, for the shared
+// array), CHUNK (4: elements per workgroup); NORM_INF (5) too. MODE and FUSED (push-constant layout)
+// stay defines.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
@@ -36,15 +38,9 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef FUSED
 #define FUSED 1
 #endif
-#ifndef WG
-#define WG 256
-#endif
-#ifndef CHUNK
-#define CHUNK 4096
-#endif
-#ifndef NORM_INF
-#define NORM_INF 0
-#endif
+layout(constant_id = 3) const uint WG = 256u;
+layout(constant_id = 4) const uint CHUNK = 4096u;
+layout(constant_id = 5) const bool NORM_INF = false;  // the norm modes: max |x| instead of the 2-norm
 
 #define F_NESTEROV 1u
 #define F_MAXIMIZE 2u
@@ -150,11 +146,7 @@ uint group_id() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.
 shared float s_red[WG];
 
 float combine(float a, float b) {
-#if NORM_INF
-    return max(a, b);
-#else
-    return a + b;
-#endif
+    return NORM_INF ? max(a, b) : a + b;
 }
 
 float reduce_wg(float v) {
@@ -237,11 +229,8 @@ void run(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint64
     float acc = 0.0;
     for (uint i = start + lid; i < end; i += WG) {
         float x = X.v[i];
-#if NORM_INF
-        acc = max(acc, abs(x));
-#else
-        acc += x * x;
-#endif
+        if (NORM_INF) acc = max(acc, abs(x));
+        else acc += x * x;
     }
     float total = reduce_wg(acc);
     if (lid == 0u) FBuf(packUint2x32(p.out_)).v[slot] = total;
@@ -296,9 +285,7 @@ void main() {
     for (uint i = gl_LocalInvocationID.x; i < p.numel; i += WG) acc = combine(acc, part.v[i]);
     float total = reduce_wg(acc);
     if (gl_LocalInvocationID.x == 0u) {
-#if !NORM_INF
-        if ((p.flags & F_SQUARED) == 0u) total = sqrt(total);
-#endif
+        if (!NORM_INF && (p.flags & F_SQUARED) == 0u) total = sqrt(total);
         FBuf(p.t1).v[0] = total;
     }
 #elif MODE == 6
@@ -309,9 +296,7 @@ void main() {
     float acc = 0.0;
     for (uint i = gl_LocalInvocationID.x; i < count; i += WG) acc = combine(acc, part.v[first + i]);
     float total = reduce_wg(acc);
-#if !NORM_INF
-    total = sqrt(total);
-#endif
+    if (!NORM_INF) total = sqrt(total);
     if (gl_LocalInvocationID.x == 0u) FBuf(packUint2x32(p.blocks)).v[group] = total;
 #elif FUSED
     if (group >= p.nblocks) return;

@@ -10,7 +10,8 @@
 //   5 adaptive avg forward  (window [floor(o*In/Out), ceil((o+1)*In/Out)))
 //   6 adaptive avg backward
 // Indices are int64 written as (low, high) uint pairs, so no int64 shader support is needed.
-// Tunables: local size (specialization constant 0), ITEMS (elements per invocation).
+// Tunables (specialization constants): local size (id 0), ITEMS (id 3: elements per invocation).
+// Defines: OP.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -20,9 +21,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef OP
 #define OP 1
 #endif
-#ifndef ITEMS
-#define ITEMS 1
-#endif
+layout(constant_id = 3) const uint ITEMS = 1u;
 
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer RBuf { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) writeonly buffer WBuf { float v[]; };

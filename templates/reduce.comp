@@ -11,8 +11,10 @@
 //              kept dims are contiguous), cross-thread step in shared memory.
 // Two-pass: gl_WorkGroupID.z picks a chunk [z*chunk, z*chunk + chunk) of the reduced
 // range; pass 1 writes per-chunk partials, pass 2 (IN_IDX for arg-ops) reduces them.
-// Tunables: local size (spec constant 0, = WG), COLS, ITEMS (unrolled loads per thread
-// and step), SUBGROUP. OP: 0 sum, 1 prod, 2 max, 3 min, 4 argmax, 5 argmin.
+// Tunables (specialization constants): local size (id 0, = WG), ITEMS (id 3: unrolled loads
+// per thread and step). Also specialization constants: COLS (id 4), IN_IDX (id 5), IDX64 (id 6),
+// RD (id 7). Defines: SUBGROUP (tunable; a define as it enables the subgroup extensions) and
+// OP: 0 sum, 1 prod, 2 max, 3 min, 4 argmax, 5 argmin.
 // IN_F16: the input's storage: float32, float16 or bfloat16 (common/dtypes.glsl); all read as float.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
@@ -39,21 +41,11 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef OP
 #define OP 0
 #endif
-#ifndef RD
-#define RD 1
-#endif
-#ifndef COLS
-#define COLS 0
-#endif
-#ifndef ITEMS
-#define ITEMS 1
-#endif
-#ifndef IN_IDX
-#define IN_IDX 0
-#endif
-#ifndef IDX64
-#define IDX64 0
-#endif
+layout(constant_id = 3) const uint ITEMS = 1u;
+layout(constant_id = 4) const bool COLS = false;
+layout(constant_id = 5) const bool IN_IDX = false;
+layout(constant_id = 6) const bool IDX64 = false;
+layout(constant_id = 7) const int RD = 1;
 
 #define PAIR (OP >= 4)
 #define NOIDX 0xFFFFFFFFu
@@ -173,9 +165,6 @@ uint kept_offset(uint o) {
 }
 
 uint red_offset(uint r) {
-#if RD == 1
-    return r * p.stride[0];
-#else
     uint off = 0;
     [[unroll]] for (int j = RD - 1; j > 0; --j) {
         uint s = p.size[j];
@@ -183,16 +172,11 @@ uint red_offset(uint r) {
         r /= s;
     }
     return off + r * p.stride[0];
-#endif
 }
 
 void main() {
     const uint l = gl_LocalInvocationID.x;
-#if COLS
-    const uint ol = l % G, t = l / G;
-#else
-    const uint ol = l / T, t = l % T;
-#endif
+    const uint ol = COLS ? l % G : l / T, t = COLS ? l / G : l % T;
     const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     const uint o = group * G + ol;
     const bool live = o < p.n_out;
@@ -203,22 +187,18 @@ void main() {
     uint ai = NOIDX;
     if (live) {
         InBuf src = InBuf(p.in_);
-#if IN_IDX
         UBuf isrc = UBuf(p.in_idx);
-#endif
         const uint base = kept_offset(o);
         for (uint r = start + t; r < end; r += T * ITEMS) {
             [[unroll]] for (uint k = 0; k < ITEMS; ++k) {
                 uint rr = r + k * T;
-                if (rr < end) {
+                // item 0 is in range by the loop's own test: said here, as the driver unrolls ITEMS
+                // only after specialization and would test it again
+                if (k == 0u || rr < end) {
                     uint off = base + red_offset(rr);
                     float x = IN_FLOAT(src.v[off]);
 #if PAIR
-#if IN_IDX
-                    uint xi = isrc.v[off];
-#else
-                    uint xi = rr;
-#endif
+                    uint xi = IN_IDX ? isrc.v[off] : rr;
                     if (takes(acc, ai, x, xi)) { acc = x; ai = xi; }
 #else
                     acc = comb(acc, x);
@@ -229,58 +209,57 @@ void main() {
     }
 
     if (T > 1) {
-#if SUBGROUP && !COLS
-        // subgroup reduce, then rounds of (one value per subgroup -> shared -> subgroup reduce)
-        sg_reduce(acc, ai);
-        const uint SG = gl_SubgroupSize;
-        uint cnt = T / SG;
-        while (cnt > 1) {
-            barrier();
-            if (gl_SubgroupInvocationID == 0 && t / SG < cnt) {
-                sv[ol * T + t / SG] = acc;
-#if PAIR
-                si[ol * T + t / SG] = ai;
-#endif
-            }
-            barrier();
-            acc = IDENT;
-            ai = NOIDX;
-            if (t < cnt) {
-                acc = sv[ol * T + t];
-#if PAIR
-                ai = si[ol * T + t];
-#endif
-            }
+#if SUBGROUP
+        if (!COLS) {  // subgroup arithmetic needs the threads of an output adjacent
+            // subgroup reduce, then rounds of (one value per subgroup -> shared -> subgroup reduce)
             sg_reduce(acc, ai);
-            cnt = (cnt + SG - 1) / SG;
-        }
-#else
-        sv[l] = acc;
+            const uint SG = gl_SubgroupSize;
+            uint cnt = T / SG;
+            while (cnt > 1) {
+                barrier();
+                if (gl_SubgroupInvocationID == 0 && t / SG < cnt) {
+                    sv[ol * T + t / SG] = acc;
 #if PAIR
-        si[l] = ai;
+                    si[ol * T + t / SG] = ai;
 #endif
-        barrier();
-        for (uint s = T / 2; s > 0; s >>= 1) {
-            if (t < s) {
-#if COLS
-                const uint other = l + s * G;
-#else
-                const uint other = l + s;
-#endif
+                }
+                barrier();
+                acc = IDENT;
+                ai = NOIDX;
+                if (t < cnt) {
+                    acc = sv[ol * T + t];
 #if PAIR
-                float b = sv[other];
-                uint ib = si[other];
-                if (takes(acc, ai, b, ib)) { acc = b; ai = ib; }
-                sv[l] = acc;
-                si[l] = ai;
-#else
-                acc = comb(acc, sv[other]);
-                sv[l] = acc;
+                    ai = si[ol * T + t];
 #endif
+                }
+                sg_reduce(acc, ai);
+                cnt = (cnt + SG - 1) / SG;
             }
-            barrier();
-        }
+        } else
 #endif
+        {
+            sv[l] = acc;
+#if PAIR
+            si[l] = ai;
+#endif
+            barrier();
+            for (uint s = T / 2; s > 0; s >>= 1) {
+                if (t < s) {
+                    const uint other = COLS ? l + s * G : l + s;
+#if PAIR
+                    float b = sv[other];
+                    uint ib = si[other];
+                    if (takes(acc, ai, b, ib)) { acc = b; ai = ib; }
+                    sv[l] = acc;
+                    si[l] = ai;
+#else
+                    acc = comb(acc, sv[other]);
+                    sv[l] = acc;
+#endif
+                }
+                barrier();
+            }
+        }
     }
 
     if (live && t == 0) {
@@ -288,12 +267,12 @@ void main() {
 #if PAIR
         if (any(notEqual(p.out_, uvec2(0)))) FBuf(p.out_).v[dst] = acc;
         if (any(notEqual(p.out_idx, uvec2(0)))) {
-#if IDX64
-            UBuf(p.out_idx).v[2 * dst] = ai;
-            UBuf(p.out_idx).v[2 * dst + 1] = 0u;
-#else
-            UBuf(p.out_idx).v[dst] = ai;
-#endif
+            if (IDX64) {
+                UBuf(p.out_idx).v[2 * dst] = ai;
+                UBuf(p.out_idx).v[2 * dst + 1] = 0u;
+            } else {
+                UBuf(p.out_idx).v[dst] = ai;
+            }
         }
 #elif OP == 0
         FBuf(p.out_).v[dst] = acc * p.scale;

@@ -10,6 +10,8 @@
 // The backward is a gather, no atomics: the source index is monotone in o, so the outputs that
 // read input i form a range found by binary search (upsampling); padding reads input i from at
 // most three outputs per axis (reflect) or one contiguous range (replicate).
+// Tunables (specialization constants): local size (0); ALIGN_CORNERS (3) is one too. MODE and
+// BACKWARD (which functions and which main body) stay defines.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 
@@ -26,9 +28,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef BACKWARD
 #define BACKWARD 0
 #endif
-#ifndef ALIGN_CORNERS
-#define ALIGN_CORNERS 0
-#endif
+layout(constant_id = 3) const bool ALIGN_CORNERS = false;  // BILINEAR: torch's align_corners
 
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer Src { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) writeonly buffer Dst { float v[]; };
@@ -62,12 +62,13 @@ int source(int o, int a) {
 int source_lambda(int o, int a, out float lambda1) {
     const int in_ = p.in_size[a];
     if (p.out_size[a] == in_) { lambda1 = 0.0; return o; }
-#if ALIGN_CORNERS
-    precise float real = p.scale[a] * float(o);
-#else
-    precise float real = p.scale[a] * (float(o) + 0.5) - 0.5;
-    real = max(real, 0.0);
-#endif
+    precise float real;
+    if (ALIGN_CORNERS) {
+        real = p.scale[a] * float(o);
+    } else {
+        real = p.scale[a] * (float(o) + 0.5) - 0.5;
+        real = max(real, 0.0);
+    }
     const int i0 = min(int(floor(real)), in_ - 1);
     lambda1 = min(max(real - float(i0), 0.0), 1.0);
     return i0;

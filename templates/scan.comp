@@ -16,7 +16,8 @@
 // per output, as close to torch's double-accumulated CPU result as float32 allows (a running
 // float32 log-sum rounds at every step: ulps that torch's backward formula amplifies). Span totals
 // (split rows) travel as values, one more rounding per span.
-// Defines: OP (0 sum, 1 prod, 2 logsumexp), INT64 (int64 values, else float32), MODE, ITEMS.
+// Defines: OP (0 sum, 1 prod, 2 logsumexp), INT64 (int64 values, else float32), MODE.
+// Tunables (specialization constants): local size (id 0, = WG), ITEMS (id 3).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -35,9 +36,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef MODE
 #define MODE 0
 #endif
-#ifndef ITEMS
-#define ITEMS 4
-#endif
+layout(constant_id = 3) const uint ITEMS = 4u;
 
 #if INT64
 #define VAL int64_t

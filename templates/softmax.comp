@@ -12,7 +12,9 @@
 // Backward (y = the forward output, g = grad of y):
 //   softmax:      dx = y * (g - sum(g * y))
 //   log_softmax:  dx = g - exp(y) * sum(g)
-// Tunables: local size (spec constant 0, = WG), COLS, ITEMS (unrolled loads), SUBGROUP.
+// Tunables (specialization constants): local size (id 0, = WG), ITEMS (id 3: unrolled loads);
+// COLS (id 4) and LOG (id 5: log_softmax) are specialization constants too.
+// Defines: BWD, SUBGROUP (tunable; a define: it enables the subgroup extensions).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -26,15 +28,9 @@
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
-#ifndef COLS
-#define COLS 0
-#endif
-#ifndef ITEMS
-#define ITEMS 1
-#endif
-#ifndef LOG
-#define LOG 0
-#endif
+layout(constant_id = 3) const uint ITEMS = 1u;
+layout(constant_id = 4) const bool COLS = false;
+layout(constant_id = 5) const bool LOG = false;
 #ifndef BWD
 #define BWD 0
 #endif
@@ -59,13 +55,8 @@ const uint WG = gl_WorkGroupSize.x;
 #define G (WG >> p.tlog)  // rows per workgroup
 shared float sv[gl_WorkGroupSize.x];
 
-#if COLS
-#define SLOT0 ol
-#define OTHER(s) (l + (s) * G)
-#else
-#define SLOT0 (ol * T)
-#define OTHER(s) (l + (s))
-#endif
+#define SLOT0 (COLS ? ol : ol * T)
+#define OTHER(s) (COLS ? l + (s) * G : l + (s))
 
 // reduce v over the T threads of a row; every thread of the row gets the result.
 // Called in uniform control flow by the whole workgroup.
@@ -83,10 +74,10 @@ float NAME(float v, uint l, uint t, uint ol) {                                  
     return sv[SLOT0];                                                                 \
 }
 
-#if SUBGROUP && !COLS
+#if SUBGROUP
 // subgroup op, then rounds of (one value per subgroup -> shared -> subgroup op); broadcast
 #define SG_PART(SGOP, IDENT)                                                          \
-    {                                                                                 \
+    if (!COLS) {                                                                      \
         v = SGOP(v);                                                                  \
         const uint SG = gl_SubgroupSize;                                              \
         uint cnt = T / SG;                                                            \
@@ -115,11 +106,7 @@ SEG_REDUCE(seg_max, max_, subgroupMax, NEG_INF)
 
 void main() {
     const uint l = gl_LocalInvocationID.x;
-#if COLS
-    const uint ol = l % G, t = l / G;
-#else
-    const uint ol = l / T, t = l % T;
-#endif
+    const uint ol = COLS ? l % G : l / T, t = COLS ? l / G : l % T;
     const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     const uint r = group * G + ol;
     const bool live = r < p.rows;
@@ -130,10 +117,12 @@ void main() {
     FBuf X = FBuf(p.x), Y = FBuf(p.y);
     float m = NEG_INF, s = 0.0;
     if (live) {
+        // item 0 is in range by the loop's own test: said here, as the driver unrolls ITEMS only
+        // after specialization and would test it again (glslc, unrolling a define, saw it itself)
         for (uint k = t; k < n; k += T * ITEMS) {
             [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
                 uint kk = k + i * T;
-                if (kk < n) {
+                if (i == 0u || kk < n) {
                     float v = X.v[base + kk * st];
                     if (v > m) {
                         s = s * exp(m - v) + 1.0;
@@ -148,19 +137,14 @@ void main() {
     const float M = seg_max(m, l, t, ol);
     const float S = seg_sum(m == NEG_INF ? 0.0 : s * exp(m - M), l, t, ol);
     if (live) {
-#if LOG
-        const float shift = M + log(S);
-#endif
+        const float shift = LOG ? M + log(S) : 0.0;
         for (uint k = t; k < n; k += T * ITEMS) {
             [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
                 uint kk = k + i * T;
-                if (kk < n) {
+                if (i == 0u || kk < n) {
                     uint off = base + kk * st;
-#if LOG
-                    Y.v[off] = X.v[off] - shift;
-#else
-                    Y.v[off] = exp(X.v[off] - M) / S;
-#endif
+                    if (LOG) Y.v[off] = X.v[off] - shift;
+                    else Y.v[off] = exp(X.v[off] - M) / S;
                 }
             }
         }
@@ -172,13 +156,10 @@ void main() {
         for (uint k = t; k < n; k += T * ITEMS) {
             [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
                 uint kk = k + i * T;
-                if (kk < n) {
+                if (i == 0u || kk < n) {
                     uint off = base + kk * st;
-#if LOG
-                    acc += Gb.v[off];
-#else
-                    acc += Gb.v[off] * Yb.v[off];
-#endif
+                    if (LOG) acc += Gb.v[off];
+                    else acc += Gb.v[off] * Yb.v[off];
                 }
             }
         }
@@ -188,13 +169,10 @@ void main() {
         for (uint k = t; k < n; k += T * ITEMS) {
             [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
                 uint kk = k + i * T;
-                if (kk < n) {
+                if (i == 0u || kk < n) {
                     uint off = base + kk * st;
-#if LOG
-                    D.v[off] = Gb.v[off] - exp(Yb.v[off]) * S;
-#else
-                    D.v[off] = Yb.v[off] * (Gb.v[off] - S);
-#endif
+                    if (LOG) D.v[off] = Gb.v[off] - exp(Yb.v[off]) * S;
+                    else D.v[off] = Yb.v[off] * (Gb.v[off] - S);
                 }
             }
         }

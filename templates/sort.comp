@@ -18,7 +18,8 @@
 //   columns; values gathered from the input by column, int64 columns as indices).
 // MODE 1 (global): one compare-exchange step over the scratch, one pair per invocation: the flip
 //   step of stage 2^klo when p.step == 0, else the step of stride p.step.
-// Defines: MODE, KEY64 (0: float32 keys and values, 1: int64), ELEMS (shared capacity, power of 2).
+// Defines: MODE, KEY64 (0: float32 keys and values, 1: int64).
+// Tunables (specialization constants): local size (id 0, = WG), ELEMS (id 3: shared capacity, power of 2).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #ifndef KEY64
@@ -33,9 +34,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef MODE
 #define MODE 0
 #endif
-#ifndef ELEMS
-#define ELEMS 1024
-#endif
+layout(constant_id = 3) const uint ELEMS = 1024u;
 
 #define FROM_INPUT 1u
 #define TO_OUTPUT 2u

@@ -123,6 +123,31 @@ def test_dropout_mask_is_the_same_in_forward_and_backward():
     assert not torch.equal(again.cpu(), got[0].cpu())
 
 
+@pytest.mark.parametrize("case", ["float mask", "causal grouped heads"])
+def test_tuned_tile_sizes(device, config_dir, case):
+    """A tuned config whose tiles differ from the template's defaults (BR, BC are specialization
+    constants, set when the pipeline is built): every kernel at several tiles per side, all grads."""
+    import json
+
+    from tvk_kernels import config
+    from tvk_kernels.kernels.attention import Attention
+
+    tuned = {"BR": 8, "BC": 32, "TPR": 8, "BBR": 8, "BBC": 16, "BTPR": 8}
+    config_dir.mkdir()
+    (config_dir / "tuned.json").write_text(json.dumps({
+        "schema": 1, "source": "measured", "device": {**config.device_key(device.facts), "match": "device"},
+        "families": {"attention": {"template_checksum": Attention(device).checksum,
+                                   "buckets": {"*": {"params": tuned}}}}}))
+    config.reload()
+    params, source = Attention(device).params("d64")
+    assert params == tuned and source != "default", source
+    if case == "float mask":
+        q, k, v, g = _inputs(1, 2, 2, 37, 45, 40)
+        _compare(q, k, v, g, mask=torch.randn(37, 45, generator=torch.Generator().manual_seed(3)))
+    else:
+        _compare(*_inputs(1, 4, 2, 37, 45, 24), enable_gqa=True, is_causal=True)
+
+
 class _Causal(nn.Module):
     def __init__(self, layer, mask):
         super().__init__()

@@ -144,6 +144,22 @@ def test_explicit_candidates(device, rng):
         check_conv(device, rng, (2, 5, 9, 7), (7, 5, 3, 3), 2, 1, 1, 1, True, params=params)
 
 
+def test_one_spirv_module_per_direction_serves_every_tile_shape():
+    """The tile parameters are specialization constants: every parameter set of a direction
+    compiles to one SPIR-V module (compiled once, shipped once); the pipeline sets the tile."""
+    from tvk_kernels.runtime.compiler import split_defines
+
+    for dir_id in conv.DIRS.values():
+        modules, tiles = set(), set()
+        for params in EXPLICIT:
+            wg = (params["BM"] // params["TM"]) * (params["BN"] // params["TN"])
+            compiled, spec = split_defines(conv.Conv2d.template, conv.gemm_defines(dir_id, params, wg))
+            modules.add(tuple(sorted(compiled.items())))
+            tiles.add(tuple(sorted(spec.items())))
+        assert modules == {(("DIR", dir_id),)}, modules
+        assert len(tiles) == len(EXPLICIT), tiles
+
+
 def test_candidates_respect_constraints(device):
     f = device.facts
     cands = conv.candidates(device)

@@ -525,6 +525,26 @@ def test_explicit_params_run_the_nd_kernel(vk, device):
     check(vk.get(out), t)
 
 
+@pytest.mark.parametrize("items", [2, 3])
+def test_items_per_thread_reach_every_element(vk, device, items):
+    """ITEMS, a specialization constant of both kernels, is the elements each thread handles: the host
+    launches 1/ITEMS of the threads, so a kernel that did not get it would leave elements unwritten
+    (outputs start as nan). Contiguous binary, contiguous N-d (vectors and the scalar tail), strided N-d."""
+    a, b = torch.randn(1003, generator=gen(53)), torch.randn(1003, generator=gen(54))
+    nan = torch.full((1003,), math.nan)
+    out = vk.put(nan)
+    ew.binary(device, "mul", vk.put(a).address, vk.put(b).address, out.address, 1003,
+              params={"WG": 32, "VEC": 4, "ITEMS": items})
+    check(vk.get(out), a * b)
+    out = vk.put(nan)
+    ew.elementwise(device, "add", (vk.put(a), vk.put(b)), out, params={"WG": 32, "VEC": 2, "ITEMS": items})
+    check(vk.get(out), a + b)
+    t = torch.randn(30, 41, generator=gen(55)).t()
+    out = vk.put(torch.full(t.shape, math.nan))
+    ew.elementwise(device, "copy", (vk.put(t),), out, params={"ND_WG": 32, "ND_ITEMS": items})
+    check(vk.get(out), t)
+
+
 @pytest.mark.parametrize("edited", ["elementwise_binary.comp", "elementwise_nd.comp", "elementwise_rng.comp"])
 def test_a_template_edit_retires_the_configs_of_the_family_that_launches_it(device, config_dir, tmp_path,
                                                                             monkeypatch, edited):

@@ -236,3 +236,18 @@ def test_batch_norm_relu(device, rng, shape, params, training):
     if training:
         axes = tuple(i for i in range(len(shape)) if i != 1)
         close(dl(ib, np.float32, (c,)), 1 / np.sqrt(x.astype(np.float64).var(axes) + 1e-5))
+
+
+def test_one_spirv_module_serves_every_items_value_and_the_fused_relu():
+    """ITEMS and RELU are specialization constants: one SPIR-V module per phase and SUBGROUP
+    serves them all (compiled once, shipped once); the pipeline sets them."""
+    from tvk_kernels.runtime.compiler import split_defines
+
+    modules, specs = set(), set()
+    for items in (1, 2, 4, 8):
+        for relu in (False, True):
+            compiled, spec = split_defines(norm.Norm.template, norm.defines(norm.BN_FWD, items, False, relu))
+            modules.add(tuple(sorted(compiled.items())))
+            specs.add(tuple(sorted(spec.items())))
+    assert modules == {(("PHASE", norm.BN_FWD), ("SUBGROUP", 0))}, modules
+    assert len(specs) == 4 * 2

@@ -173,3 +173,21 @@ def test_tune_target(device):
         finally:
             case.free()
     assert target.work(shape, {"WG": 64, "ITEMS": 2})["groups"] >= 1
+
+
+def test_one_spirv_module_serves_every_items_value():
+    """ITEMS is a specialization constant: one SPIR-V module per op serves every value
+    (compiled once, shipped once); the pipeline sets it."""
+    from tvk_kernels.runtime.compiler import split_defines
+
+    for op in pool.OPS:
+        split = [split_defines(pool.Pool.template, pool.defines(op, {"ITEMS": items})) for items in (1, 2, 4)]
+        assert [compiled for compiled, _ in split] == [{"OP": pool.OPS[op]}] * 3, op
+        assert len({tuple(spec.items()) for _, spec in split}) == 3, op
+
+
+def test_tune_target_lists_every_op_kernel():
+    """carry_over compiles a tuned config's kernels from the tuner target's list: every op."""
+    kernels = pool.PoolTarget.kernel_defines({"WG": 64, "ITEMS": 2})
+    assert sorted(d["OP"] for d in kernels) == sorted(pool.OPS.values())
+    assert all(d["ITEMS"] == 2 for d in kernels)

@@ -3,6 +3,8 @@
 Error bounds: sum/mean |got - ref| <= 2e-6 * sum(|x|) (per output, over its reduced range)
 + 1e-6; prod relative 1e-5; max/min/argmax/argmin exact (indices: the first occurrence).
 """
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -236,3 +238,20 @@ def test_bad_explicit_params_raise_a_clear_error(device):
     with pytest.raises(InvalidConfigError, match="reduce.*WG \\* 8 <= max_shared_memory"):
         run(device, "sum", x, 1, params={"WG": device.facts.max_shared_memory})
     np.testing.assert_array_equal(run(device, "sum", x, 1, params={"WG": 32}), x.sum(1))
+
+
+def test_one_spirv_module_serves_every_items_value_and_layout():
+    """ITEMS, COLS, RD, IN_IDX and IDX64 are specialization constants: one SPIR-V module per op,
+    input dtype and SUBGROUP serves them all (compiled once, shipped once); the pipeline sets them."""
+    from tvk_kernels.kernels import reduce as R
+    from tvk_kernels.runtime.compiler import split_defines
+
+    modules, specs = set(), set()
+    for items, rd, cols, in_idx, idx64 in itertools.product((1, 2, 4, 8), (1, 3), (False, True), (False, True),
+                                                            (False, True)):
+        compiled, spec = split_defines(R.Reduce.template, R.defines({"ITEMS": items}, 4, rd, cols, False, 0, in_idx,
+                                                                    idx64))
+        modules.add(tuple(sorted(compiled.items())))
+        specs.add(tuple(sorted(spec.items())))
+    assert modules == {(("IN_F16", 0), ("OP", 4), ("SUBGROUP", 0))}, modules
+    assert len(specs) == 4 * 2 * 2 * 2 * 2

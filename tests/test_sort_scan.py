@@ -325,3 +325,20 @@ def test_bad_explicit_params_raise_a_clear_error(device):
         sort(device, buf.address, out.address, idx.address, 1, 8, params={"ELEMS": 16, "WG": 16})
     scan(device, "sum", buf.address, out.address, 1, 8, 1, params={"WG": 32})
     np.testing.assert_array_equal(device.download(out, np.float32, (8,)), np.cumsum(x))
+
+
+def test_one_spirv_module_serves_every_elems_and_items_value():
+    """sort's ELEMS and scan's ITEMS are specialization constants: one SPIR-V module per kernel
+    variant serves every value (compiled once, shipped once); the pipeline sets it."""
+    from tvk_kernels.kernels import scan as scan_kernels, sort as sort_kernels
+    from tvk_kernels.runtime.compiler import split_defines
+
+    variants = {
+        "sort.comp": [sort_kernels.defines({"ELEMS": e}, sort_kernels.LOCAL, True) for e in (256, 1024, 4096)],
+        "scan.comp": [scan_kernels.defines({"ITEMS": i}, scan_kernels.OPS["logsumexp"], False, scan_kernels.SCAN)
+                      for i in (1, 2, 4, 8)],
+    }
+    for template, kernels in variants.items():
+        split = [split_defines(template, d) for d in kernels]
+        assert len({tuple(sorted(compiled.items())) for compiled, _ in split}) == 1, template
+        assert len({tuple(sorted(spec.items())) for _, spec in split}) == len(kernels), template

@@ -42,7 +42,9 @@ class Loss(Family):
     def mode_variant(self, mode: int, wg: int, tpr: int = 1):
         """The template for one MODE, with its shared memory (the row and reduce trees)."""
         shared = 16 * wg if mode == MODE_CE_ROWS and tpr > 1 else (8 * wg if mode == MODE_REDUCE else 0)
-        return self.variant({"MODE": mode, "WG": wg, "TPR": tpr}, wg, _PUSH.size, shared_bytes=shared)
+        # WG and TPR are specialization constants; SHARED_ROWS, a define, leaves out the lane tree at TPR 1
+        return self.variant({"MODE": mode, "WG": wg, "TPR": tpr, "SHARED_ROWS": int(tpr > 1)}, wg, _PUSH.size,
+                            shared_bytes=shared)
 
 
 def _push(x=0, target=0, weight=0, a=0, b=0, lse=0, aux=0, N=0, C=0, ignore_index=-100, smoothing=0.0, reduction=0):

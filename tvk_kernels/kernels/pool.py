@@ -260,6 +260,11 @@ class PoolTarget:
     def static_defines(params) -> tuple[dict, tuple, int | None]:
         return defines("max_fwd", params), (params["WG"], 1, 1), None
 
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """The kernels one tuned parameter set builds (tune/carry_over.py): every op."""
+        return [defines(op, params) for op in OPS]
+
 
 def _pool_suite(x):
     sh = PoolTarget.shape

@@ -1,7 +1,9 @@
 """GLSL -> SPIR-V through shaderc's `glslc`, with a content-hashed on-disk cache.
 
 A cache hit needs no compiler at all, so a machine with a filled cache (or a carried
-one) runs without glslc installed. Entries are checked on load (cache_file.py: key, size,
+one) runs without glslc installed. A wheel also ships precompiled modules (shipped/spirv, built
+from shipped/kernels.json by tvk_kernels/shipped_kernels.py): a second, read-only cache, so eager
+training needs no compiler either. Entries are checked on load (cache_file.py: key, size,
 hash; here: the SPIR-V magic number); a bad one is rebuilt from its template. Safe to call
 from several threads (pipelines are built in a pool on a compiled program's first run).
 
@@ -11,6 +13,7 @@ compile time.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -28,6 +31,7 @@ TARGET_ENV = "vulkan1.2"
 CACHE_VERSION = "2"  # 2: entries are checked cache files with a header; bare version-1 files are never read
 SPIRV_MAGIC = b"\x03\x02\x23\x07"  # 0x07230203, little-endian as glslc writes it
 _memo: dict[str, bytes] = {}
+_record_lock = threading.Lock()
 _key_locks: dict[str, threading.Lock] = {}  # one per SPIR-V key: two threads never run glslc for the same one
 _key_locks_lock = threading.Lock()
 
@@ -116,9 +120,66 @@ def template_checksum(name: str) -> str:
     return _template_hash(template_path(name))[:16]
 
 
+# `layout(constant_id = 3) const uint BM = 64u;`: a tunable the pipeline sets, not the compiler
+_SPEC_CONSTANT = re.compile(rb"layout\s*\(\s*constant_id\s*=\s*(\d+)\s*\)\s*const\s+(?:uint|int|bool)\s+(\w+)\s*=")
+_PREPROCESSOR_CONDITION = re.compile(rb"^[ \t]*#[ \t]*(?:if|elif|ifdef|ifndef)\b(.*)$", re.M)
+_spec_tables: dict = {}
+
+
+def spec_constants(name: str) -> dict[str, int]:
+    """{name: constant_id} of templates/<name>'s specialization constants (its includes too).
+
+    A kernel family passes every parameter as a define; those the template declares as
+    specialization constants are set when the pipeline is built instead, so one SPIR-V module
+    serves every tile and workgroup configuration of a variant (compiled once, shipped once).
+    A preprocessor condition on such a name would silently see it undefined: refused here."""
+    return spec_constants_of(template_path(name))
+
+
+def spec_constants_of(path: Path) -> dict[str, int]:
+    """spec_constants() of a template file anywhere (carry_over reads a template as it was)."""
+    key = (str(path), _template_hash(path))
+    table = _spec_tables.get(key)
+    if table is None:
+        files = _included(path.resolve(), {})
+        table = {}
+        for text in files.values():
+            for cid, ident in _SPEC_CONSTANT.findall(text):
+                table[ident.decode()] = int(cid)
+        names = {n.encode() for n in table}
+        for file, text in files.items():
+            for condition in _PREPROCESSOR_CONDITION.findall(text):
+                used = set(re.findall(rb"\w+", condition.split(b"//")[0])) & names  # not the trailing comment
+                if used:
+                    raise ShaderCompileError(
+                        f"{file}: preprocessor condition `{condition.decode().strip()}` tests specialization "
+                        f"constant(s) {sorted(u.decode() for u in used)}, which the preprocessor cannot see; "
+                        "test them with a GLSL `if` instead")
+        if len(set(table.values())) != len(table) or any(cid < 3 for cid in table.values()):
+            raise ShaderCompileError(f"{path}: specialization constant ids must be distinct and >= 3 "
+                                     f"(0-2 are the workgroup size): {table}")
+        _spec_tables[key] = table
+    return table
+
+
+def split_defines(name: str | Path, defines: dict | None) -> tuple[dict, dict]:
+    """(defines for the compiler, {constant_id: value} for the pipeline) of templates/<name>
+    (or of a template file's path)."""
+    table = spec_constants_of(name) if isinstance(name, Path) else spec_constants(name)
+    if not table:
+        return dict(defines or {}), {}
+    compiled, spec = {}, {}
+    for k, v in (defines or {}).items():
+        if k in table:
+            spec[table[k]] = int(v)
+        else:
+            compiled[k] = v
+    return compiled, spec
+
+
 def compile_template(name: str, defines: dict | None = None) -> bytes:
     """Compile templates/<name> with -D defines; returns SPIR-V bytes."""
-    return compile_file(template_path(name), defines)
+    return compile_file(template_path(name), defines, record=name)
 
 
 def spirv_optimized() -> bool:
@@ -137,14 +198,35 @@ def spirv_cache_file(key: str) -> Path:
     return cache_dir() / "spirv" / f"{key}.spv"
 
 
-def compile_file(path: Path, defines: dict | None = None) -> bytes:
+def compile_file(path: Path, defines: dict | None = None, record: str | None = None) -> bytes:
+    """SPIR-V of a template file with these defines. `record`: the template's name, written to
+    TVK_RECORD_KERNELS when set (how shipped/kernels.json learns which modules to ship)."""
     key = cache_key(path, defines)
     if key in _memo:
         return _memo[key]
     with _key_lock(key):
         if key not in _memo:  # another thread may have compiled it while this one waited
             _memo[key] = _compile_uncached(path, _define_args(defines), key)
+            if record and os.environ.get("TVK_RECORD_KERNELS"):
+                _record(record, defines)
     return _memo[key]
+
+
+def _record(name: str, defines: dict | None) -> None:
+    """Append the module to TVK_RECORD_KERNELS (a folder; one file per process)."""
+    line = json.dumps({"template": name, "defines": {k: _define_value(v) for k, v in sorted((defines or {}).items())}})
+    with _record_lock, open(Path(os.environ["TVK_RECORD_KERNELS"]) / f"{os.getpid()}.jsonl", "a") as f:
+        f.write(line + "\n")
+
+
+def shipped_spirv_file(key: str) -> Path | None:
+    """The wheel's precompiled module for this cache key, if it ships one (TVK_USE_SHIPPED_KERNELS=0: never)."""
+    if os.environ.get("TVK_USE_SHIPPED_KERNELS") == "0":
+        return None
+    try:
+        return data_dir("shipped") / "spirv" / f"{key}.spv"
+    except FileNotFoundError:
+        return None
 
 
 def forget_template(name: str, defines: dict | None, problem: str) -> Path:
@@ -174,7 +256,20 @@ def _compile_uncached(path: Path, define_args: list[str], key: str) -> bytes:
     data = cache_file.read(cached, key, _spirv_problem)
     if data is not None:
         return data
-    glslc = find_glslc()
+    shipped = shipped_spirv_file(key)
+    if shipped is not None and shipped.is_file():
+        data = cache_file.read(shipped, key, _spirv_problem)
+        if data is not None:
+            return data
+    try:
+        glslc = find_glslc()
+    except CompilerNotFoundError as e:
+        shown = " ".join(define_args) or "no defines"
+        raise CompilerNotFoundError(
+            f"{e}\nThe kernel {path.name} ({shown}) is not among the precompiled kernels shipped with torchvk"
+            + ("" if shipped is not None and shipped.parent.is_dir() else " (this installation ships none: a source "
+               "checkout, or a wheel built without glslc)")
+            + ", so it needs the compiler.") from None
     opt = ["-O"] if spirv_optimized() else []
     cmd = [glslc, "-fshader-stage=compute", f"--target-env={TARGET_ENV}", *opt, "-I", str(path.parent),
            *define_args, str(path), "-o", "-"]

