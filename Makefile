@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 APT_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers postgresql
 export XDG_RUNTIME_DIR ?= /tmp
 
-.PHONY: setup system-deps demo test bench-quick clean
+.PHONY: setup system-deps demo test shipped-kernels wheel bench-quick clean
 
 setup: system-deps $(VENV)/.installed
 
@@ -36,8 +36,17 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(PY) -m torchvk.demo
 
+# TVK_SHIPPED_KERNELS=check: the run fails if it compiles a kernel module shipped/kernels.json lacks
 test: setup
-	TVK_VALIDATION=1 $(PY) -m pytest -q -n auto --dist loadgroup --durations=15 tests
+	TVK_VALIDATION=1 TVK_SHIPPED_KERNELS=check $(PY) -m pytest -q -n auto --dist loadgroup --durations=15 tests
+
+# the wheel's precompiled kernels := the modules the whole test suite compiles (tvk_kernels/shipped_kernels.py)
+shipped-kernels: setup
+	TVK_VALIDATION=1 TVK_SHIPPED_KERNELS=update $(PY) -m pytest -q -n auto --dist loadgroup --ignore=tests/test_wheel_install.py tests
+
+# a wheel with the kernels precompiled (hatch_build.py; needs glslc): installed, it needs no compiler
+wheel: setup
+	$(PY) -m pip wheel . --no-deps --no-build-isolation -w dist
 
 bench-quick: setup
 	$(PY) -m tvk_kernels.bench.cli all --quick --out benchmarks/results/local

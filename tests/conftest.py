@@ -53,3 +53,39 @@ def config_dir(tmp_path, monkeypatch):
     config.reload()
     _families.clear()
 
+
+
+# ------------------------------------------------------------------ shipped kernels
+# With TVK_SHIPPED_KERNELS=check (make test: the whole suite), every template module the run compiles
+# is recorded (TVK_RECORD_KERNELS, inherited by workers and subprocesses), and the run fails if the
+# wheel's precompiled list (shipped/kernels.json) lacks one: an installed wheel would need glslc for
+# it. TVK_SHIPPED_KERNELS=update (make shipped-kernels) writes the list from the run instead.
+def pytest_configure(config):
+    if hasattr(config, "workerinput") or os.environ.get("TVK_SHIPPED_KERNELS") not in ("check", "update"):
+        return  # an xdist worker (the controller set the folder), or a partial run
+    folder = tempfile.mkdtemp(prefix="tvk-kernel-records-")
+    os.environ["TVK_RECORD_KERNELS"] = folder
+    config._tvk_kernel_records = folder
+
+
+def pytest_sessionfinish(session, exitstatus):
+    folder = getattr(session.config, "_tvk_kernel_records", None)
+    if folder is None:
+        return
+    import json
+    import shutil
+
+    from tvk_kernels import shipped_kernels
+
+    records = shipped_kernels.read_records(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    if os.environ["TVK_SHIPPED_KERNELS"] == "update":
+        shipped_kernels.list_path().write_text(json.dumps({"modules": records}, indent=1) + "\n")
+        print(f"\nshipped/kernels.json: {len(records)} modules")
+        return
+    lacking = shipped_kernels.missing(records, shipped_kernels.load())
+    if lacking:
+        shown = "\n".join(f"  {e['template']} {e['defines']}" for e in lacking[:20])
+        print(f"\n{len(lacking)} kernel module(s) compiled by this run are not in shipped/kernels.json, so an "
+              f"installed wheel would need glslc for them:\n{shown}\nRun `make shipped-kernels` and commit the list.")
+        session.exitstatus = 1

@@ -24,6 +24,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", type=int, default=None, help="Vulkan device index (default TVK_DEVICE or 0)")
     ap.add_argument("--model", choices=["mlp", "cnn"], default=None)
     ap.add_argument("--subset", type=int, default=None, help="train on the first N images")
+    ap.add_argument("--test-images", type=int, default=None, help="evaluate on the first N test images")
     ap.add_argument("--compiled", action="store_true",
                     help="train through torchvk.compile(model, loss_fn=cross_entropy) instead of eagerly")
     args = ap.parse_args(argv)
@@ -40,6 +41,8 @@ def main(argv=None) -> int:
     if subset:
         x, y = x[:subset], y[:subset]
         xt, yt = xt[:2000], yt[:2000]
+    if args.test_images:
+        xt, yt = xt[:args.test_images], yt[:args.test_images]
     mode = "compiled" if args.compiled else "eager"
     print(f"\nTraining the MNIST {model.upper()} ({mode}) on tvk:{dev.index} for one epoch: {len(x)} images, batch 64"
           + (" (a subset: this device is Vulkan on the CPU)" if subset else ""))

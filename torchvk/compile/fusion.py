@@ -20,11 +20,14 @@ import hashlib
 import math
 import operator
 import re
+import warnings
 
 import torch
 import torch.fx as fx
 
+from tvk_kernels.errors import CompilerNotFoundError
 from tvk_kernels.kernels import activations
+from tvk_kernels.runtime.compiler import find_glslc
 from tvk_kernels.kernels import elementwise as E
 
 from .._tensor import TVKTensor, new_tensor
@@ -35,6 +38,24 @@ from ..aten.matmul import bias_row, gemm
 from ..aten.norm import batch_norm_relu, batch_norm_relu_functional, batch_norm_relu_no_training
 
 aten = torch.ops.aten
+_notice_given = False
+
+
+def fusion_compiler_present() -> bool:
+    """Fused kernels are new GLSL, compiled at run time: without glslc (an installed wheel ships
+    only the precompiled kernels eager mode launches) graphs run unfused, after one notice."""
+    global _notice_given
+    try:
+        find_glslc()
+        return True
+    except CompilerNotFoundError as e:
+        if not _notice_given:
+            _notice_given = True
+            warnings.warn(f"torchvk compiled mode runs its graphs unfused (still recorded and replayed): fusing "
+                          f"kernels needs a GLSL compiler. {e}", stacklevel=3)
+        return False
+
+
 MAX_INPUTS = 3       # tensor slots of elementwise_nd.comp
 MAX_EXPR = 2000      # ops that repeat an operand (relu, square) duplicate sub-expressions
 MAX_SCALARS = 16     # push constants: 4 addresses + meta address + n + 16 floats fit Vulkan's minimum 128 bytes

@@ -19,7 +19,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from .._tensor import TVKTensor
-from .fusion import fuse
+from .fusion import fuse, fusion_compiler_present
 from .program import GraphBreakError, Program
 from .replay import Replayed
 from .whole_ops import traced_whole
@@ -109,7 +109,7 @@ class CompiledGraphs:
     def _compiler(self, kind):
         def compile_graph(gm, example_inputs):
             fusion = {}
-            if self.fuse:
+            if self.fuse and fusion_compiler_present():
                 gm, fusion = fuse(gm)
             program = Program(gm, name=kind, device=self.device)
             run = Replayed(program, enabled=self.replay)

@@ -378,6 +378,11 @@ def _cold_compile_split(cc: dict, res: dict) -> str:
     if "cold" in plain:
         line += (f"; without glslc -O (TVK_SPIRV_OPT=0) it took {plain['cold']['first_step_s']:.2f} s "
                  f"(glslc {plain['cold']['spirv_s']:.2f} s, driver {plain['cold']['driver_s']:.2f} s)")
+    unshipped = res.get("compiled_first_step_cold_no_shipped", {})
+    if "cold" in unshipped:
+        line += (f"; the cold step above read the wheel's precompiled kernels (shipped/spirv); compiling every "
+                 f"module instead (TVK_USE_SHIPPED_KERNELS=0) it took {unshipped['cold']['first_step_s']:.2f} s "
+                 f"(glslc {unshipped['cold']['spirv_s']:.2f} s)")
     return line + "."
 
 

@@ -187,7 +187,9 @@ def spirv_optimized() -> bool:
 
 
 def cache_key(path: Path, defines: dict | None = None) -> str:
-    """The SPIR-V cache key: compiler settings, the template and its includes, the defines."""
+    """The SPIR-V cache key: compiler settings, the template and its includes, the defines (less
+    the template's specialization constants: the module serves every value of those)."""
+    defines = split_defines(path, defines)[0]
     # unoptimized SPIR-V gets its own key; the default key is unchanged, so existing caches stay valid
     settings = [CACHE_VERSION, TARGET_ENV] + ([] if spirv_optimized() else ["-O0"])
     key_src = "\n".join([*settings, path.name, _template_hash(path), *_define_args(defines)])
@@ -201,6 +203,7 @@ def spirv_cache_file(key: str) -> Path:
 def compile_file(path: Path, defines: dict | None = None, record: str | None = None) -> bytes:
     """SPIR-V of a template file with these defines. `record`: the template's name, written to
     TVK_RECORD_KERNELS when set (how shipped/kernels.json learns which modules to ship)."""
+    defines = split_defines(path, defines)[0]  # the template's specialization constants are the pipeline's
     key = cache_key(path, defines)
     if key in _memo:
         return _memo[key]
