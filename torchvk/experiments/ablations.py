@@ -42,7 +42,8 @@ from .overlap import step_overlap_ms
 
 
 def _family_tuned_vs_default(device, quick):
-
+    # quick (lavapipe): 3 timed runs after the warm-up runs, not 10 after 50 ms of queued warm-up runs
+    timing = {"repeats": 3, "warm_seconds": 0.0} if quick else {}
     rows = []
     for family, target in sorted(load_optional_targets().items()):
         for shape in target.suites["tiny" if quick else "suite"]:
@@ -51,8 +52,9 @@ def _family_tuned_vs_default(device, quick):
             default = default_params(family, device.facts, bucket)
             case = target.prepare(device, shape)
             try:
-                t_tuned = time_candidate(device, lambda i: case.run(tuned, i), 3)
-                t_default = t_tuned if tuned == default else time_candidate(device, lambda i: case.run(default, i), 3)
+                t_tuned = time_candidate(device, lambda i: case.run(tuned, i), 3, **timing)
+                t_default = t_tuned if tuned == default else time_candidate(device, lambda i: case.run(default, i), 3,
+                                                                            **timing)
             finally:
                 case.free()
             rows.append({"family": family, "shape": shape, "bucket": bucket, "config_source": source,
@@ -305,7 +307,7 @@ if COMPILED:
 torch_imports_s = time.perf_counter() - t_imp
 t0 = time.perf_counter()
 m = models.build("cnn").to("tvk:%d"); opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, fused=True)
-x = torch.randn(64, 1, 28, 28).to("tvk:%d"); y = torch.randint(0, 10, (64,)).to("tvk:%d")
+x = torch.randn(BATCH, 1, 28, 28).to("tvk:%d"); y = torch.randint(0, 10, (BATCH,)).to("tvk:%d")
 run = torchvk.compile(m, loss_fn=F.cross_entropy) if COMPILED else None
 opt.zero_grad(); (run(x, y) if COMPILED else F.cross_entropy(m(x), y)).backward(); opt.step(); torch.tvk.synchronize()
 pc = d.pipelines  # compile_s sums per-pipeline build times (spirv_s + driver_s); prefetch_wall_s is wall time
@@ -317,16 +319,16 @@ print(json.dumps({"first_step_s": time.perf_counter() - t0, "compile_s": pc.comp
 """
 
 
-def _compile_cold_warm(device, compiled: bool = False, env: dict | None = None):
-    """First training step in a fresh process with empty caches, then again with the caches it filled;
-    `env` adds settings (TVK_PARALLEL_COMPILE=0, TVK_SPIRV_OPT=0) to both."""
+def _compile_cold_warm(device, compiled: bool = False, env: dict | None = None, batch: int = 64):
+    """First training step (at `batch`) in a fresh process with empty caches, then again with the caches
+    it filled; `env` adds settings (TVK_PARALLEL_COMPILE=0, TVK_SPIRV_OPT=0) to both."""
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, **(env or {}), TVK_CACHE_DIR=cache)
         env.pop("TVK_VALIDATION", None)
         runs = []
         for _ in range(2):
             i = device.index
-            code = f"COMPILED = {compiled}\n" + _COMPILE % (i, i, i, i)
+            code = f"COMPILED = {compiled}\nBATCH = {batch}\n" + _COMPILE % (i, i, i, i)
             p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
             if p.returncode != 0:
                 return {"error": p.stderr[-400:]}
@@ -335,7 +337,7 @@ def _compile_cold_warm(device, compiled: bool = False, env: dict | None = None):
 
 
 def run(device, out_dir, quick=False, progress=True) -> dict:
-    steps, batch = (2, 16) if quick else (20, 64)
+    steps, batch = (2, 4) if quick else (20, 64)  # quick: lavapipe runs a CNN step at 2 GFLOP/s
     if not quick:
         _spin_up(device)
     probe_start = _clock_probe_us(device, 128 if quick else 1024)
@@ -348,14 +350,16 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
         "fused_vs_per_tensor_optimizer_ms": {"fused": _training_step_ms(device, False, True, steps, batch),
                                              "per_tensor": _training_step_ms(device, False, False, steps, batch)},
         "torch_optim_step_ms": _optimizer_step_ms(device, steps, quick),
-        "pipeline_cache_cold_vs_warm": _compile_cold_warm(device),
+        "pipeline_cache_cold_vs_warm": _compile_cold_warm(device, batch=batch),
         "eager_vs_compiled_ms": {"eager": _training_step_ms(device, False, True, steps, batch),
                                  "compiled": _training_step_ms(device, False, True, steps, batch, compiled="torchvk"),
                                  "torch_compile": _training_step_ms(device, False, True, steps, batch, compiled="torch")},
-        "compiled_first_step_cold_vs_warm": _compile_cold_warm(device, compiled=True),
+        "compiled_first_step_cold_vs_warm": _compile_cold_warm(device, compiled=True, batch=batch),
         # quick runs (CI) leave out the two cold-start variants: each is two fresh processes compiling everything
         "compiled_first_step_cold_serial": {} if quick else _compile_cold_warm(device, True, env={"TVK_PARALLEL_COMPILE": "0"}),
         "compiled_first_step_cold_no_spirv_opt": {} if quick else _compile_cold_warm(device, True, env={"TVK_SPIRV_OPT": "0"}),
+        # the cold runs above read a wheel's precompiled kernels where this checkout has them (shipped/spirv); this one never does
+        "compiled_first_step_cold_no_shipped": {} if quick else _compile_cold_warm(device, True, env={"TVK_USE_SHIPPED_KERNELS": "0"}),
         "compiled_step_breakdown": _compiled_step_breakdown(device, steps, batch),
         "early_submit_overlap": step_overlap_ms(device, steps, batch, _mnist_setup, _time_steps),
         "eager_vs_graph_replay_ms": dict(zip(("replay", "kernels"), _replay_step_ms(device, steps, batch)),
@@ -425,8 +429,9 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
                      cc["cold"]["first_step_s"], cc["warm"]["first_step_s"],
                      cc["cold"]["first_step_s"] / max(cc["warm"]["first_step_s"], 1e-9)])
         for key, label in (("compiled_first_step_cold_serial", "pipelines built one by one vs in parallel"),
-                           ("compiled_first_step_cold_no_spirv_opt", "glslc without -O vs with -O")):
-            other = results[key]
+                           ("compiled_first_step_cold_no_spirv_opt", "glslc without -O vs with -O"),
+                           ("compiled_first_step_cold_no_shipped", "every module compiled vs precompiled kernels read")):
+            other = results.get(key, {})
             if "cold" in other:
                 base, full = other["cold"]["first_step_s"], cc["cold"]["first_step_s"]
                 rows.append([f"cold first compiled MNIST CNN step s: {label}", base, full, base / max(full, 1e-9)])
