@@ -4,6 +4,9 @@ All three directions are one implicit-GEMM template (templates/conv2d.comp, `DIR
 with the tile shape as defines; grad_weight can split its long reduction (K = N*OH*OW)
 over workgroups and sum the partials with templates/conv2d_reduce.comp, which also
 computes grad_bias. Search space, constraints, buckets and defaults: tuning/conv2d.json.
+Depthwise convs (groups > 1, one input channel per group) take direct kernels instead
+(conv_depthwise.py, tuning/conv2d_depthwise.json): the same entry functions route there, and
+their `params=` are then that family's.
 
 Buffers are plain byte addresses (ints, or anything with `.address`); shapes are tuples.
 Inputs must be contiguous NCHW / (OC, IC/groups, KH, KW).
@@ -13,7 +16,7 @@ from __future__ import annotations
 import math
 import struct
 
-from . import activations
+from . import activations, conv_depthwise
 from .launch import Family, address, family, grid_1d, positive, record_shape
 from .reduce import reduce
 from .. import benchmark_mode
@@ -242,13 +245,16 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
     g, out_shape = _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     if out_shape[0] * out_shape[1] == 0:
         return out_shape
-    fam = family(device, Conv2d)
     bias = address(bias_addr)
 
     def run(p):  # benchmark mode: the same call with a candidate (it overwrites out, reads no output)
         conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape, stride, padding, dilation,
                        groups, p, act, out_hw)
 
+    if conv_depthwise.is_depthwise(g):  # one input channel per group: direct kernels, params theirs
+        conv_depthwise.forward(device, g, address(x_addr), address(w_addr), bias, address(out_addr), params, act, run)
+        return out_shape
+    fam = family(device, Conv2d)
     _dispatch_gemm(device, fam, "fwd", g, address(x_addr), address(w_addr), address(out_addr), bias,
                    fam.resolve_gemm("fwd", g, params, run), flags=1 if bias else 0, act=act)
     return out_shape
@@ -268,6 +274,10 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
         conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, w_shape, stride, padding,
                               dilation, groups, p, out_hw)
 
+    if conv_depthwise.is_depthwise(g):
+        conv_depthwise.backward_input(device, g, address(grad_out_addr), address(w_addr), address(grad_in_addr),
+                                      params, run)
+        return x_shape
     _dispatch_gemm(device, fam, "bwd_input", g, address(grad_out_addr), address(w_addr), address(grad_in_addr), 0,
                    fam.resolve_gemm("bwd_input", g, params, run))
     return x_shape
@@ -291,6 +301,10 @@ def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, 
         conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, w_shape, stride, padding,
                                dilation, groups, p, split_k, out_hw)
 
+    if conv_depthwise.is_depthwise(g):
+        conv_depthwise.backward_weight(device, g, address(grad_out_addr), address(x_addr), address(grad_w_addr),
+                                       params, run, split_k)
+        return w_shape
     params = fam.resolve_gemm("bwd_weight", g, params, run)
     splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k)
     if splits == 1:
@@ -410,7 +424,7 @@ class Conv2dTarget:
     suites = {
         "suite": (_suite((8, 64, 56, 56), (64, 64, 3, 3), 1, 1) + _suite((8, 128, 28, 28), (128, 128, 3, 3), 1, 1)
                   + _suite((8, 256, 14, 14), (256, 256, 3, 3), 1, 1) + _suite((8, 64, 56, 56), (128, 64, 1, 1), 2)
-                  + _suite((8, 3, 112, 112), (32, 3, 3, 3), 2, 1) + _suite((8, 128, 28, 28), (128, 1, 3, 3), 1, 1, 1, 128)
+                  + _suite((8, 3, 112, 112), (32, 3, 3, 3), 2, 1)  # depthwise shapes: conv_depthwise.py's target
                   + _suite((32, 16, 16, 16), (8, 16, 3, 3), 1, 1)
                   # the experiments' models at their benchmark batch sizes (MNIST CNN b256, CIFAR CNN b128)
                   + _suite((256, 1, 28, 28), (32, 1, 3, 3), 1, 1) + _suite((256, 32, 14, 14), (64, 32, 3, 3), 1, 1)
