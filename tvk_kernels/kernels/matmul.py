@@ -20,7 +20,7 @@ from .. import benchmark_mode
 from ..config import by_class, device_classes, generation
 from ..errors import InvalidConfigError, TVKError
 from ..search_space import param_values, search_space, with_derived
-from . import activations, dtypes
+from . import activations, dtypes, gemv
 from .launch import Family, family, grid_1d, record_shape
 
 # dtype -> (DTYPE define, element bytes)
@@ -218,7 +218,7 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
         except TypeError:  # strides given as lists: no memo for this call
             key = prep = None
         if prep is not None:
-            record_shape(Matmul.family, prep.tune_shape)
+            record_shape(prep.family, prep.tune_shape)
             return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
     dtype = _norm_dtype(dtype)
     dtype_id, esize = DTYPES[dtype]
@@ -271,6 +271,15 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     bucket = fam.bucket(tune_shape)
     if M == 0 or N == 0 or batch == 0:
         return {"kernel": "none", "bucket": bucket, "params": None, "source": None, "splits": 0}
+    if (M == 1 or N == 1) and split_k is None and (params is None or gemv.is_gemv_params(params)):
+        # a matrix-vector product: the tiled kernel would compute one useful column of its tile
+        prep = gemv.prepare(device, a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, act=act,
+                            dtype_id=dtype_id, esize=esize, params=params)
+        if key is not None:
+            if len(_prepared) >= _MAX_PREPARED:
+                _prepared.clear()
+            _prepared[key] = prep
+        return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
     record_shape(fam.family, tune_shape)
 
     if isinstance(params, dict) and "SG_M" in params:  # an explicit cooperative-matrix candidate
@@ -361,6 +370,7 @@ class _Prepared:
     widths, pipelines): a repeated call only records the launches."""
     __slots__ = ("M", "N", "K", "batch", "sa", "sb", "sc", "esize", "chunk", "splits", "k_chunk", "groups", "gemm",
                  "red", "red_wg", "scratch_bytes", "info", "tune_shape")
+    family = Matmul.family  # of tune_shape (a gemv.Launch is memoized here too)
 
     def __init__(self, *values):
         for name, v in zip(self.__slots__, values):

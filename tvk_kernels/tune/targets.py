@@ -87,8 +87,8 @@ def load_optional_targets():
     """Targets of kernel families whose modules define one (`TUNE_TARGET`)."""
     import importlib
 
-    for module in ("elementwise", "rng", "matmul", "conv", "pool", "reduce", "softmax", "norm", "sort", "scan",
-                   "attention"):
+    for module in ("elementwise", "rng", "matmul", "gemv", "conv", "conv_depthwise", "pool", "reduce", "softmax",
+                   "norm", "sort", "scan", "attention"):
         try:
             mod = importlib.import_module(f"..kernels.{module}", __package__)
         except ImportError:

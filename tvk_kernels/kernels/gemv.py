@@ -1,0 +1,226 @@
+"""Matrix-vector products of the matmul family: y[b] = act(alpha * W[b] @ x[b] + bias).
+
+Template: templates/gemv.comp. Search space, buckets and defaults: tuning/gemv.json.
+
+matmul() routes here when N == 1 (W = A, x = B's column) or M == 1 (y^T = a^T B, so W = B^T
+and x = A's row), unless the caller passed the tiled kernel's parameters: a 16-128 wide tile
+computes one useful column. Operands arrive checked by matmul() (addresses, element strides
+within 31 bits, dtype supported), so `prepare` only picks the layout, vector widths and threads.
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+from ..errors import InvalidConfigError
+from ..search_space import search_space
+from . import activations
+from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape
+
+# w, x, y, bias (uint64); R, K; sWb sWr sWk; sxb sxk; syb syr; sbias; alpha; tlog
+_PUSH = struct.Struct("<4Q10IfI")
+
+
+class Gemv(Family):
+    family = "gemv"
+    template = "gemv.comp"
+
+    def check_config(self, params: dict) -> dict:
+        names = search_space(self.family)["params"]
+        unknown = [n for n in params if n not in names]
+        if unknown:
+            raise InvalidConfigError(f"gemv: unknown parameter {', '.join(map(repr, unknown))}; the matrix-vector "
+                                     f"kernel takes {', '.join(names)} (tuning/gemv.json)")
+        if params["VEC"] not in (1, 2, 4):
+            raise InvalidConfigError(f"gemv VEC={params['VEC']} must be 1, 2 or 4 (the kernel's load widths)")
+        return powers_of_two(self.family, params, "WG", "KT", "MT")
+
+
+def is_gemv_params(params) -> bool:
+    """Whether an explicit params dict is this kernel's (a matmul call with such a dict runs it)."""
+    return isinstance(params, dict) and bool(params) and all(n in search_space(Gemv.family)["params"] for n in params)
+
+
+def defines(params: dict, *, dtype_id: int = 0, mmajor: bool = False, vec_w: int | None = None,
+            vec_x: int | None = None, act: str | None = None) -> dict:
+    """The kernel's defines for a config: the one set the runtime, the tuner and the RDNA1 check
+    compile. vec_w/vec_x: the load widths chosen for W and x (default: the config's VEC)."""
+    vec_w = params["VEC"] if vec_w is None else vec_w
+    return {"VEC_W": vec_w, "VEC_X": vec_w if vec_x is None else vec_x, "MMAJOR": int(mmajor), "DTYPE": dtype_id,
+            **activations.act_define(act)}
+
+
+def _vec_width(limit: int, addr: int, esize: int, contig_stride: int, other_strides) -> int:
+    """The widest load (<= limit) along a unit-stride dimension whose every start stays aligned."""
+    if contig_stride != 1:
+        return 1
+    for v in (4, 2):
+        if v <= limit and addr % (v * esize) == 0 and all(s % v == 0 for s in other_strides):
+            return v
+    return 1
+
+
+def reads_along_rows(R: int, K: int, s_row: int, s_k: int) -> bool:
+    """Whether adjacent threads should take adjacent rows of W (the M-major layout): W is closer
+    to contiguous along its rows than along K. One row, or K == 1, runs K-major."""
+    return R > 1 and K > 1 and s_row < s_k
+
+
+def split_threads(params: dict, R: int, K: int, batch: int, vec: int, mmajor: bool) -> tuple[int, int]:
+    """(threads per row, rows per workgroup) of a launch. K-major: up to KT threads share a row;
+    M-major: MT threads take adjacent vec-row blocks, the rest of the workgroup splits K. While
+    the grid has fewer than GROUPS workgroups, rows per workgroup halve (more threads per row)."""
+    wg, want = params["WG"], params["GROUPS"]
+    if mmajor:
+        across = min(params["MT"], wg, pow2ceil(-(-R // vec)))  # threads along the rows
+        while across > 1 and batch * -(-R // (across * vec)) < want and wg // across < pow2ceil(K):
+            across //= 2
+        threads = min(wg // across, pow2ceil(K))
+        return threads, (wg // threads) * vec
+    most = min(wg, pow2ceil(-(-K // vec)))  # more threads than vectors along K would idle
+    threads = min(params["KT"], most)
+    while threads < most and batch * -(-R // (wg // threads)) < want:
+        threads *= 2
+    return threads, wg // threads
+
+
+def prepare(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: int, batch: int, sa, sb, sc, *,
+            act: str | None, dtype_id: int, esize: int, params: dict | None) -> "Launch":
+    """The launch of matmul()'s out[b] = act(alpha * A[b] @ B[b] + bias) with N == 1 or M == 1, its
+    operands checked by matmul() (sa, sb, sc: element strides (batch, row, col)). N == 1: W = A and
+    x = B's column, one bias value for every output; M == 1: out^T = B^T a, so W = B^T, x = A's row
+    and a bias value per output. params: None (the tuned/default config of the shape's bucket) or
+    an explicit candidate. The addresses only choose the load widths (their alignment)."""
+    if N == 1:
+        swap, R, sw, sx, sy, bias_stride = False, M, sa, sb[:2], sc[:2], 0
+    else:
+        swap, R, sw, sx, sy, bias_stride = True, N, (sb[0], sb[2], sb[1]), (sa[0], sa[2]), (sc[0], sc[2]), 1
+    w_addr, x_addr = (b_addr, a_addr) if swap else (a_addr, b_addr)
+    fam = family(device, Gemv)
+    bucket = fam.bucket({"M": R, "K": K, "batch": batch})
+    source = "explicit" if params else fam.params(bucket)[1]
+    prm = fam.resolve(bucket, params or None)
+    wg = prm["WG"]
+    mmajor = reads_along_rows(R, K, sw[1], sw[2])
+    if mmajor:
+        vec_w = _vec_width(prm["VEC"], w_addr, esize, sw[1], (sw[0], sw[2]))
+        vec_x = 1
+    else:
+        vec_w = _vec_width(prm["VEC"], w_addr, esize, sw[2], (sw[0], sw[1]))
+        vec_x = vec_w if _vec_width(vec_w, x_addr, esize, sx[1], (sx[0],)) == vec_w else 1
+    threads, rows_per_group = split_threads(prm, R, K, batch, vec_w, mmajor)
+    pipe = fam.variant(defines(prm, dtype_id=dtype_id, mmajor=mmajor, vec_w=vec_w, vec_x=vec_x, act=act), wg,
+                       _PUSH.size, shared_bytes=prm["shared_bytes"])
+    facts = device.facts
+    groups = grid_1d(math.ceil(R / rows_per_group), facts.max_workgroup_count[0])
+    if groups[1] > facts.max_workgroup_count[1]:
+        raise ValueError(f"matmul: {R} outputs need more workgroups than this device can launch")
+    info = {"kernel": "gemv", "bucket": bucket, "params": {n: prm[n] for n in search_space(Gemv.family)["params"]},
+            "source": source, "splits": 1}
+    launch = Launch(swap, R, K, batch, sw, sx, sy, bias_stride, esize, threads.bit_length() - 1, pipe, groups,
+                    facts.max_workgroup_count[2], info, {"M": R, "K": K, "batch": batch, "layout": "km"[mmajor]})
+    record_shape(fam.family, launch.tune_shape)
+    return launch
+
+
+class Launch:
+    """Everything prepare() decided for one geometry: a repeated matmul() call only records it."""
+    __slots__ = ("swap", "R", "K", "batch", "sw", "sx", "sy", "bias_stride", "esize", "tlog", "pipe", "groups",
+                 "chunk", "info", "tune_shape")
+    family = Gemv.family  # of tune_shape (GemvTarget's shapes)
+
+    def __init__(self, *values):
+        for name, v in zip(self.__slots__, values):
+            setattr(self, name, v)
+
+    def record(self, device, a_addr: int, b_addr: int, out_addr: int, bias_addr: int, alpha: float) -> dict:
+        w_addr, x_addr = (b_addr, a_addr) if self.swap else (a_addr, b_addr)
+        sw, sx, sy, esize = self.sw, self.sx, self.sy, self.esize
+        for b0 in range(0, self.batch, self.chunk):
+            nb = min(self.chunk, self.batch - b0)
+            push = _PUSH.pack(w_addr + b0 * sw[0] * esize, x_addr + b0 * sx[0] * esize, out_addr + b0 * sy[0] * esize,
+                              bias_addr, self.R, self.K, *sw, *sx, *sy, self.bias_stride, float(alpha), self.tlog)
+            device.stream.dispatch(self.pipe, (self.groups[0], self.groups[1], nb), push, "gemv")
+        return dict(self.info)
+
+
+# ------------------------------------------------------------------ autotuner target
+class GemvTarget:
+    """What tvk-tune needs to tune the matrix-vector kernel (see tvk_kernels/tune/targets.py):
+    y = W x through matmul() with N == 1; "layout" k: W contiguous along K (x @ W^T of a linear
+    layer's forward), m: contiguous along the rows (W^T x, its backward)."""
+
+    family = Gemv.family
+    template = Gemv.template
+    suites = {
+        "suite": [{"M": 4096, "K": 4096, "batch": 1, "layout": "k"}, {"M": 4096, "K": 4096, "batch": 1, "layout": "m"},
+                  {"M": 4776, "K": 2006, "batch": 1, "layout": "m"}, {"M": 4776, "K": 2006, "batch": 1, "layout": "k"},
+                  {"M": 16384, "K": 128, "batch": 1, "layout": "k"}, {"M": 256, "K": 65536, "batch": 1, "layout": "k"},
+                  {"M": 512, "K": 512, "batch": 1, "layout": "m"}, {"M": 1024, "K": 1024, "batch": 32, "layout": "k"}],
+        "tiny": [{"M": 300, "K": 200, "batch": 1, "layout": "k"}, {"M": 300, "K": 200, "batch": 1, "layout": "m"},
+                 {"M": 20, "K": 3000, "batch": 1, "layout": "k"}],
+    }
+
+    def prepare(self, device, shape, n_inputs=3, seed=0):
+        import numpy as np
+
+        from ..tune.targets import Case
+        from .matmul import matmul
+
+        M, K, batch = shape["M"], shape["K"], shape.get("batch", 1)
+        m_major = shape.get("layout", "k") == "m"
+        rng = np.random.default_rng(seed)
+        # an M-major W is stored transposed and read through its strides
+        host = [(rng.standard_normal((batch, K, M) if m_major else (batch, M, K), dtype=np.float32),
+                 rng.standard_normal((batch, K), dtype=np.float32)) for _ in range(n_inputs + 1)]
+        sa = (M * K, 1, M) if m_major else (M * K, K, 1)
+        bufs = [(device.upload(w), device.upload(x)) for w, x in host]
+        out = device.allocator.alloc(4 * batch * M)
+
+        def run(params, i):
+            w, x = bufs[i]
+            matmul(device, w.address, x.address, out.address, M, 1, K, batch=batch, a_strides=sa,
+                   b_strides=(K, 1, 0), params=params)
+
+        def check(params):
+            run(params, -1)
+            got = device.download(out, np.float32, (batch, M)).astype(np.float64)
+            W, x = host[-1][0].astype(np.float64), host[-1][1].astype(np.float64)
+            W = np.swapaxes(W, 1, 2) if m_major else W
+            want = np.einsum("bmk,bk->bm", W, x)
+            scale = np.einsum("bmk,bk->bm", np.abs(W), np.abs(x))
+            err = np.abs(got - want)
+            return bool(np.all(err <= 1e-5 * scale + 1e-6)), float(err.max()) if err.size else 0.0
+
+        return Case(device, shape, run, check, [bufs, out])
+
+    @staticmethod
+    def work(shape, params) -> dict:
+        M, K, batch = shape["M"], shape["K"], shape.get("batch", 1)
+        wg = params["WG"]
+        threads, rows = split_threads(params, M, K, batch, params["VEC"], shape.get("layout", "k") == "m")
+        groups = batch * -(-M // rows)
+        return {"flops": 2 * batch * M * K, "dram_bytes": 4 * batch * (M * K + K + M),
+                "lds_bytes": groups * wg * 16 * 2 * max(threads.bit_length() - 1, 1), "groups": groups,
+                "invocations": wg, "lds_per_group": wg * 16}
+
+    @staticmethod
+    def static_defines(params) -> tuple[dict, tuple, int | None]:
+        return defines(params), (params["WG"], 1, 1), None
+
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """Kernels one tuned parameter set builds (tune/carry_over.py): every storage dtype, both
+        layouts, at the config's load width and the scalar fallback (x scalar too in the K-major one)."""
+        from . import dtypes
+
+        codes = [dtypes.DTYPES[n].code for n in ("float32", "float16", "bfloat16")]
+        out = []
+        for code in codes:
+            for vec in sorted({params["VEC"], 1}):
+                out.append(defines(params, dtype_id=code, mmajor=True, vec_w=vec, vec_x=1))
+                out += [defines(params, dtype_id=code, vec_w=vec, vec_x=x) for x in sorted({vec, 1})]
+        return out
+
+
+TUNE_TARGET = GemvTarget()
