@@ -1,8 +1,8 @@
 """Run the OpInfo check (check.py) over many ops in worker processes, crash-isolated.
 
-A worker process reads op names on stdin, one a line, checks each on tvk against CPU
-and writes one JSON line per op. The parent runs `jobs` workers side by side, each fed
-the next op from one shared queue. When a worker dies (an abort, a segfault) the op it
+A worker process (worker.py) reads op names on stdin, one a line, checks each on tvk
+against CPU and writes one JSON line per op. The parent runs `jobs` workers side by side,
+each fed the next op from one shared queue. When a worker dies (an abort, a segfault) the op it
 was on is recorded as `crash` with the tail of its stderr, and a fresh worker goes on
 with the next op; an op that takes longer than `timeout` seconds is killed and recorded
 as `timeout`. Every op of the list gets a row: none is skipped.
@@ -39,45 +39,13 @@ def random_ops() -> dict:
     return {**data["random"], **{op: {"why": "uninitialised memory"} for op in data["uninitialised"]}}
 
 
-# ------------------------------------------------------------------ the worker
-def worker_main(samples: int):
-    """Check the ops named on stdin; one JSON line each on stdout (print()s go to stderr)."""
-    results = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    import torchvk
-    from tvk_kernels.runtime.instance import Instance
-
-    from . import selftest_ops
-    from .check import check_op, float32_ops
-
-    torchvk.set_cpu_fallback(False)  # TVK_CPU_FALLBACK=1 would make every op "match"
-    ops, randoms = dict(selftest_ops.OPS), random_ops()
-    results.write(json.dumps({"ready": True}) + "\n")
-    results.flush()
-    for line in sys.stdin:
-        name = line.strip()
-        if not name:
-            continue
-        if name not in ops:
-            ops.update(float32_ops())  # op_db on first use: self-tests start faster without it
-        print(f"--- {name}", file=sys.stderr, flush=True)
-        row = check_op(ops[name], randoms.get(name), samples)
-        inst = Instance._singleton
-        messages = inst.log.take() if inst is not None else []
-        if messages and row["status"] not in FAILING:
-            row.update(status="error", phase="validation", detail="Vulkan validation: " + messages[0][:300])
-        results.write(json.dumps(row) + "\n")
-        results.flush()
-
-
 # ------------------------------------------------------------------ the parent
 class Worker:
     """One worker process, with its stderr in a temp file (the tail explains a crash)."""
 
     def __init__(self, env, samples: int):
         self.stderr = tempfile.TemporaryFile()
-        command = [sys.executable, "-m", "tests.opinfo.runner", "--worker", "--samples", str(samples)]
+        command = [sys.executable, str(HERE / "worker.py"), str(samples)]  # a file, not -m: see worker.py
         self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr, text=True, bufsize=1)
         self.sel = selectors.DefaultSelector()
@@ -200,10 +168,7 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=TIMEOUT_S)
     ap.add_argument("--samples", type=int, default=SAMPLES_PER_OP, help="sample inputs per op (at most)")
     ap.add_argument("--out", help="write the rows here (JSON lines)")
-    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.worker:
-        return worker_main(args.samples)
     names = args.ops or all_op_names()
     start = time.perf_counter()
 

@@ -337,7 +337,7 @@ def _compile_cold_warm(device, compiled: bool = False, env: dict | None = None, 
 
 
 def run(device, out_dir, quick=False, progress=True) -> dict:
-    steps, batch = (2, 4) if quick else (20, 64)  # quick: lavapipe runs a CNN step at 2 GFLOP/s
+    steps, batch = (2, 4) if quick else (20, 64)  # quick: tiny steps (lavapipe computes about 2 GFLOP/s)
     if not quick:
         _spin_up(device)
     probe_start = _clock_probe_us(device, 128 if quick else 1024)

@@ -12,6 +12,9 @@ from . import data, models
 from .peer import run_peer
 from .train import train
 
+# quick (lavapipe: seconds a step): 3 steps of 16 images (compiled: one recording, two replays), scored on 32
+QUICK = {"batch": 16, "max_steps": 3, "eval_limit": 32}
+
 
 def run(device, out_dir, quick=False, cifar_path=None, epochs=None, batch=128, progress=True) -> dict:
     ds, label = data.experiment_data("cifar10", quick, cifar_path)
@@ -22,8 +25,10 @@ def run(device, out_dir, quick=False, cifar_path=None, epochs=None, batch=128, p
         peers = tqdm(peers, desc="cifar10", unit="run")
     for dev in peers:
         torchvk.reset_op_counts()
-        kw = dict(epochs=epochs if dev != "cpu" or quick else 1, batch=batch if not quick else 16, lr=0.05,
+        kw = dict(epochs=epochs if dev != "cpu" or quick else 1, batch=batch, lr=0.05,
                   max_steps=None if not (dev == "cpu" and not quick) else 40)
+        if quick:
+            kw.update(QUICK)
         if dev == "tvk-compiled":  # a failure here is a result (recorded), not the end of the experiment
             try:
                 r = train(lambda: models.build("cifar_cnn"), ds, f"tvk:{device.index}", **kw, compiled=True)

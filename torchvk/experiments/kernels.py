@@ -40,9 +40,11 @@ from . import attention_bench, conv_sweep, gemm_sweep
 CIFAR_CONVS = [(3, 32, 32), (32, 32, 32), (32, 64, 16), (64, 64, 16), (64, 128, 8)]
 
 
-def _gpu(device, fn, repeats=10):
-    """Median GPU seconds of `fn()` (Vulkan timestamps, after warm-up)."""
-    return time_candidate(device, lambda i: fn(), n_inputs=1, warmup=1, repeats=repeats)
+def _gpu(device, fn, quick=False):
+    """Median GPU seconds of `fn()` (Vulkan timestamps, after warm-up). quick: 3 repeats after one
+    warm-up run (a timed warm-up issues runs for 50 ms: dozens of a conv that takes lavapipe 0.1 s)."""
+    return time_candidate(device, lambda i: fn(), n_inputs=1, warmup=1, repeats=3 if quick else 10,
+                          warm_seconds=0.0 if quick else None)
 
 
 def _cuda(fn, repeats=10):
@@ -60,7 +62,7 @@ def _cuda(fn, repeats=10):
     return median(times)
 
 
-def conv2d(device, batch, has_cuda):
+def conv2d(device, batch, has_cuda, quick=False):
 
     rows = []
     for cin, cout, h in CIFAR_CONVS:
@@ -91,7 +93,7 @@ def conv2d(device, batch, has_cuda):
                 "bwd_weight": lambda: torch.nn.grad.conv2d_weight(cx, ws, cgo, padding=1),
             }
         for direction, run in runs.items():
-            t = _gpu(device, run)
+            t = _gpu(device, run, quick)
             buf, ref = refs[direction]
             got = device.download(buf, np.float32, tuple(ref.shape))
             ref = ref.detach()
@@ -106,7 +108,7 @@ def conv2d(device, batch, has_cuda):
     return rows
 
 
-def bandwidth(device, n_rows, n_cols, has_cuda):
+def bandwidth(device, n_rows, n_cols, has_cuda, quick=False):
 
 
     n = n_rows * n_cols
@@ -135,7 +137,7 @@ def bandwidth(device, n_rows, n_cols, has_cuda):
     ct = torch.from_numpy(x).cuda() if has_cuda else None
     rows = []
     for name, (run, nbytes, torch_fn) in ops.items():
-        t = _gpu(device, run)
+        t = _gpu(device, run, quick)
         tc = _cuda(lambda: torch_fn(ct)) if has_cuda else None
         rows.append({"op": name, "n": n, "tvk_s": t, "tvk_gbps": nbytes / t / 1e9, "cuda_s": tc,
                      "cuda_gbps": nbytes / tc / 1e9 if tc else None, "tvk_over_cuda_bandwidth": (tc / t) if tc else None})
@@ -207,13 +209,13 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
         has_cuda = torch.cuda.is_available()
     except Exception:
         has_cuda = False
-    conv_rows = conv2d(device, 2 if quick else 128, has_cuda)
-    bw_rows = bandwidth(device, *((64, 256) if quick else (4096, 4096)), has_cuda)
+    conv_rows = conv2d(device, 2 if quick else 128, has_cuda, quick)
+    bw_rows = bandwidth(device, *((64, 256) if quick else (4096, 4096)), has_cuda, quick)
     overhead = per_op_overhead(device, 200 if quick else 5000, has_cuda)
     replay = graph_replay(device)
     gemm, gemm_md = gemm_sweep.run(device, quick=quick, has_cuda=has_cuda)
     conv_sw, conv_sw_md = conv_sweep.run(device, quick=quick, has_cuda=has_cuda)
-    sdpa_rows = attention_bench.sdpa(device, quick, has_cuda, lambda fn: _gpu(device, fn))
+    sdpa_rows = attention_bench.sdpa(device, quick, has_cuda, lambda fn: _gpu(device, fn, quick))
     long_seq = attention_bench.long_sequence_step(device, quick)
     payload = {"experiment": "kernels", "environment": environment(device), "quick": quick,
                "conv2d": conv_rows, "bandwidth": bw_rows, "per_op_overhead": overhead, "graph_replay": replay,

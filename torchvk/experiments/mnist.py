@@ -14,6 +14,10 @@ from . import data, models
 from .peer import run_peer
 from .train import train
 
+# quick (lavapipe: seconds a CNN step): the CNN takes 3 steps (compiled: one recording, two replays) and
+# is scored on 64 test images; the MLP keeps every step, so its accuracy can be compared with CPU's
+QUICK_CNN = {"max_steps": 3, "eval_limit": 64}
+
 
 def peers() -> list[str]:
     """tvk, torch CPU, torch CUDA where present, PyPI torchvulkan where installed."""
@@ -41,6 +45,8 @@ def run(device, out_dir, quick=False, epochs=None, batches=(64, 256), progress=T
                 torchvk.reset_op_counts()
                 cpu_partial = dev == "cpu" and not quick  # CPU: 300 steps, enough for a same-seed loss comparison
                 kw = dict(epochs=1 if cpu_partial else epochs, batch=batch, lr=0.01, max_steps=300 if cpu_partial else None)
+                if quick and model_name == "cnn":
+                    kw.update(QUICK_CNN)
                 if dev == "tvk-compiled":  # a failure here is a result (recorded), not the end of the experiment
                     try:
                         r = train(lambda: models.build(model_name), ds, f"tvk:{device.index}", **kw, compiled=True)
