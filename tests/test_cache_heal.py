@@ -20,6 +20,12 @@ from tvk_kernels.runtime import compiler, pipeline
 
 TEMPLATE = "elementwise_binary.comp"
 
+
+@pytest.fixture(autouse=True)
+def _throwaway_kernels_unrecorded(monkeypatch):
+    """This file's kernels (random constants) are test-only: kept out of shipped/kernels.json's record."""
+    monkeypatch.delenv("TVK_RECORD_KERNELS", raising=False)
+
 # Computes x * k + y with one kernel per k (argv: a JSON list of k), in a new process; prints the
 # largest error per k, the warnings and the validation messages.
 _RUN = r"""
@@ -50,6 +56,7 @@ def _defines(k: int) -> dict:
 
 def _start(cache, ks):
     env = dict(os.environ, TVK_CACHE_DIR=str(cache))
+    env.pop("TVK_RECORD_KERNELS", None)  # test-only kernels: not for shipped/kernels.json
     return subprocess.Popen([sys.executable, "-c", _RUN, json.dumps(ks)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
 
@@ -79,6 +86,7 @@ def _only_warning_names(warnings: list[str], path) -> None:
 
 # its module fixture runs once: keep its tests on one pytest-xdist worker
 pytestmark = pytest.mark.xdist_group("cache_heal")
+
 
 @pytest.fixture(scope="session")  # session: xdist may interleave other modules' tests
 def filled_cache(tmp_path_factory):

@@ -17,6 +17,12 @@ from tvk_kernels.runtime import compiler
 TEMPLATE = "elementwise_binary.comp"
 
 
+@pytest.fixture(autouse=True)
+def _throwaway_kernels_unrecorded(monkeypatch):
+    """This file's kernels (random constants) are test-only: kept out of shipped/kernels.json's record."""
+    monkeypatch.delenv("TVK_RECORD_KERNELS", raising=False)
+
+
 def _fresh_op() -> tuple[dict, int]:
     """Defines no earlier run has compiled (a random constant in OP): a real glslc run, never a cache hit."""
     k = random.randrange(2, 1 << 20)
