@@ -61,8 +61,16 @@ def config_dir(tmp_path, monkeypatch):
 # wheel's precompiled list (shipped/kernels.json) lacks one: an installed wheel would need glslc for
 # it. TVK_SHIPPED_KERNELS=update (make shipped-kernels) writes the list from the run instead.
 def pytest_configure(config):
-    if hasattr(config, "workerinput") or os.environ.get("TVK_SHIPPED_KERNELS") not in ("check", "update"):
-        return  # an xdist worker (the controller set the folder), or a partial run
+    if os.environ.get("TVK_SHIPPED_KERNELS") not in ("check", "update"):
+        return  # a partial run
+    # the same kernels every run: Hypothesis draws shapes and ops, so a random draw could compile a module
+    # (an N-d elementwise kernel of another rank) that the last `make shipped-kernels` never saw
+    from hypothesis import settings
+
+    settings.register_profile("tvk-deterministic", derandomize=True)
+    settings.load_profile("tvk-deterministic")
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller set the folder
     folder = tempfile.mkdtemp(prefix="tvk-kernel-records-")
     os.environ["TVK_RECORD_KERNELS"] = folder
     config._tvk_kernel_records = folder
