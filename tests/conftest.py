@@ -80,7 +80,6 @@ def pytest_sessionfinish(session, exitstatus):
     folder = getattr(session.config, "_tvk_kernel_records", None)
     if folder is None:
         return
-    import json
     import shutil
 
     from tvk_kernels import shipped_kernels
@@ -88,7 +87,7 @@ def pytest_sessionfinish(session, exitstatus):
     records = shipped_kernels.read_records(folder)
     shutil.rmtree(folder, ignore_errors=True)
     if os.environ["TVK_SHIPPED_KERNELS"] == "update":
-        shipped_kernels.list_path().write_text(json.dumps({"modules": records}, indent=1) + "\n")
+        shipped_kernels.save(records)
         print(f"\nshipped/kernels.json: {len(records)} modules")
         return
     lacking = shipped_kernels.missing(records, shipped_kernels.load())

@@ -201,33 +201,28 @@ def test_half_dtypes_compute_in_float32(labels, dtype):
 def test_conv1d_depthwise(labels):
     """A 1-D depthwise conv (a sequence model's causal conv: padding k-1) runs as 2-D with height 1."""
     torch.manual_seed(4)
-    x, w, b = torch.randn(2, 6, 13), torch.randn(6, 1, 4), torch.randn(6)
+    _matches_cpu(F.conv1d, torch.randn(2, 6, 13), torch.randn(6, 1, 4), torch.randn(6), padding=3, groups=6)
+    _depthwise_ran(labels, "fwd", "bwd_input", "bwd_weight")
+
+
+def _matches_cpu(conv, x, w, b, **kw):
+    """conv(x, w, b, **kw) and its gradients on tvk equal torch CPU's."""
     xc, wc, bc = (t.clone().requires_grad_() for t in (x, w, b))
     xt, wt, bt = (t.to("tvk").requires_grad_() for t in (x, w, b))
-    ref, got = F.conv1d(xc, wc, bc, padding=3, groups=6), F.conv1d(xt, wt, bt, padding=3, groups=6)
+    ref, got = conv(xc, wc, bc, **kw), conv(xt, wt, bt, **kw)
     grad = torch.randn(ref.shape)
     ref.backward(grad)
     got.backward(grad.to("tvk"))
     torch.testing.assert_close(got.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
     for name, a, c in (("x", xt, xc), ("w", wt, wc), ("b", bt, bc)):
         torch.testing.assert_close(a.grad.cpu(), c.grad, rtol=1e-5, atol=1e-5, msg=name)
-    _depthwise_ran(labels, "fwd", "bwd_input", "bwd_weight")
 
 
 def test_depthwise_transposed_conv(labels):
     """conv_transpose2d(groups=C) is the depthwise conv run backwards, with a cut output (output_padding)."""
     torch.manual_seed(1)
-    x, w, b = torch.randn(2, 4, 5, 6), torch.randn(4, 1, 3, 3), torch.randn(4)
-    xc, wc, bc = (t.clone().requires_grad_() for t in (x, w, b))
-    xt, wt, bt = (t.to("tvk").requires_grad_() for t in (x, w, b))
-    kw = dict(stride=2, padding=1, output_padding=1, groups=4)
-    ref, got = F.conv_transpose2d(xc, wc, bc, **kw), F.conv_transpose2d(xt, wt, bt, **kw)
-    grad = torch.randn(ref.shape)
-    ref.backward(grad)
-    got.backward(grad.to("tvk"))
-    torch.testing.assert_close(got.detach().cpu(), ref.detach(), rtol=1e-5, atol=1e-5)
-    for name, a, c in (("x", xt, xc), ("w", wt, wc), ("b", bt, bc)):
-        torch.testing.assert_close(a.grad.cpu(), c.grad, rtol=1e-5, atol=1e-5, msg=name)
+    _matches_cpu(F.conv_transpose2d, torch.randn(2, 4, 5, 6), torch.randn(4, 1, 3, 3), torch.randn(4),
+                 stride=2, padding=1, output_padding=1, groups=4)
     _depthwise_ran(labels, "fwd", "bwd_input", "bwd_weight")
 
 

@@ -5,9 +5,8 @@ workgroup parameters are specialization constants (runtime/compiler.py split_def
 module serves every tuned config of every device: the list depends only on which kernel
 variants (dtype, mode, activation, op) programs launch, not on the GPU.
 
-    python -m tvk_kernels.shipped_kernels build --out DIR     # compile the list (the wheel's build hook)
-    python -m tvk_kernels.shipped_kernels update FOLDER       # the list := the modules runs recorded there
-    make shipped-kernels                                      # update from a whole test-suite run
+    python -m tvk_kernels.shipped_kernels build --out DIR     # compile the list (the wheel's build hook does)
+    make shipped-kernels                                      # the list := what a whole test-suite run compiles
 
 The list is what the test suite compiles (every op, dtype and model the tests train), recorded
 through TVK_RECORD_KERNELS; tests/conftest.py fails a run that compiles a template module the
@@ -75,20 +74,17 @@ def build(out: Path, modules: list[dict] | None = None, threads: int = 8) -> int
     return len(modules)
 
 
+def save(modules: list[dict]) -> None:
+    """Replace the shipped list (make shipped-kernels: tests/conftest.py, from a whole test run)."""
+    list_path().write_text(json.dumps({"modules": modules}, indent=1) + "\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tvk_kernels.shipped_kernels", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="compile the shipped list into a folder")
-    b.add_argument("--out", required=True, type=Path)
-    u = sub.add_parser("update", help="replace the shipped list with the modules recorded in a folder")
-    u.add_argument("records", type=Path, help="a TVK_RECORD_KERNELS folder")
+    ap.add_argument("command", choices=["build"], help="compile the shipped list into a folder")
+    ap.add_argument("--out", required=True, type=Path)
     args = ap.parse_args(argv)
-    if args.command == "build":
-        print(f"shipped_kernels: {build(args.out)} modules compiled into {args.out}")
-    else:
-        modules = read_records(args.records)
-        list_path().write_text(json.dumps({"modules": modules}, indent=1) + "\n")
-        print(f"shipped_kernels: {len(modules)} modules listed in {list_path()}")
+    print(f"shipped_kernels: {build(args.out)} modules compiled into {args.out}")
     return 0
 
 

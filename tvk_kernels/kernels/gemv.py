@@ -16,6 +16,7 @@ from ..errors import InvalidConfigError
 from ..search_space import search_space
 from . import activations
 from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape
+from .strides import vector_width
 
 # w, x, y, bias (uint64); R, K; sWb sWr sWk; sxb sxk; syb syr; sbias; alpha; tlog
 _PUSH = struct.Struct("<4Q10IfI")
@@ -48,16 +49,6 @@ def defines(params: dict, *, dtype_id: int = 0, mmajor: bool = False, vec_w: int
     vec_w = params["VEC"] if vec_w is None else vec_w
     return {"VEC_W": vec_w, "VEC_X": vec_w if vec_x is None else vec_x, "MMAJOR": int(mmajor), "DTYPE": dtype_id,
             **activations.act_define(act)}
-
-
-def _vec_width(limit: int, addr: int, esize: int, contig_stride: int, other_strides) -> int:
-    """The widest load (<= limit) along a unit-stride dimension whose every start stays aligned."""
-    if contig_stride != 1:
-        return 1
-    for v in (4, 2):
-        if v <= limit and addr % (v * esize) == 0 and all(s % v == 0 for s in other_strides):
-            return v
-    return 1
 
 
 def reads_along_rows(R: int, K: int, s_row: int, s_k: int) -> bool:
@@ -103,11 +94,11 @@ def prepare(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: 
     wg = prm["WG"]
     mmajor = reads_along_rows(R, K, sw[1], sw[2])
     if mmajor:
-        vec_w = _vec_width(prm["VEC"], w_addr, esize, sw[1], (sw[0], sw[2]))
+        vec_w = vector_width(prm["VEC"], sw[1], w_addr, esize, (sw[0], sw[2]))
         vec_x = 1
     else:
-        vec_w = _vec_width(prm["VEC"], w_addr, esize, sw[2], (sw[0], sw[1]))
-        vec_x = vec_w if _vec_width(vec_w, x_addr, esize, sx[1], (sx[0],)) == vec_w else 1
+        vec_w = vector_width(prm["VEC"], sw[2], w_addr, esize, (sw[0], sw[1]))
+        vec_x = vec_w if vector_width(vec_w, sx[1], x_addr, esize, (sx[0],)) == vec_w else 1
     threads, rows_per_group = split_threads(prm, R, K, batch, vec_w, mmajor)
     pipe = fam.variant(defines(prm, dtype_id=dtype_id, mmajor=mmajor, vec_w=vec_w, vec_x=vec_x, act=act), wg,
                        _PUSH.size, shared_bytes=prm["shared_bytes"])

@@ -22,6 +22,7 @@ from ..errors import InvalidConfigError, TVKError
 from ..search_space import param_values, search_space, with_derived
 from . import activations, dtypes, gemv
 from .launch import Family, family, grid_1d, record_shape
+from .strides import vector_width
 
 # dtype -> (DTYPE define, element bytes)
 DTYPES = {n: (dtypes.DTYPES[n].code, dtypes.DTYPES[n].itemsize) for n in ("float32", "float16", "bfloat16")}
@@ -163,15 +164,6 @@ def _contig_choice(s_outer: int, s_inner: int, n_outer: int, n_inner: int) -> bo
     if inner_ok:  # both: the longer one
         return n_inner >= n_outer
     return s_inner <= s_outer
-
-
-def _vec_width(limit: int, contig_stride: int, addr: int, esize: int, other_strides) -> int:
-    if contig_stride != 1:
-        return 1
-    for v in (8, 4, 2):
-        if v <= limit and addr % (v * esize) == 0 and all(s % v == 0 for s in other_strides):
-            return v
-    return 1
 
 
 def _split_count(dev, params: dict, M: int, N: int, K: int, batch: int, split_k) -> int:
@@ -327,10 +319,10 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
         splits, k_chunk = 1, K
 
     limit = params["VEC"]
-    vec_a = (_vec_width(limit, sa[2], a_addr, esize, (sa[0], sa[1])) if a_kmajor
-             else _vec_width(limit, sa[1], a_addr, esize, (sa[0], sa[2])))
-    vec_b = (_vec_width(limit, sb[2], b_addr, esize, (sb[0], sb[1])) if b_nmajor
-             else _vec_width(limit, sb[1], b_addr, esize, (sb[0], sb[2])))
+    vec_a = (vector_width(limit, sa[2], a_addr, esize, (sa[0], sa[1])) if a_kmajor
+             else vector_width(limit, sa[1], a_addr, esize, (sa[0], sa[2])))
+    vec_b = (vector_width(limit, sb[2], b_addr, esize, (sb[0], sb[1])) if b_nmajor
+             else vector_width(limit, sb[1], b_addr, esize, (sb[0], sb[2])))
 
     facts = device.facts
     tiles = math.ceil(M / params["BM"]) * math.ceil(N / params["BN"])
@@ -555,10 +547,10 @@ class CoopMatmul:
         esize = 2
         a_kmajor = _contig_choice(sa[1], sa[2], M, K)
         b_nmajor = _contig_choice(sb[1], sb[2], K, N)
-        vec_a = (_vec_width(8, sa[2], a_addr, esize, (sa[0], sa[1])) if a_kmajor
-                 else _vec_width(8, sa[1], a_addr, esize, (sa[0], sa[2])))
-        vec_b = (_vec_width(8, sb[2], b_addr, esize, (sb[0], sb[1])) if b_nmajor
-                 else _vec_width(8, sb[1], b_addr, esize, (sb[0], sb[2])))
+        vec_a = (vector_width(8, sa[2], a_addr, esize, (sa[0], sa[1])) if a_kmajor
+                 else vector_width(8, sa[1], a_addr, esize, (sa[0], sa[2])))
+        vec_b = (vector_width(8, sb[2], b_addr, esize, (sb[0], sb[1])) if b_nmajor
+                 else vector_width(8, sb[1], b_addr, esize, (sb[0], sb[2])))
         pipe, bm, bn = self.pipeline_for(act, vec_a, vec_b, a_kmajor, b_nmajor, cfg)
         facts = self.device.facts
         tiles = math.ceil(M / bm) * math.ceil(N / bn)

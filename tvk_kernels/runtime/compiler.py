@@ -189,10 +189,14 @@ def spirv_optimized() -> bool:
 def cache_key(path: Path, defines: dict | None = None) -> str:
     """The SPIR-V cache key: compiler settings, the template and its includes, the defines (less
     the template's specialization constants: the module serves every value of those)."""
-    defines = split_defines(path, defines)[0]
+    return _cache_key(path, split_defines(path, defines)[0])
+
+
+def _cache_key(path: Path, compiled: dict) -> str:
+    """cache_key() of defines already without the specialization constants."""
     # unoptimized SPIR-V gets its own key; the default key is unchanged, so existing caches stay valid
     settings = [CACHE_VERSION, TARGET_ENV] + ([] if spirv_optimized() else ["-O0"])
-    key_src = "\n".join([*settings, path.name, _template_hash(path), *_define_args(defines)])
+    key_src = "\n".join([*settings, path.name, _template_hash(path), *_define_args(compiled)])
     return hashlib.sha256(key_src.encode()).hexdigest()
 
 
@@ -204,7 +208,7 @@ def compile_file(path: Path, defines: dict | None = None, record: str | None = N
     """SPIR-V of a template file with these defines. `record`: the template's name, written to
     TVK_RECORD_KERNELS when set (how shipped/kernels.json learns which modules to ship)."""
     defines = split_defines(path, defines)[0]  # the template's specialization constants are the pipeline's
-    key = cache_key(path, defines)
+    key = _cache_key(path, defines)
     if key in _memo:
         return _memo[key]
     with _key_lock(key):
