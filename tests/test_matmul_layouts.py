@@ -141,7 +141,41 @@ def test_kernel_runs_the_bucket_the_tuner_keys_its_shape_by(device):
             for buf in (ab, bb, out):
                 buf.free()
         assert info["bucket"] == bucket_of("matmul", s) == fam.bucket(s), (s, info)
-        assert info["params"] == fam.params(info["bucket"])[0]
+        # the config of the bucket or, by tile fit, of a smaller size bucket of the same layout
+        assert info["config_bucket"].partition(".")[2] == info["bucket"].partition(".")[2], info
+        assert info["params"] == fam.params(info["config_bucket"])[0]
+
+
+def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(device, rng, monkeypatch):
+    """A 'large' GEMM with one short side: the large tile would compute mostly padding, so a smaller
+    size bucket's config runs (tuning/matmul.json tile_fit); results still match."""
+    fam = mm.family(device, mm.Matmul)
+    wide = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 1, "SUBGROUP": 0}
+    narrow = {"BM": 16, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "VEC": 4, "UNROLL": 4, "PAD": 1, "SUBGROUP": 0}
+    configs = {"large": wide, "medium": wide, "small": narrow}
+    monkeypatch.setattr(fam, "params", lambda bucket="*": (configs[bucket.split(".")[0]], "default"))
+    fam._resolved.clear()
+    mm._prepared.clear()
+    M, N, K, batch = 9, 70, 40, 3  # 9 useful rows of 64: 14% useful; the 16-row tile: 56%, the best
+    a = rng.standard_normal((batch, M, K), dtype=np.float32)
+    b = rng.standard_normal((batch, N, K), dtype=np.float32)  # read transposed: the .nt configs
+    A, B = device.upload(a), device.upload(b)
+    out = device.allocator.alloc(4 * batch * M * N)
+    try:
+        shape = {"M": M, "N": N, "K": K, "batch": batch, "layout": "nt"}
+        monkeypatch.setattr(fam, "bucket", lambda s: "large.nt")
+        info = mm.matmul(device, A.address, B.address, out.address, M, N, K, batch=batch, a_strides=(M * K, K, 1),
+                         b_strides=(N * K, 1, K))
+        got = device.download(out, np.float32, (batch, M, N))
+    finally:
+        device.synchronize()
+        for buf in (A, B, out):
+            buf.free()
+        fam._resolved.clear()
+        mm._prepared.clear()
+    assert info["bucket"] == "large.nt" and info["config_bucket"] == "small.nt", (shape, info)
+    assert (info["params"]["BM"], info["params"]["BN"]) == (16, 32), info
+    np.testing.assert_allclose(got, a @ b.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
 
 
 def test_kernel_reports_layout_bucket_and_batched_config(device):

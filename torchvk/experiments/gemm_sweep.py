@@ -102,7 +102,7 @@ def _tvk_one(device, g: dict, dtype: str, repeats: int, quick: bool) -> dict:
         for buf in (A, B, C):
             buf.free()
     return {"tvk_s": t, "rel_err": err, "kernel": info.get("kernel"), "bucket": info.get("bucket"),
-            "splits": info.get("splits"), "params": info.get("params")}
+            "config_bucket": info.get("config_bucket"), "splits": info.get("splits"), "params": info.get("params")}
 
 
 _CUDA_PEER = r"""
@@ -162,7 +162,7 @@ def run(device, quick: bool = False, has_cuda: bool = False, gemms: list[dict] |
             "max_rel_err": max(r["rel_err"] for r in rows if r["dtype"] == dtype),
         }
     slowest = worst(rows, "tvk_over_cuda_time",
-                    ("label", "dtype", "tvk_over_cuda_time", "tvk_s", "cuda_s", "bucket", "splits"))
+                    ("label", "dtype", "tvk_over_cuda_time", "tvk_s", "cuda_s", "bucket", "config_bucket", "splits"))
     section = {"seed": SEED, "gemms": gemms, "rows": rows, "summary": summary, "worst": slowest}
     return section, _markdown(rows, summary, slowest)
 
@@ -176,12 +176,13 @@ def _markdown(rows, summary, worst) -> str:
                      f"{'-' if g is None else f'{g:.3g}x'}, max relative error {s['max_rel_err']:.3g}")
     if worst:
         lines += ["", "Worst 5:", "",
-                  md_table(["GEMM", "dtype", "tvk/cuBLAS", "tvk ms", "cuBLAS ms", "bucket", "splits"],
+                  md_table(["GEMM", "dtype", "tvk/cuBLAS", "tvk ms", "cuBLAS ms", "bucket", "config of", "splits"],
                            [[w["label"], w["dtype"], w["tvk_over_cuda_time"], w["tvk_s"] * 1e3, w["cuda_s"] * 1e3,
-                             w["bucket"], w["splits"]] for w in worst])]
-    lines += ["", md_table(["GEMM", "dtype", "kernel", "bucket", "splits", "tvk ms", "TFLOP/s", "cuBLAS ms",
-                            "tvk/cuBLAS", "rel err"],
-                           [[r["label"], r["dtype"], r["kernel"], r["bucket"], r["splits"], r["tvk_s"] * 1e3,
+                             w["bucket"], w.get("config_bucket"), w["splits"]] for w in worst])]
+    lines += ["", md_table(["GEMM", "dtype", "kernel", "bucket", "config of", "splits", "tvk ms", "TFLOP/s",
+                            "cuBLAS ms", "tvk/cuBLAS", "rel err"],
+                           [[r["label"], r["dtype"], r["kernel"], r["bucket"], r.get("config_bucket"), r["splits"],
+                             r["tvk_s"] * 1e3,
                              r["tvk_tflops"], r["cuda_s"] and r["cuda_s"] * 1e3, r["tvk_over_cuda_time"],
                              r["rel_err"]] for r in rows])]
     return "\n".join(lines)

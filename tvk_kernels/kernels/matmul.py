@@ -17,7 +17,7 @@ import warnings
 from collections import ChainMap
 
 from .. import benchmark_mode
-from ..config import by_class, device_classes, generation
+from ..config import by_class, default_params, device_classes, generation
 from ..errors import InvalidConfigError, TVKError
 from ..search_space import param_values, search_space, with_derived
 from . import activations, dtypes, gemv
@@ -166,20 +166,61 @@ def _contig_choice(s_outer: int, s_inner: int, n_outer: int, n_inner: int) -> bo
     return s_inner <= s_outer
 
 
-def _split_count(dev, params: dict, M: int, N: int, K: int, batch: int, split_k) -> int:
+def _target_groups(fam: Matmul, params: dict) -> float:
+    """The workgroups of `params` that fill the device: tuning/matmul.json's split_k target_groups
+    counts workgroups of the device's default config; a config with smaller workgroups needs
+    proportionally more of them (the same number of invocations in flight)."""
+    cfg = search_space(Matmul.family).get("split_k", {})
+    target = by_class(cfg.get("target_groups"), fam.device.facts, 64)
+    default_wg = with_derived(search_space(Matmul.family), default_params(Matmul.family, fam.device.facts))["WG"]
+    return target * default_wg / params["WG"]
+
+
+def _split_count(fam: Matmul, params: dict, M: int, N: int, K: int, batch: int, split_k) -> int:
     if K == 0:
         return 1
     if split_k is not None:
         s = _check_int("split_k", split_k, 1)
         return max(1, min(s, math.ceil(K / params["BK"])))
     cfg = search_space(Matmul.family).get("split_k", {})
-    target = by_class(cfg.get("target_groups"), dev.facts, 64)
+    target = _target_groups(fam, params)
     tiles = batch * math.ceil(M / params["BM"]) * math.ceil(N / params["BN"])
     if tiles >= target * cfg.get("min_fill", 1.0):  # the grid fills the GPU well enough already
         return 1
     splits = math.ceil(target / tiles)
     splits = min(splits, cfg.get("max_splits", 32), K // max(cfg.get("min_k_per_split", 256), 1))
     return max(splits, 1)
+
+
+def _fit(fam: Matmul, bucket: str, M: int, N: int, K: int, batch: int, split_k) -> tuple[dict, str]:
+    """(resolved params, the bucket whose config they are) for a GEMM without explicit params.
+
+    A size bucket ("large") is chosen by the product's volume, so its tile can be far wider
+    than one of M, N (63 rows in a 128-row tile: half the work is padding), or leave most of
+    the GPU idle even after split-K. tuning/matmul.json "tile_fit": the bucket's config and
+    then the smaller size buckets' configs (same layout) are tried, largest first; the first
+    whose tiles are at least min_useful useful and whose grid (split-K included) reaches
+    min_fill of the device is taken; if none does, the one with the largest product of the two."""
+    fit = search_space(Matmul.family).get("tile_fit", {})
+    size, dot, layout = bucket.partition(".")
+    order = fit.get("order", [])
+    if size not in order:
+        return fam.resolve(bucket), bucket
+    min_useful, min_fill = fit.get("min_useful", 0.0), search_space(Matmul.family)["split_k"].get("min_fill", 1.0)
+    best = None
+    for name in order[order.index(size):]:
+        key = name + dot + layout
+        p = fam.resolve(key)
+        bm, bn = p["BM"], p["BN"]
+        tiles = batch * math.ceil(M / bm) * math.ceil(N / bn)
+        useful = M * N / (math.ceil(M / bm) * bm * math.ceil(N / bn) * bn)
+        groups = tiles * _split_count(fam, p, M, N, K, batch, split_k)
+        fill = min(1.0, groups / (_target_groups(fam, p) * min_fill))
+        if useful >= min_useful and fill >= 1.0:
+            return p, key
+        if best is None or useful * fill > best[0]:
+            best = (useful * fill, p, key)
+    return best[1], best[2]
 
 
 # ------------------------------------------------------------------ public API
@@ -287,11 +328,12 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     if params is None:
         if dtype == "float16" and split_k is None and not bucket.startswith("skinny"):
             coop = _coop(fam)
-            if coop is not None and coop.usable(M, N, K):
+            if coop is not None and coop.usable(M, N, K) and coop.fills(M, N, batch):
                 info = coop.run(a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, bias_addr, act, alpha)
                 info["bucket"] = bucket
                 return info
-        source = fam.params(bucket)[1]
+        params, config_bucket = _fit(fam, bucket, M, N, K, batch, split_k)
+        source = fam.params(config_bucket)[1]
         if benchmark_mode.enabled() and out_addr not in (a_addr, b_addr, bias_addr):
             layout = layout_name(a_kmajor, b_nmajor)
             exact = (M, N, K, batch, layout, dtype, activation or "", split_k or 0)
@@ -301,17 +343,17 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
                        out_strides=sc, bias_addr=bias_addr, activation=activation, alpha=alpha, dtype=dtype,
                        params=tiled_params(p), split_k=split_k)
 
-            params = tiled_params(fam.benchmarked(exact, {"M": M, "N": N, "K": K, "batch": batch, "layout": layout},
-                                                  run))
-            source = "benchmark"
+            params = fam.resolve(bucket, tiled_params(fam.benchmarked(
+                exact, {"M": M, "N": N, "K": K, "batch": batch, "layout": layout}, run)))
+            source, config_bucket = "benchmark", bucket
     elif isinstance(params, dict):
-        source = "explicit"
+        source, config_bucket = "explicit", bucket
+        params = fam.resolve(bucket, params)
     else:
         raise ValueError(f"matmul: params must be a dict of {', '.join(search_space(fam.family)['params'])}, "
                          f"got {type(params).__name__}")
-    params = fam.resolve(bucket, params)
 
-    splits = _split_count(device, params, M, N, K, batch, split_k)
+    splits = _split_count(fam, params, M, N, K, batch, split_k)
     k_chunk = K if splits <= 1 else math.ceil(math.ceil(K / splits) / params["BK"]) * params["BK"]
     if splits > 1:
         splits = math.ceil(K / k_chunk)
@@ -344,8 +386,8 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     else:
         gemm = fam.gemm(params, dtype_id, _MODE_GEMM, a_kmajor, b_nmajor, vec_a, vec_b, act)
     prep = _Prepared(M, N, K, batch, sa, sb, sc, esize, chunk, splits, k_chunk, groups, gemm, red, red_wg,
-                     scratch_bytes, {"kernel": "tiled", "bucket": bucket, "params": tiled_params(params),
-                                     "source": source, "splits": splits}, tune_shape)
+                     scratch_bytes, {"kernel": "tiled", "bucket": bucket, "config_bucket": config_bucket,
+                                     "params": tiled_params(params), "source": source, "splits": splits}, tune_shape)
     if key is not None:
         if len(_prepared) >= _MAX_PREPARED:
             _prepared.clear()
@@ -507,6 +549,22 @@ class CoopMatmul:
 
     def usable(self, M, N, K) -> bool:
         return min(M, N) >= self.min_size and K >= 16
+
+    def fills(self, M, N, batch) -> bool:
+        """Whether this kernel's tiles (it has no split-K) are mostly useful and fill the device
+        (tuning/matmul.json "tile_fit", as for the tiled configs); if not, the tiled kernel, which
+        can take a smaller tile and split K, runs instead (1655x126x5263: 13 tiles on 132 SMs)."""
+        fit = search_space(self.fam.family).get("tile_fit", {})
+        _, bm, bn = self.tile()
+        tiles = batch * math.ceil(M / bm) * math.ceil(N / bn)
+        useful = M * N / (math.ceil(M / bm) * bm * math.ceil(N / bn) * bn)
+        target = _target_groups(self.fam, {"WG": self.tile()[0]}) * search_space(self.fam.family)["split_k"].get("min_fill", 1.0)
+        return useful >= fit.get("min_useful", 0.0) and tiles >= target
+
+    def tile(self) -> tuple[int, int, int]:
+        """(workgroup invocations, BM, BN) of the default config."""
+        c, s = self.cfg, self.shape
+        return c["SG_M"] * c["SG_N"] * self.subgroup, c["SG_M"] * c["FM"] * s["M"], c["SG_N"] * c["FN"] * s["N"]
 
     def check(self, cfg: dict, a_kmajor: bool = True, b_nmajor: bool = True):
         """Raise InvalidConfigError unless the candidate fits the device; returns (wg, bm, bn, shared, stages, sub)."""
