@@ -12,7 +12,12 @@
 // DIR 1 runs once per stride phase (rh, rw): the input rows ih = ih0 + a*sh (a < Hc) that
 // (ih + ph) % sh == rh puts in that phase only meet the kernel rows kh = kh0 + b*khs (b < KHc)
 // with kh*dh % sh == rh, so no stride holes are multiplied; then oh = base_h + a - b*step_h.
-// DIR 2 with split-K writes partial sums, [split][OC][IC/G*KH*KW], summed by conv2d_reduce.comp.
+// Split-K (every DIR; the host plans it, conv.py _split_plan): split s sums K range
+// [s*kchunk, (s+1)*kchunk) and writes its partial sums to slice s of a scratch buffer laid out
+// like the output, [split][output]; conv2d_reduce.comp adds the slices up. Unsplit, the one
+// slice is the output itself. DIR 0 adds the bias in split 0 only, and never splits with ACT
+// (the sum must precede the activation). DIR 1: every stride phase writes every slice (a split
+// past its phase's K writes zeros), so the slices cover every input pixel.
 //
 // Tunables (specialization constants, so one SPIR-V module per DIR serves every tile shape):
 // BM, BN, BK tile; TM, TN outputs per thread; PAD shared-row padding (floats); WG must equal
@@ -50,21 +55,25 @@ layout(buffer_reference, std430, buffer_reference_align = 4) writeonly buffer WB
 layout(push_constant) uniform Params {
     uvec2 a;     // grad_out
     uvec2 b;     // weight
-    uvec2 c;     // grad_in
+    uvec2 c;     // grad_in (or split-K partials)
     uint n, ic, h, w;
     uint oc, oh, ow, groups;
-    uint kh, kw, sh, sw;
-    uint ih0, iw0, hc, wc;     // this phase's input rows / columns: ih = ih0 + a*sh, a < hc
-    uint kh0, kw0, khs, kws;   // its kernel taps: kh = kh0 + b*khs
-    uint khc, kwc;             // tap counts (0: the phase gets no gradient)
+    uint kh, kw;
+    // This phase as offsets rather than coordinates (fewer fields: kchunk fits the 128-byte minimum):
+    uint pix0, pix_h, pix_w;   // its input pixels ih = ih0 + a*sh, iw = iw0 + b*sw as ih*W + iw:
+    uint hc, wc;               //   pix0 + a*pix_h + b*pix_w (ih0*W + iw0, sh*W, sw), a < hc, b < wc
+    uint wtap0, wtap_h, wtap_w; // its kernel taps kh = kh0 + b*khs, kw = kw0 + b*kws as kh*KW + kw:
+                               //   kh0*KW + kw0, khs*KW, kws
+    uint khc, kwc;             // tap counts, b < khc (0: the phase's slices get zeros)
     int base_h, base_w;        // oh = base_h + a - b*step_h
     uint step_h, step_w;
+    uint kchunk;               // K per split-K slice (a multiple of BK); >= K when not split
 } p;
 #else
 layout(push_constant) uniform Params {
     uvec2 a;     // DIR 0: x          DIR 2: grad_out
     uvec2 b;     // DIR 0: weight     DIR 2: x
-    uvec2 c;     // DIR 0: out        DIR 2: grad_weight (or split-K partials)
+    uvec2 c;     // DIR 0: out        DIR 2: grad_weight (either: or the split-K partials)
     uvec2 bias;  // DIR 0 only, read when flags & 1
     uint n, ic, h, w;
     uint oc, oh, ow, groups;
@@ -108,13 +117,9 @@ void main() {
         return;  // the whole workgroup: grid_1d rounding
     }
     const uint m0 = (tile % mtiles) * BM, n0 = (tile / mtiles) * BN;
-    const uint g = gl_WorkGroupID.z % G, split = gl_WorkGroupID.z / G;
-#if DIR == 1
-    const uint kbeg = 0, kend = K;
-#else
+    const uint split = gl_WorkGroupID.z / G, g = gl_WorkGroupID.z - split * G;  // one division, not two
     const uint kbeg = split * p.kchunk;
     const uint kend = min(K, kbeg + p.kchunk);
-#endif
 
     RBuf A = RBuf(p.a), B = RBuf(p.b);
 
@@ -184,8 +189,8 @@ void main() {
             if (k < kend) {
                 uint o = k / khwc, r = k - o * khwc;
                 uint by = r / p.kwc, bx = r - by * p.kwc;
-                uint ky = p.kh0 + by * p.khs, kx = p.kw0 + bx * p.kws;
-                t = ivec4(int(o * ohw), int(by * p.step_h), int(bx * p.step_w), int(o * icg * khw + ky * p.kw + kx));
+                t = ivec4(int(o * ohw), int(by * p.step_h), int(bx * p.step_w),
+                          int(o * icg * khw + p.wtap0 + by * p.wtap_h + bx * p.wtap_w));
             }
 #else
             ivec4 t = ivec4(-1, 0, FAR, FAR);
@@ -281,16 +286,18 @@ void main() {
     WBuf C = WBuf(p.c);
 #if DIR == 0
     RBuf Bias = RBuf(p.bias);
+    const uint flags = p.flags & uint(split == 0u);  // the bias: split 0 only
+    const uint slice = split * p.n * p.oc * ohw;
     [[unroll]] for (uint i = 0; i < TM; ++i) {
         uint m = m0 + tm + i * BMT;
         if (m < M) {
             uint nn = m / ohw, r = m - nn * ohw;
-            uint base = (nn * p.oc + g * ocg) * ohw + r;
+            uint base = slice + (nn * p.oc + g * ocg) * ohw + r;
             [[unroll]] for (uint j = 0; j < TN; ++j) {
                 uint col = n0 + tn + j * BNT;
                 if (col < N) {
                     float v = acc[i][j];
-                    if ((p.flags & 1u) != 0u) {
+                    if ((flags & 1u) != 0u) {
                         v += Bias.v[g * ocg + col];
                     }
                     C.v[base + col * ohw] = activation(v);
@@ -299,12 +306,13 @@ void main() {
         }
     }
 #elif DIR == 1
+    const uint nslice = split * p.n;  // slice `split` of [split][N][IC][H][W]
     [[unroll]] for (uint i = 0; i < TM; ++i) {
         uint m = m0 + tm + i * BMT;
         if (m < M) {
             uint nn = m / hwc, r = m - nn * hwc;
             uint y = r / p.wc, x = r - y * p.wc;
-            uint base = (nn * p.ic + g * icg) * hw + (p.ih0 + y * p.sh) * p.w + p.iw0 + x * p.sw;
+            uint base = ((nslice + nn) * p.ic + g * icg) * hw + p.pix0 + y * p.pix_h + x * p.pix_w;
             [[unroll]] for (uint j = 0; j < TN; ++j) {
                 uint col = n0 + tn + j * BNT;
                 if (col < N) {

@@ -1,9 +1,10 @@
 """2-D convolution (NCHW, float32): forward, grad wrt input, grad wrt weight, grad wrt bias.
 
 All three directions are one implicit-GEMM template (templates/conv2d.comp, `DIR` 0/1/2)
-with the tile shape as defines; grad_weight can split its long reduction (K = N*OH*OW)
-over workgroups and sum the partials with templates/conv2d_reduce.comp, which also
-computes grad_bias. Search space, constraints, buckets and defaults: tuning/conv2d.json.
+with the tile shape as defines; each can split its reduction K over workgroups when its
+output tiles alone would leave the device idle (split-K: late CNN layers with small images,
+and grad_weight's long K = N*OH*OW), and sum the partials with templates/conv2d_reduce.comp.
+Search space, constraints, buckets and defaults: tuning/conv2d.json.
 Depthwise convs (groups > 1, one input channel per group) take direct kernels instead
 (conv_depthwise.py, tuning/conv2d_depthwise.json): the same entry functions route there, and
 their `params=` are then that family's.
@@ -27,7 +28,7 @@ from ..search_space import candidates as space_candidates, search_space, with_de
 REDUCE_TEMPLATE = "conv2d_reduce.comp"
 DIRS = {"fwd": 0, "bwd_input": 1, "bwd_weight": 2}
 _PUSH = struct.Struct("<4Q18I")  # a, b, c, bias; n ic h w; oc oh ow groups; kh kw sh sw; ph pw dh dw; kchunk flags
-_PUSH_BI = struct.Struct("<3Q22I2i2I")  # DIR 1: a, b, c; n ic h w; oc oh ow groups; kh kw sh sw; phase (see template)
+_PUSH_BI = struct.Struct("<3Q20I2i3I")  # DIR 1: a, b, c; n ic h w; oc oh ow groups; kh kw; phase; kchunk
 _RPUSH = struct.Struct("<2Q5I")  # src, dst; count A B sa si
 _GEMM_KEYS = ("BM", "BN", "BK", "TM", "TN", "PAD")
 ACTIVATIONS = activations.EPILOGUES  # forward epilogues: name -> the template's ACT (the activation table's)
@@ -168,8 +169,13 @@ def candidates(device, max_count: int | None = None) -> list[dict]:
     return space_candidates(Conv2d.family, device.facts, max_count)
 
 
-def _split_plan(device, params: dict, M: int, N: int, K: int, groups: int, split_k=None) -> tuple[int, int]:
-    """(splits, kchunk) for grad_weight's K = N*OH*OW reduction; kchunk is a multiple of BK."""
+def _split_plan(device, params: dict, M: int, N: int, K: int, groups: int, split_k=None,
+                numel: int | None = None) -> tuple[int, int]:
+    """(splits, kchunk): how to cut a GEMM's reduction K into slices of kchunk (a multiple of BK)
+    so that (M x N output tiles) x groups x splits workgroups fill the device (tuning/conv2d.json
+    "split_k"); split_k forces a count (1: none). M is what one launch covers (one stride phase
+    of grad_input). numel: the elements of one partial-sum slice (default groups*M*N, the
+    output), which caps splits so that the slices' indices stay 32-bit."""
     bk = params["BK"]
     if K <= 0:
         return 1, bk
@@ -184,11 +190,32 @@ def _split_plan(device, params: dict, M: int, N: int, K: int, groups: int, split
         min_k = by_class(cfg.get("min_k_per_split"), facts, 1024)
         tiles = math.ceil(M / params["BM"]) * math.ceil(N / params["BN"]) * groups
         splits = min(math.ceil(target / tiles), cfg.get("max_splits", 64), K // max(min_k, 1))
-    numel = groups * M * N
+    numel = groups * M * N if numel is None else numel
     cap = min(device.facts.max_workgroup_count[2] // groups, ((1 << 31) - 1) // max(numel, 1))
     splits = max(1, min(splits, math.ceil(K / bk), cap))
-    chunk = math.ceil(math.ceil(K / splits) / bk) * bk
+    chunk = _chunk(K, splits, bk)
     return math.ceil(K / chunk), chunk
+
+
+def _chunk(K: int, splits: int, bk: int) -> int:
+    """K per slice when K is cut into at most `splits` slices: a multiple of BK."""
+    return max(1, math.ceil(math.ceil(K / splits) / bk)) * bk
+
+
+def _bwd_input_phases(g: dict) -> list[tuple]:
+    """grad_input's launches, one per stride phase that holds input pixels: (M, K, fields), the
+    fields being the push constants from pix0 to step_w (see the template: pixels and taps as offsets)."""
+    rows = stride_phases(g["h"], g["kh"], g["sh"], g["ph"], g["dh"])
+    cols = stride_phases(g["w"], g["kw"], g["sw"], g["pw"], g["dw"])
+    ocg = g["oc"] // g["groups"]
+    out = []
+    for ih0, hc, kh0, khs, khc, base_h, step_h in rows:
+        for iw0, wc, kw0, kws, kwc, base_w, step_w in cols:
+            if hc and wc:
+                pixels = (ih0 * g["w"] + iw0, g["sh"] * g["w"], g["sw"], hc, wc)
+                taps = (kh0 * g["kw"] + kw0, khs * g["kw"], kws, khc, kwc)
+                out.append((g["n"] * hc * wc, ocg * khc * kwc, (*pixels, *taps, base_h, base_w, step_h, step_w)))
+    return out
 
 
 def _push(a, b, c, bias, g, kchunk, flags):
@@ -206,25 +233,32 @@ def _grid(device, M, N, params, gz):
 
 def _dispatch_gemm(device, fam, direction, g, a, b, c, bias, params, kchunk=None, splits=1, flags=0, label="",
                    act=None):
-    """One direction's GEMM with resolved `params` (Conv2d.resolve_gemm)."""
+    """One direction's GEMM with resolved `params` (Conv2d.resolve_gemm). With splits > 1, `c` is
+    the scratch of `splits` partial-sum slices (_split_k_sum)."""
     M, N, K = gemm_dims(direction, g)
     pipe = fam.gemm_pipeline(DIRS[direction], params, act)
     label = label or f"conv2d_{direction}" + (f"_{act}" if act else "")
     if direction == "bwd_input":  # one launch per stride phase (sh*sw of them; one for stride 1)
-        head = (a, b, c, g["n"], g["ic"], g["h"], g["w"], g["oc"], g["oh"], g["ow"], g["groups"],
-                g["kh"], g["kw"], g["sh"], g["sw"])
-        rows = stride_phases(g["h"], g["kh"], g["sh"], g["ph"], g["dh"])
-        cols = stride_phases(g["w"], g["kw"], g["sw"], g["pw"], g["dw"])
-        for ih0, hc, kh0, khs, khc, base_h, step_h in rows:
-            for iw0, wc, kw0, kws, kwc, base_w, step_w in cols:
-                if hc == 0 or wc == 0:
-                    continue
-                push = _PUSH_BI.pack(*head, ih0, iw0, hc, wc, kh0, kw0, khs, kws, khc, kwc, base_h, base_w,
-                                     step_h, step_w)
-                device.stream.dispatch(pipe, _grid(device, g["n"] * hc * wc, N, params, g["groups"]), push, label)
+        head = (a, b, c, g["n"], g["ic"], g["h"], g["w"], g["oc"], g["oh"], g["ow"], g["groups"], g["kh"], g["kw"])
+        for m, k, fields in _bwd_input_phases(g):  # each phase writes every slice: zeros past its K
+            push = _PUSH_BI.pack(*head, *fields, _chunk(k, splits, params["BK"]))
+            device.stream.dispatch(pipe, _grid(device, m, N, params, g["groups"] * splits), push, label)
         return
     push = _push(a, b, c, bias, g, K if kchunk is None else kchunk, flags)
     device.stream.dispatch(pipe, _grid(device, M, N, params, g["groups"] * splits), push, label)
+
+
+def _split_k_sum(device, fam, dst, numel: int, splits: int, launch):
+    """launch(c) runs the GEMM with output c: `dst` itself, or with splits > 1 a scratch buffer of
+    `splits` partial-sum slices of `numel` floats that one reduce adds into dst (in a fixed
+    order: deterministic)."""
+    if splits == 1:
+        launch(dst)
+        return
+    scratch = device.allocator.alloc(4 * numel * splits)
+    launch(scratch.address)
+    _reduce(device, fam, scratch.address, dst, numel, splits, 1, numel, 1, fam.reduce_wg(), "conv2d_splitk_sum")
+    device.stream.keep_alive(scratch)
 
 
 def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label):
@@ -237,9 +271,11 @@ def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label):
 
 # ------------------------------------------------------------------ public API
 def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape, stride=1, padding=0, dilation=1,
-                   groups=1, params=None, act: str | None = None, out_hw=None) -> tuple:
+                   groups=1, params=None, act: str | None = None, out_hw=None, split_k=None) -> tuple:
     """out = act(conv2d(x, w, bias)); bias_addr may be None/0; act None or an activation of
-    activations.EPILOGUES (an epilogue: no extra pass); out_hw: see _geometry. Returns the output shape (N, OC, OH, OW)."""
+    activations.EPILOGUES (an epilogue: no extra pass); out_hw: see _geometry. Returns the output shape (N, OC, OH, OW).
+    split_k: as conv2d_backward_weight's (None: planned, an int: forced, 1: none); never with act,
+    which must follow the whole sum; the depthwise kernels do not split."""
     if act is not None and act not in ACTIVATIONS:
         raise ValueError(f"conv2d_forward: activation {act!r} is not one of {sorted(ACTIVATIONS)}")
     g, out_shape = _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
@@ -249,21 +285,32 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
 
     def run(p):  # benchmark mode: the same call with a candidate (it overwrites out, reads no output)
         conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape, stride, padding, dilation,
-                       groups, p, act, out_hw)
+                       groups, p, act, out_hw, split_k)
 
     if conv_depthwise.is_depthwise(g):  # one input channel per group: direct kernels, params theirs
         conv_depthwise.forward(device, g, address(x_addr), address(w_addr), bias, address(out_addr), params, act, run)
         return out_shape
     fam = family(device, Conv2d)
-    _dispatch_gemm(device, fam, "fwd", g, address(x_addr), address(w_addr), address(out_addr), bias,
-                   fam.resolve_gemm("fwd", g, params, run), flags=1 if bias else 0, act=act)
+    params = fam.resolve_gemm("fwd", g, params, run)
+    M, N, K = gemm_dims("fwd", g)
+    splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k)
+    if act is not None:  # act(sum of partials) is not the sum of act(partial): no split
+        splits, chunk = 1, K
+
+    def launch(c):
+        _dispatch_gemm(device, fam, "fwd", g, address(x_addr), address(w_addr), c, bias, params, chunk, splits,
+                       flags=1 if bias else 0, act=act)
+
+    _split_k_sum(device, fam, address(out_addr), math.prod(out_shape), splits, launch)
     return out_shape
 
 
 def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, w_shape, stride=1, padding=0,
-                          dilation=1, groups=1, params=None, out_hw=None) -> tuple:
+                          dilation=1, groups=1, params=None, out_hw=None, split_k=None) -> tuple:
     """grad_in (shape x_shape) = d conv2d / d x applied to grad_out (out_hw: see _geometry).
-    Returns x_shape. It is also a transposed conv's forward (aten/conv.py)."""
+    Returns x_shape. It is also a transposed conv's forward (aten/conv.py). split_k: as
+    conv2d_backward_weight's, planned from one stride phase's launch (phases run one after
+    another); all phases write the same partial-sum slices, summed once at the end."""
     g, _ = _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     x_shape = tuple(int(v) for v in x_shape)
     if x_shape[0] * x_shape[1] * x_shape[2] * x_shape[3] == 0:
@@ -272,14 +319,23 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
 
     def run(p):
         conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, w_shape, stride, padding,
-                              dilation, groups, p, out_hw)
+                              dilation, groups, p, out_hw, split_k)
 
     if conv_depthwise.is_depthwise(g):
         conv_depthwise.backward_input(device, g, address(grad_out_addr), address(w_addr), address(grad_in_addr),
                                       params, run)
         return x_shape
-    _dispatch_gemm(device, fam, "bwd_input", g, address(grad_out_addr), address(w_addr), address(grad_in_addr), 0,
-                   fam.resolve_gemm("bwd_input", g, params, run))
+    params = fam.resolve_gemm("bwd_input", g, params, run)
+    phases = _bwd_input_phases(g)
+    numel = math.prod(x_shape)
+    splits, _ = _split_plan(device, params, max(m for m, _, _ in phases), g["ic"] // g["groups"],
+                            max(k for _, k, _ in phases), g["groups"], split_k, numel)
+
+    def launch(c):
+        _dispatch_gemm(device, fam, "bwd_input", g, address(grad_out_addr), address(w_addr), c, 0, params,
+                       splits=splits)
+
+    _split_k_sum(device, fam, address(grad_in_addr), numel, splits, launch)
     return x_shape
 
 
@@ -307,16 +363,12 @@ def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, 
         return w_shape
     params = fam.resolve_gemm("bwd_weight", g, params, run)
     splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k)
-    if splits == 1:
-        _dispatch_gemm(device, fam, "bwd_weight", g, address(grad_out_addr), address(x_addr), address(grad_w_addr), 0,
-                       params, kchunk=chunk, splits=1)
-        return w_shape
-    scratch = device.allocator.alloc(4 * numel * splits)
-    _dispatch_gemm(device, fam, "bwd_weight", g, address(grad_out_addr), address(x_addr), scratch.address, 0,
-                   params, kchunk=chunk, splits=splits)
-    _reduce(device, fam, scratch.address, address(grad_w_addr), numel, splits, 1, numel, 1, fam.reduce_wg(),
-            "conv2d_splitk_sum")
-    device.stream.keep_alive(scratch)
+
+    def launch(c):
+        _dispatch_gemm(device, fam, "bwd_weight", g, address(grad_out_addr), address(x_addr), c, 0, params,
+                       kchunk=chunk, splits=splits)
+
+    _split_k_sum(device, fam, address(grad_w_addr), numel, splits, launch)
     return w_shape
 
 
