@@ -1,7 +1,7 @@
 #version 450
 // Strided sums for the convolution family:
 //   dst[i] = sum_{a < A} sum_{b < B} src[a * sa + i * si + b]      for i < count
-// Split-K partials of grad_weight: A = splits, sa = OC*IC/G*KH*KW, si = 1, B = 1.
+// Split-K partials of any direction: A = splits, sa = the output's elements, si = 1, B = 1.
 // grad_bias:                      A = batch, sa = OC*OH*OW,       si = OH*OW, B = OH*OW.
 // PER_THREAD 1: one invocation per output (short sums); 0: one workgroup per output with a
 // shared-memory tree (long sums). A define, not a specialization constant: as a constant, the

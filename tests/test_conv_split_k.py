@@ -156,6 +156,13 @@ def test_automatic_plan_splits_small_images_with_long_k(device, rng, monkeypatch
     splits, chunk = conv._split_plan(device, params, 196, 256, 2304, 1)  # fwd 3x3 256->256 at 14x14, batch 1
     assert splits > 1 and chunk % 16 == 0 and (splits - 1) * chunk < 2304 <= splits * chunk
     assert conv._split_plan(device, params, 8 * 56 * 56, 256, 2304, 1)[0] == 1  # many tiles already
+    # 392 tiles of a 528 target: grad_weight still splits; fwd and grad_input, past min_fill, do not
+    # (the partials' traffic cost more than the idle quarter of the GPU, measured: tuning/conv2d.json)
+    half_full = (32 * 392, 64, 1024, 1)
+    assert conv._split_plan(device, params, *half_full)[0] == 2
+    for direction in ("fwd", "bwd_input"):
+        assert conv._split_plan(device, params, *half_full, direction=direction)[0] == 1
+    assert conv._split_plan(device, params, 196, 256, 2304, 1, direction="fwd")[0] > 1
 
     _big_target(monkeypatch, target=528, min_k=16)
     plans = _plans(monkeypatch)
@@ -166,6 +173,20 @@ def test_automatic_plan_splits_small_images_with_long_k(device, rng, monkeypatch
     _big_target(monkeypatch, target=4, min_k=16)
     _backward_input(device, rng, (1, 8, 8, 8), (32, 8, 3, 3), 2, 1, 1, params=SMALL)
     assert plans[-1][0] == 4, plans
+
+
+def test_more_than_64_splits_sum_with_the_tree_reduce(device, rng, monkeypatch):
+    """Over 64 partial slices, conv2d_reduce sums each output with a workgroup tree (PER_THREAD 0),
+    its second module: it must give the same sum (and be in the shipped kernels)."""
+    xs, ws = (1, 2, 48, 48), (3, 2, 1, 1)  # grad_weight's K = 48*48 = 2304: 72 slices of 32
+    x, go = rng.standard_normal(xs).astype(np.float32), rng.standard_normal((1, 3, 48, 48)).astype(np.float32)
+    wt = torch.zeros(ws, requires_grad=True)
+    F.conv2d(torch.tensor(x), wt).backward(torch.tensor(go))
+    X, GO, GW = device.upload(x), device.upload(go), device.allocator.alloc(4 * 6)
+    plans = _plans(monkeypatch)
+    conv.conv2d_backward_weight(device, GO, X, GW, xs, ws, params=dict(SMALL, BK=32), split_k=72)
+    assert plans[-1][0] == 72, plans
+    _close(device.download(GW, np.float32, ws), wt.grad.numpy(), "grad_weight with 72 splits")
 
 
 def test_split_k_errors(device, rng):

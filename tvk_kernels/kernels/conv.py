@@ -170,12 +170,13 @@ def candidates(device, max_count: int | None = None) -> list[dict]:
 
 
 def _split_plan(device, params: dict, M: int, N: int, K: int, groups: int, split_k=None,
-                numel: int | None = None) -> tuple[int, int]:
+                numel: int | None = None, direction: str = "bwd_weight") -> tuple[int, int]:
     """(splits, kchunk): how to cut a GEMM's reduction K into slices of kchunk (a multiple of BK)
     so that (M x N output tiles) x groups x splits workgroups fill the device (tuning/conv2d.json
     "split_k"); split_k forces a count (1: none). M is what one launch covers (one stride phase
     of grad_input). numel: the elements of one partial-sum slice (default groups*M*N, the
-    output), which caps splits so that the slices' indices stay 32-bit."""
+    output), which caps splits so that the slices' indices stay 32-bit. direction: whose min_fill
+    applies (a grid already that full is not split)."""
     bk = params["BK"]
     if K <= 0:
         return 1, bk
@@ -189,7 +190,11 @@ def _split_plan(device, params: dict, M: int, N: int, K: int, groups: int, split
         target = by_class(cfg.get("target_groups"), facts, 64)
         min_k = by_class(cfg.get("min_k_per_split"), facts, 1024)
         tiles = math.ceil(M / params["BM"]) * math.ceil(N / params["BN"]) * groups
-        splits = min(math.ceil(target / tiles), cfg.get("max_splits", 64), K // max(min_k, 1))
+        min_fill = cfg.get("min_fill", {}).get(direction, 0.0)
+        if min_fill and tiles >= target * min_fill:
+            splits = 1  # full enough: the partials' traffic would cost more than the idle part
+        else:
+            splits = min(math.ceil(target / tiles), cfg.get("max_splits", 64), K // max(min_k, 1))
     numel = groups * M * N if numel is None else numel
     cap = min(device.facts.max_workgroup_count[2] // groups, ((1 << 31) - 1) // max(numel, 1))
     splits = max(1, min(splits, math.ceil(K / bk), cap))
@@ -293,7 +298,7 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
     fam = family(device, Conv2d)
     params = fam.resolve_gemm("fwd", g, params, run)
     M, N, K = gemm_dims("fwd", g)
-    splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k)
+    splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k, direction="fwd")
     if act is not None:  # act(sum of partials) is not the sum of act(partial): no split
         splits, chunk = 1, K
 
@@ -329,7 +334,7 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
     phases = _bwd_input_phases(g)
     numel = math.prod(x_shape)
     splits, _ = _split_plan(device, params, max(m for m, _, _ in phases), g["ic"] // g["groups"],
-                            max(k for _, k, _ in phases), g["groups"], split_k, numel)
+                            max(k for _, k, _ in phases), g["groups"], split_k, numel, "bwd_input")
 
     def launch(c):
         _dispatch_gemm(device, fam, "bwd_input", g, address(grad_out_addr), address(w_addr), c, 0, params,
