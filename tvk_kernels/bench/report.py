@@ -257,6 +257,24 @@ def zoo(r) -> list[str]:
     return out
 
 
+def kernel_profile(r) -> list[str]:
+    if "summary" not in r:  # the format before the zoo's models (up to 7607cdc)
+        return []
+    names = {"eager": "eager", "benchmark": "eager with benchmark mode", "compiled": "torchvk.compile"}
+    out = []
+    for mode, s in r["summary"].items():
+        if s.get("geomean_ratio") is None:
+            continue
+        ratios = {w["model"]: w["ratio"][mode] for w in r["workloads"] if (w.get("ratio") or {}).get(mode)}
+        worst = sorted((n for n in ratios if n in s["above_target"]), key=ratios.get, reverse=True)[:3]
+        out.append(f"{names.get(mode, mode)}: {s['geomean_ratio']:.2f}x torch CUDA's GPU kernel time (geometric mean "
+                   f"over {s['models']} zoo models; target {s['target']}x: "
+                   f"**{'yes' if s['geomean_ratio'] <= s['target'] else 'not yet'}**; "
+                   f"{len(s['above_target'])} above it, worst "
+                   + ", ".join(f"{n} {ratios[n]:.1f}x" for n in worst) + ").")
+    return ["GPU kernel time of one training step, per model (kernel_profile.py)."] + out if out else []
+
+
 def distributed(r) -> list[str]:
     runs = {x["backend"]: x for x in r["runs"]}
     t = runs.get("tvk", {})
@@ -390,6 +408,7 @@ SECTIONS = [("vector-add", "1. Vector add", vector_add), ("matmul", "2. Matmul",
             ("mnist", "3. MNIST classifier", mnist), ("cifar10", "4. CIFAR-10 CNN", cifar10),
             ("low-vram", "5. Little GPU memory", low_vram), ("ablations", "6. Ablations", ablations),
             ("kernels", "Kernels beside torch CUDA", kernels), ("zoo", "Model zoo", zoo),
+            ("kernel_profile", "Training-step GPU time", kernel_profile),
             ("distributed", "Data-parallel training (torch.distributed)", distributed)]
 
 
