@@ -6,9 +6,13 @@
 // PER_THREAD 1: one invocation per output (short sums); 0: one workgroup per output with a
 // shared-memory tree (long sums). A define, not a specialization constant: as a constant, the
 // tree's shared array would take LDS in per-thread mode too (RADV keeps it).
+// ACT (absent: none): the forward's epilogue activation (common/activation.glsl), applied to each
+// finished sum of split-K partials.
 // Tunables (specialization constants): the local size (constant 0, a power of two).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
+#extension GL_GOOGLE_include_directive : require
+#include "common/activation.glsl"
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
@@ -45,7 +49,7 @@ void main() {
             s += S.v[base + b];
         }
     }
-    D.v[i] = s;
+    D.v[i] = activation(s);
 #else
     const uint i = group;
     if (i >= p.count) {
@@ -76,7 +80,7 @@ void main() {
         barrier();
     }
     if (tid == 0) {
-        D.v[i] = part[0];
+        D.v[i] = activation(part[0]);
     }
 #endif
 }

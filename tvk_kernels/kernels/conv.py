@@ -138,9 +138,13 @@ class Conv2d(Family):
         return self.variant(gemm_defines(dir_id, params, params["WG"], act), params["WG"], push_size,
                             shared_bytes=params["shared_bytes"])
 
-    def reduce_pipeline(self, per_thread: bool, wg: int):
-        return self.variant({"PER_THREAD": int(per_thread)}, wg, _RPUSH.size,
-                            shared_bytes=0 if per_thread else 4 * wg, template=REDUCE_TEMPLATE)
+    def reduce_pipeline(self, per_thread: bool, wg: int, act: str | None = None):
+        """act: the forward's epilogue activation, applied to each finished sum (split-K)."""
+        defines = {"PER_THREAD": int(per_thread)}
+        if act is not None:
+            defines.update(activations.act_define(ACTIVATIONS[act]))
+        return self.variant(defines, wg, _RPUSH.size, shared_bytes=0 if per_thread else 4 * wg,
+                            template=REDUCE_TEMPLATE)
 
     def reduce_wg(self) -> int:
         """conv2d_reduce.comp's local size (tuning/conv2d.json "reduce"), within the device's limit."""
@@ -253,22 +257,23 @@ def _dispatch_gemm(device, fam, direction, g, a, b, c, bias, params, kchunk=None
     device.stream.dispatch(pipe, _grid(device, M, N, params, g["groups"] * splits), push, label)
 
 
-def _split_k_sum(device, fam, dst, numel: int, splits: int, launch):
+def _split_k_sum(device, fam, dst, numel: int, splits: int, launch, act: str | None = None):
     """launch(c) runs the GEMM with output c: `dst` itself, or with splits > 1 a scratch buffer of
     `splits` partial-sum slices of `numel` floats that one reduce adds into dst (in a fixed
-    order: deterministic)."""
+    order: deterministic), applying `act` (the forward's epilogue) to each sum."""
     if splits == 1:
         launch(dst)
         return
     scratch = device.allocator.alloc(4 * numel * splits)
     launch(scratch.address)
-    _reduce(device, fam, scratch.address, dst, numel, splits, 1, numel, 1, fam.reduce_wg(), "conv2d_splitk_sum")
+    _reduce(device, fam, scratch.address, dst, numel, splits, 1, numel, 1, fam.reduce_wg(), "conv2d_splitk_sum",
+            act)
     device.stream.keep_alive(scratch)
 
 
-def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label):
+def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label, act=None):
     per_thread = A * B <= 64
-    pipe = fam.reduce_pipeline(per_thread, wg)
+    pipe = fam.reduce_pipeline(per_thread, wg, act)
     groups = -(-count // wg) if per_thread else count
     gx, gy, _ = grid_1d(groups, device.facts.max_workgroup_count[0])
     device.stream.dispatch(pipe, (gx, gy, 1), _RPUSH.pack(src, dst, count, A, B, sa, si), label)
@@ -279,8 +284,8 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
                    groups=1, params=None, act: str | None = None, out_hw=None, split_k=None) -> tuple:
     """out = act(conv2d(x, w, bias)); bias_addr may be None/0; act None or an activation of
     activations.EPILOGUES (an epilogue: no extra pass); out_hw: see _geometry. Returns the output shape (N, OC, OH, OW).
-    split_k: as conv2d_backward_weight's (None: planned, an int: forced, 1: none); never with act,
-    which must follow the whole sum; the depthwise kernels do not split."""
+    split_k: as conv2d_backward_weight's (None: planned, an int: forced, 1: none); split, act is
+    applied by the pass that sums the partials; the depthwise kernels do not split."""
     if act is not None and act not in ACTIVATIONS:
         raise ValueError(f"conv2d_forward: activation {act!r} is not one of {sorted(ACTIVATIONS)}")
     g, out_shape = _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
@@ -299,14 +304,12 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
     params = fam.resolve_gemm("fwd", g, params, run)
     M, N, K = gemm_dims("fwd", g)
     splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k, direction="fwd")
-    if act is not None:  # act(sum of partials) is not the sum of act(partial): no split
-        splits, chunk = 1, K
 
-    def launch(c):
+    def launch(c):  # split: act(sum of partials) is not the sum of act(partial), so the reduce applies it
         _dispatch_gemm(device, fam, "fwd", g, address(x_addr), address(w_addr), c, bias, params, chunk, splits,
-                       flags=1 if bias else 0, act=act)
+                       flags=1 if bias else 0, act=act if splits == 1 else None)
 
-    _split_k_sum(device, fam, address(out_addr), math.prod(out_shape), splits, launch)
+    _split_k_sum(device, fam, address(out_addr), math.prod(out_shape), splits, launch, act)
     return out_shape
 
 
