@@ -8,7 +8,7 @@ import logging
 
 from . import copies, factories, views  # noqa: F401
 
-GROUPS = ("elementwise", "matmul", "reductions", "softmax", "losses", "embedding", "conv", "rnn", "norm", "pool", "rng",
+GROUPS = ("elementwise", "matmul", "reductions", "softmax", "losses", "embedding", "conv", "rnn", "rnn_layers", "norm", "pool", "rng",
           "misc", "sorting", "indexing", "one_hot", "resample", "attention", "shape_ops",
           "adaptive_max_pool", "amp", "foreach", "composites")
 unavailable: dict = {}

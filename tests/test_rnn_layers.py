@@ -1,0 +1,86 @@
+"""nn.LSTM / nn.GRU layers (torchvk/aten/rnn_layers.py): the whole-sequence path matches torch's
+step-by-step path and the CPU, runs far fewer kernels a step, and hands the cases it does not
+cover (projections, packed sequences) to torch's path. test_rnn.py covers the layer options."""
+
+import pytest
+import torch
+
+import torchvk
+from torchvk.aten import rnn_layers
+from tvk_kernels import get_device
+
+I, H, B, T = 3, 5, 2, 6
+
+
+def _run(mod, x, h):
+    """(outputs, input/state/parameter grads, kernel dispatches) of one forward and backward."""
+    stream = get_device().stream
+    x = x.detach().to("tvk").requires_grad_()
+    h = tuple(t.detach().to("tvk").requires_grad_() for t in h)
+    mod.zero_grad()
+    before = stream.total_dispatches
+    out, hn = mod(x, h if len(h) == 2 else h[0])
+    flat = [out, *(hn if isinstance(hn, tuple) else (hn,))]
+    loss = sum((t * torch.linspace(-1, 1, t.numel(), device="tvk").view(t.shape)).sum() for t in flat)
+    loss.backward()
+    torch.tvk.synchronize()
+    n = stream.total_dispatches - before
+    grads = [x.grad, *(t.grad for t in h), *(p.grad for p in mod.parameters())]
+    return [t.detach().cpu() for t in flat], [g.cpu() for g in grads], n
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_sequence_path_matches_torch_path_and_cpu_with_fewer_kernels(name, monkeypatch):
+    torch.manual_seed(0)
+    cpu = getattr(torch.nn, name)(I, H, num_layers=2, bidirectional=True, batch_first=True)
+    dev = getattr(torch.nn, name)(I, H, num_layers=2, bidirectional=True, batch_first=True)
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tvk")
+    x = torch.randn(B, T, I)
+    h = (torch.randn(4, B, H), torch.randn(4, B, H)) if name == "LSTM" else (torch.randn(4, B, H),)
+    calls = []
+    real = rnn_layers._Recurrence.forward
+    monkeypatch.setattr(rnn_layers._Recurrence, "forward", staticmethod(
+        lambda ctx, *a: calls.append(a[0]) or real(ctx, *a)))
+    torchvk.reset_op_counts()
+    outs, grads, fast = _run(dev, x, h)
+    assert len(calls) == 4 and torchvk.op_counts()["cpu"] == {}  # 2 layers x 2 directions
+    monkeypatch.setattr(rnn_layers, "_fast", lambda *a: False)
+    ref_outs, ref_grads, slow = _run(dev, x, h)
+    ref_cpu = _run_cpu(cpu, x, h)
+    for got, want, cpu_want in zip(outs + grads, ref_outs + ref_grads, ref_cpu):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(got, cpu_want, atol=1e-5, rtol=1e-4)
+    assert fast < 0.6 * slow, (fast, slow)
+
+
+def _run_cpu(mod, x, h):
+    x = x.clone().requires_grad_()
+    h = tuple(t.clone().requires_grad_() for t in h)
+    out, hn = mod(x, h if len(h) == 2 else h[0])
+    flat = [out, *(hn if isinstance(hn, tuple) else (hn,))]
+    sum((t * torch.linspace(-1, 1, t.numel()).view(t.shape)).sum() for t in flat).backward()
+    return [t.detach() for t in flat] + [x.grad, *(t.grad for t in h), *(p.grad for p in mod.parameters())]
+
+
+def test_projection_and_inference_without_grad(monkeypatch):
+    """proj_size keeps torch's path (and matches the CPU); a no-grad forward takes the sequence path."""
+    torch.manual_seed(1)
+    cpu = torch.nn.LSTM(I, H, proj_size=2)
+    dev = torch.nn.LSTM(I, H, proj_size=2)
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tvk")
+    calls = []
+    real = rnn_layers._Recurrence.forward
+    monkeypatch.setattr(rnn_layers._Recurrence, "forward", staticmethod(
+        lambda ctx, *a: calls.append(a[0]) or real(ctx, *a)))
+    x = torch.randn(T, B, I)
+    torch.testing.assert_close(dev(x.to("tvk"))[0].detach().cpu(), cpu(x)[0].detach(), atol=1e-5, rtol=1e-4)
+    assert calls == []
+    gru_cpu = torch.nn.GRU(I, H)
+    gru = torch.nn.GRU(I, H)
+    gru.load_state_dict(gru_cpu.state_dict())
+    with torch.no_grad():
+        got = gru.to("tvk")(x.to("tvk"))[0].cpu()
+    torch.testing.assert_close(got, gru_cpu(x)[0].detach(), atol=1e-5, rtol=1e-4)
+    assert calls == ["gru"]
