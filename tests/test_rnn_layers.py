@@ -84,3 +84,45 @@ def test_projection_and_inference_without_grad(monkeypatch):
         got = gru.to("tvk")(x.to("tvk"))[0].cpu()
     torch.testing.assert_close(got, gru_cpu(x)[0].detach(), atol=1e-5, rtol=1e-4)
     assert calls == ["gru"]
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_torchvk_compile_traces_the_sequence_path(name, monkeypatch):
+    """torchvk.compile of a 2-layer bidirectional classifier traces the same layers (GRU's cells
+    through the meta kernels of aten/rnn.py) and trains like eager."""
+    import torch.nn.functional as F
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = getattr(torch.nn, name)(I, H, num_layers=2, bidirectional=True, batch_first=True)
+            self.head = torch.nn.Linear(2 * H, 3)
+
+        def forward(self, x):
+            return self.head(self.rnn(x)[0][:, -1])
+
+    torch.manual_seed(2)
+    eager = Net()
+    compiled = Net()
+    compiled.load_state_dict(eager.state_dict())
+    eager, compiled = eager.to("tvk"), compiled.to("tvk")
+    calls = []
+    real = rnn_layers._Recurrence.forward
+    monkeypatch.setattr(rnn_layers._Recurrence, "forward", staticmethod(
+        lambda ctx, *a: calls.append(a[0]) or real(ctx, *a)))
+    x, y = torch.randn(B, T, I).to("tvk"), torch.tensor([0, 2]).to("tvk")
+    step = torchvk.compile(compiled, loss_fn=F.cross_entropy)
+    torchvk.reset_op_counts()
+    traced = 0
+    for _ in range(2):  # trace, then replay
+        before = len(calls)
+        loss = step(x, y)
+        loss.backward()
+        traced += len(calls) - before
+        ref = F.cross_entropy(eager(x), y)
+        ref.backward()
+        torch.testing.assert_close(loss.detach().cpu(), ref.detach().cpu(), atol=1e-5, rtol=1e-4)
+        for p, q in zip(compiled.parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), atol=1e-5, rtol=1e-4)
+    assert traced >= 4 and set(calls) == {name.lower()}  # the 4 layer-directions were traced
+    assert torchvk.op_counts()["cpu"] == {}

@@ -128,3 +128,23 @@ def pack_padded_sequence(input, lengths, batch_first):
         raise RuntimeError(f"'lengths' argument should be a 1D CPU int64 tensor, but got 1D {lengths.device} "
                            f"{str(lengths.dtype).replace('torch.', '')} tensor")
     return aten._pack_padded_sequence.default._op_dk(_CEA, input, lengths, batch_first)
+
+
+# ---------------------------------------------------------------- shapes for compiled mode's tracing
+# torch has meta kernels for the LSTM cell, not the GRU cell: tracing a GRU layer on fake tensors
+# (aten/rnn_layers.py through compile/whole_ops.py) needs its output shapes
+def _gru_cell_meta(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    rows, hidden = hx.shape
+    return hx.new_empty((rows, hidden)), hx.new_empty((rows, 5 * hidden))
+
+
+def _gru_cell_backward_meta(grad_hy, workspace, has_bias):
+    rows, hidden = grad_hy.shape
+    gates = grad_hy.new_empty((rows, 3 * hidden))
+    biases = (grad_hy.new_empty((3 * hidden,)), grad_hy.new_empty((3 * hidden,))) if has_bias else (None, None)
+    return gates, grad_hy.new_empty((rows, 3 * hidden)), grad_hy.new_empty((rows, hidden)), *biases
+
+
+_meta = torch.library.Library("aten", "IMPL")
+_meta.impl("_thnn_fused_gru_cell", _gru_cell_meta, "Meta")
+_meta.impl("_thnn_fused_gru_cell_backward", _gru_cell_backward_meta, "Meta")

@@ -4,11 +4,12 @@ torch's own code for these ops runs a device other than the CPU step by step: ea
 projects its input, projects the hidden state and runs the fused cell, and the backward adds
 per step the weight-gradient GEMMs and their accumulation, about a dozen small kernels a step
 (an LSTM step of the model zoo took 13.7x cuDNN's GPU time). Here each layer and direction
-projects the whole sequence's input in one GEMM, runs the recurrence with one GEMM (bias
-included) and one fused cell a step, and its backward with one fused cell backward and one
-GEMM a step, then the hidden weights' gradient in one GEMM over all steps.
-Packed sequences (aten.*.data), projections (proj_size), other dtypes than float32 (autocast
-runs the cells in 16 bits) and tracing wrappers keep torch's path.
+projects the whole sequence's input in one GEMM, runs the recurrence with one GEMM and one
+fused cell (which adds both biases) a step, and its backward with one fused cell backward and
+one GEMM a step, then the hidden weights' gradient in one GEMM over all steps. Compiled mode
+traces the same layers (compile/whole_ops.py). Packed sequences (aten.*.data), projections
+(proj_size), other dtypes than float32 (autocast runs the cells in 16 bits) and Dynamo's fake
+tvk tensors keep torch's path.
 """
 from __future__ import annotations
 
@@ -26,21 +27,22 @@ _TORCH_PATH = torch._C.DispatchKey.CompositeImplicitAutograd
 class _Recurrence(torch.autograd.Function):
     """One direction of one layer over the whole sequence, from its projected input.
 
-    forward(kind, proj (T, B, G*H): input projection with its bias, w_hh (G*H, H), b_hh or None,
-    h0 (B, H), c0 (B, H; LSTM) or None, reverse) -> (outputs (T, B, H), h_T, c_T or None)."""
+    forward(kind, proj (T, B, G*H): the input projection without bias, w_hh (G*H, H), b_ih and b_hh
+    (both or neither: the fused cell adds them), h0 (B, H), c0 (B, H; LSTM) or None, reverse)
+    -> (outputs (T, B, H), h_T, c_T or None)."""
 
     @staticmethod
-    def forward(ctx, kind, proj, w_hh, b_hh, h0, c0, reverse):
+    def forward(ctx, kind, proj, w_hh, b_ih, b_hh, h0, c0, reverse):
         steps = range(proj.shape[0] - 1, -1, -1) if reverse else range(proj.shape[0])
         h, c, outs, cells, spaces = h0, c0, [None] * proj.shape[0], [c0], []
         w_t = w_hh.t()
         for t in steps:
-            hg = torch.mm(h, w_t) if b_hh is None else torch.addmm(b_hh, h, w_t)
+            hg = torch.mm(h, w_t)
             if kind == "lstm":
-                h, c, ws = aten._thnn_fused_lstm_cell(proj[t], hg, c)
+                h, c, ws = aten._thnn_fused_lstm_cell(proj[t], hg, c, b_ih, b_hh)
                 cells.append(c)
             else:
-                h, ws = aten._thnn_fused_gru_cell(proj[t], hg, h)
+                h, ws = aten._thnn_fused_gru_cell(proj[t], hg, h, b_ih, b_hh)
             outs[t] = h
             spaces.append(ws)
         out = torch.stack(outs)
@@ -77,15 +79,18 @@ class _Recurrence(torch.autograd.Function):
         # the hidden state each step read: h0, then the outputs in step order
         before = torch.cat([out[1:], h0.unsqueeze(0)]) if ctx.reverse else torch.cat([h0.unsqueeze(0), out[:-1]])
         d_w = d_hidden.flatten(0, 1).t().mm(before.flatten(0, 1))
-        d_b = d_hidden.sum((0, 1)) if ctx.has_bias else None
-        return None, d_proj, d_w, d_b, d_h0, d_c if ctx.kind == "lstm" else None, None
+        d_bi = d_proj.sum((0, 1)) if ctx.has_bias else None
+        d_bh = (d_hidden.sum((0, 1)) if ctx.kind == "gru" else d_bi.clone()) if ctx.has_bias else None  # own tensors
+        return None, d_proj, d_w, d_bi, d_bh, d_h0, d_c if ctx.kind == "lstm" else None, None
 
 
-def _fast(kind, input, hx, params, has_biases, num_layers, bidirectional) -> bool:
-    """Whether this call takes the layer path; else torch's own."""
+def _fast(kind, input, hx, params, has_biases, num_layers, bidirectional, traced=False) -> bool:
+    """Whether this call takes the layer path; else torch's own. traced: compiled mode's tracing
+    (compile/whole_ops.py), whose inputs are fake tensors, not TVKTensors; torch's meta kernel of
+    the fused cells needs both biases, so a traced layer without them keeps torch's path."""
     per = (4 if has_biases else 2) * num_layers * (2 if bidirectional else 1)
     tensors = [input, *hx, *params]
-    return (type(input) is TVKTensor and input.dim() == 3 and input.numel() > 0 and len(params) == per
+    return ((has_biases if traced else type(input) is TVKTensor) and input.dim() == 3 and input.numel() > 0 and len(params) == per
             and all(t.dtype == torch.float32 for t in tensors) and not torch.is_autocast_enabled(input.device.type))
 
 
@@ -103,25 +108,25 @@ def _layers(kind, input, states, params, has_biases, num_layers, dropout, train,
             i = layer * dirs + d
             w_ih, w_hh, *biases = params[i * per:(i + 1) * per]
             b_ih, b_hh = biases if biases else (None, None)
-            proj = F.linear(x, w_ih, b_ih)
+            proj = F.linear(x, w_ih)
             c0 = states[1][i] if kind == "lstm" else None
-            out, h, c = _Recurrence.apply(kind, proj, w_hh, b_hh, states[0][i], c0, d == 1)
+            out, h, c = _Recurrence.apply(kind, proj, w_hh, b_ih, b_hh, states[0][i], c0, d == 1)
             outs.append(out)
             finals.append((h, c))
         x = torch.cat(outs, 2) if dirs == 2 else outs[0]
     return (x.transpose(0, 1) if batch_first else x), finals
 
 
-def lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
-    if not _fast("lstm", input, hx, params, has_biases, num_layers, bidirectional):
+def lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, traced=False):
+    if not _fast("lstm", input, hx, params, has_biases, num_layers, bidirectional, traced):
         return aten.lstm.input._op_dk(_TORCH_PATH, input, hx, params, has_biases, num_layers, dropout, train,
                                       bidirectional, batch_first)
     out, finals = _layers("lstm", input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
     return out, torch.stack([h for h, _ in finals]), torch.stack([c for _, c in finals])
 
 
-def gru(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
-    if not _fast("gru", input, [hx], params, has_biases, num_layers, bidirectional):
+def gru(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, traced=False):
+    if not _fast("gru", input, [hx], params, has_biases, num_layers, bidirectional, traced):
         return aten.gru.input._op_dk(_TORCH_PATH, input, hx, params, has_biases, num_layers, dropout, train,
                                      bidirectional, batch_first)
     out, finals = _layers("gru", input, [hx], params, has_biases, num_layers, dropout, train, bidirectional,
@@ -132,3 +137,11 @@ def gru(input, hx, params, has_biases, num_layers, dropout, train, bidirectional
 _lib = torch.library.Library("aten", "IMPL")
 _lib.impl("lstm.input", lstm, "AutogradPrivateUse1")
 _lib.impl("gru.input", gru, "AutogradPrivateUse1")
+
+
+def traced_lstm(*args):
+    return lstm(*args, traced=True)
+
+
+def traced_gru(*args):
+    return gru(*args, traced=True)

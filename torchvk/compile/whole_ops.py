@@ -16,6 +16,7 @@ from .._glue import TABLE
 from ..aten.attention import traced_sdpa
 from ..aten.composites import COMPOSED
 from ..aten.one_hot import traced_one_hot
+from ..aten.rnn_layers import traced_gru, traced_lstm
 
 aten = torch.ops.aten
 _KEYS = (torch._C.DispatchKey.Autograd, torch._C.DispatchKey.CompositeImplicitAutograd)
@@ -32,6 +33,7 @@ WHOLE = (
 # picks a CPU kernel on them (SDPA would trace as aten._scaled_dot_product_flash_attention_for_cpu:
 # ours traces the fused op TorchVK runs, and autograd its backward op)
 REPLACED = {aten.one_hot.default: traced_one_hot, aten.scaled_dot_product_attention.default: traced_sdpa,
+            aten.lstm.input: traced_lstm, aten.gru.input: traced_gru,  # whole sequences (aten/rnn_layers.py)
             **COMPOSED}  # cdist, weight norm, embedding_bag: compositions of our ops (aten/composites.py)
 _IMPLICIT = torch._C.DispatchKey.CompositeImplicitAutograd
 
