@@ -166,14 +166,14 @@ def _contig_choice(s_outer: int, s_inner: int, n_outer: int, n_inner: int) -> bo
     return s_inner <= s_outer
 
 
-def _target_groups(fam: Matmul, params: dict) -> float:
-    """The workgroups of `params` that fill the device: tuning/matmul.json's split_k target_groups
+def _target_groups(fam: Matmul, wg: int) -> float:
+    """The workgroups of `wg` invocations that fill the device: tuning/matmul.json's split_k target_groups
     counts workgroups of the device's default config; a config with smaller workgroups needs
     proportionally more of them (the same number of invocations in flight)."""
     cfg = search_space(Matmul.family).get("split_k", {})
     target = by_class(cfg.get("target_groups"), fam.device.facts, 64)
     default_wg = with_derived(search_space(Matmul.family), default_params(Matmul.family, fam.device.facts))["WG"]
-    return target * default_wg / params["WG"]
+    return target * default_wg / wg
 
 
 def _split_count(fam: Matmul, params: dict, M: int, N: int, K: int, batch: int, split_k) -> int:
@@ -183,13 +183,23 @@ def _split_count(fam: Matmul, params: dict, M: int, N: int, K: int, batch: int, 
         s = _check_int("split_k", split_k, 1)
         return max(1, min(s, math.ceil(K / params["BK"])))
     cfg = search_space(Matmul.family).get("split_k", {})
-    target = _target_groups(fam, params)
+    target = _target_groups(fam, params["WG"])
     tiles = batch * math.ceil(M / params["BM"]) * math.ceil(N / params["BN"])
     if tiles >= target * cfg.get("min_fill", 1.0):  # the grid fills the GPU well enough already
         return 1
     splits = math.ceil(target / tiles)
     splits = min(splits, cfg.get("max_splits", 32), K // max(cfg.get("min_k_per_split", 256), 1))
     return max(splits, 1)
+
+
+def _tile_fit(fam: Matmul, wg: int, bm: int, bn: int, M: int, N: int, batch: int, splits: int = 1):
+    """(useful, fill) of a BM x BN tile of `wg` invocations on this GEMM: the share of its
+    outputs that are not padding, and its grid (splits included) over split_k.min_fill of the
+    device's target, at most 1 (tuning/matmul.json tile_fit)."""
+    tiles = batch * math.ceil(M / bm) * math.ceil(N / bn)
+    useful = M * N / (math.ceil(M / bm) * bm * math.ceil(N / bn) * bn)
+    min_fill = search_space(Matmul.family)["split_k"].get("min_fill", 1.0)
+    return useful, min(1.0, tiles * splits / (_target_groups(fam, wg) * min_fill))
 
 
 def _fit(fam: Matmul, bucket: str, M: int, N: int, K: int, batch: int, split_k) -> tuple[dict, str]:
@@ -206,17 +216,13 @@ def _fit(fam: Matmul, bucket: str, M: int, N: int, K: int, batch: int, split_k) 
     order = fit.get("order", [])
     if size not in order:
         return fam.resolve(bucket), bucket
-    min_useful, min_fill = fit.get("min_useful", 0.0), search_space(Matmul.family)["split_k"].get("min_fill", 1.0)
     best = None
     for name in order[order.index(size):]:
         key = name + dot + layout
         p = fam.resolve(key)
-        bm, bn = p["BM"], p["BN"]
-        tiles = batch * math.ceil(M / bm) * math.ceil(N / bn)
-        useful = M * N / (math.ceil(M / bm) * bm * math.ceil(N / bn) * bn)
-        groups = tiles * _split_count(fam, p, M, N, K, batch, split_k)
-        fill = min(1.0, groups / (_target_groups(fam, p) * min_fill))
-        if useful >= min_useful and fill >= 1.0:
+        useful, fill = _tile_fit(fam, p["WG"], p["BM"], p["BN"], M, N, batch,
+                                 _split_count(fam, p, M, N, K, batch, split_k))
+        if useful >= fit.get("min_useful", 0.0) and fill >= 1.0:
             return p, key
         if best is None or useful * fill > best[0]:
             best = (useful * fill, p, key)
@@ -554,17 +560,10 @@ class CoopMatmul:
         """Whether this kernel's tiles (it has no split-K) are mostly useful and fill the device
         (tuning/matmul.json "tile_fit", as for the tiled configs); if not, the tiled kernel, which
         can take a smaller tile and split K, runs instead (1655x126x5263: 13 tiles on 132 SMs)."""
-        fit = search_space(self.fam.family).get("tile_fit", {})
-        _, bm, bn = self.tile()
-        tiles = batch * math.ceil(M / bm) * math.ceil(N / bn)
-        useful = M * N / (math.ceil(M / bm) * bm * math.ceil(N / bn) * bn)
-        target = _target_groups(self.fam, {"WG": self.tile()[0]}) * search_space(self.fam.family)["split_k"].get("min_fill", 1.0)
-        return useful >= fit.get("min_useful", 0.0) and tiles >= target
-
-    def tile(self) -> tuple[int, int, int]:
-        """(workgroup invocations, BM, BN) of the default config."""
         c, s = self.cfg, self.shape
-        return c["SG_M"] * c["SG_N"] * self.subgroup, c["SG_M"] * c["FM"] * s["M"], c["SG_N"] * c["FN"] * s["N"]
+        useful, fill = _tile_fit(self.fam, c["SG_M"] * c["SG_N"] * self.subgroup, c["SG_M"] * c["FM"] * s["M"],
+                                 c["SG_N"] * c["FN"] * s["N"], M, N, batch)
+        return useful >= search_space(self.fam.family).get("tile_fit", {}).get("min_useful", 0.0) and fill >= 1.0
 
     def check(self, cfg: dict, a_kmajor: bool = True, b_nmajor: bool = True):
         """Raise InvalidConfigError unless the candidate fits the device; returns (wg, bm, bn, shared, stages, sub)."""
