@@ -126,3 +126,37 @@ def test_torchvk_compile_traces_the_sequence_path(name, monkeypatch):
             torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), atol=1e-5, rtol=1e-4)
     assert traced >= 4 and set(calls) == {name.lower()}  # the 4 layer-directions were traced
     assert torchvk.op_counts()["cpu"] == {}
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_packed_sequences_take_the_sequence_path(name, monkeypatch):
+    """Unsorted lengths, 2 layers, both directions, initial states: each step runs the rows still
+    running, and outputs, final states (each sequence's own last step) and grads match the CPU."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    torch.manual_seed(3)
+    cpu = getattr(torch.nn, name)(I, H, num_layers=2, bidirectional=True)
+    dev = getattr(torch.nn, name)(I, H, num_layers=2, bidirectional=True)
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tvk")
+    x, lengths = torch.randn(T, 4, I), torch.tensor([3, 6, 1, 4])
+    h = (torch.randn(4, 4, H), torch.randn(4, 4, H)) if name == "LSTM" else (torch.randn(4, 4, H),)
+    calls = []
+    real = rnn_layers._Recurrence.forward
+    monkeypatch.setattr(rnn_layers._Recurrence, "forward", staticmethod(
+        lambda ctx, *a: calls.append(a[0]) or real(ctx, *a)))
+
+    def run(mod, device):
+        xs = x.to(device).requires_grad_()
+        hs = tuple(t.to(device).requires_grad_() for t in h)
+        out, hn = mod(pack_padded_sequence(xs, lengths, enforce_sorted=False), hs if len(hs) == 2 else hs[0])
+        flat = [pad_packed_sequence(out)[0], *(hn if isinstance(hn, tuple) else (hn,))]
+        sum((t * torch.linspace(-1, 1, t.numel(), device=device).view(t.shape)).sum() for t in flat).backward()
+        return [t.detach().cpu() for t in flat] + [xs.grad.cpu(), *(t.grad.cpu() for t in hs),
+                                                   *(p.grad.cpu() for p in mod.parameters())]
+
+    torchvk.reset_op_counts()
+    got = run(dev, "tvk")
+    assert len(calls) == 4 and torchvk.op_counts()["cpu"] == {}
+    for g, want in zip(got, run(cpu, "cpu")):
+        torch.testing.assert_close(g, want, atol=1e-5, rtol=1e-4)
