@@ -135,6 +135,26 @@ def test_two_pass(device, rng, op):
         check(op, run(device, op, x, None, False, params=prm), x, None, False)
 
 
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "argmax", "argmin", "prod"])
+def test_column_split(device, rng, op):
+    """A strided column sum the tuned rule leaves whole (a bias grad: 2048 rows, few columns, one
+    workgroup) is cut into row chunks and finished by a second pass (tuning/reduce.json
+    column_split); row sums are not. TARGET_GROUPS as on a big GPU, the tuned rule off."""
+    prm = {"TARGET_GROUPS": 512, "SPLIT_MIN": 1 << 30}
+    stream = device.stream
+    for shape, dims, passes in [((2048, 24), (0,), 2), ((3, 700, 5), (0, 1), 2), ((24, 2048), (1,), 1)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        if op == "prod":
+            x = (1.0 + 0.001 * x).astype(np.float32)
+        before = stream.total_dispatches
+        got = run(device, op, x, dims, False, params=prm)
+        assert stream.total_dispatches - before == passes, (shape, dims)
+        check(op, got, x, dims, False)
+    if op.startswith("arg"):  # ties across chunks: the first occurrence still wins
+        x = np.random.default_rng(7).integers(0, 4, (2048, 24)).astype(np.float32)
+        check(op, run(device, op, x, (0,), False, params=prm), x, (0,), False)
+
+
 @pytest.mark.parametrize("wg", [32, 256, 1024])
 @pytest.mark.parametrize("subgroup", [0, 1])
 def test_variants(device, rng, wg, subgroup):

@@ -24,6 +24,7 @@ import math
 import struct
 
 from . import dtypes
+from ..search_space import search_space
 from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape
 from .strides import contiguous_strides
 
@@ -170,6 +171,15 @@ def _tune_shape(kept: list, red: list):
     return {"rows": rows, "cols": cols, "dim": dim, "n": rows * cols}
 
 
+def _column_splits(groups: int, target: int, n_red: int, t: int) -> int:
+    """Pass-1 chunks for a strided column sum the tuned rule leaves whole: a handful of workgroups
+    whose t threads per output would each walk a long column (tuning/reduce.json column_split)."""
+    rule = search_space(Reduce.family).get("column_split")
+    if not rule or groups * rule["max_groups_share"] > target or n_red // t < rule["min_per_thread"]:
+        return 1
+    return max(1, min(-(-target // groups), n_red // (t * rule["per_thread_chunk"]), rule["max_splits"]))
+
+
 def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, red, n_out, n_red, scale, in_code,
             allow_split, idx64=True):
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
@@ -188,6 +198,8 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
     target, split_min = int(prm.get("TARGET_GROUPS", 1)), int(prm.get("SPLIT_MIN", 1 << 30))
     if allow_split and groups < target and n_red >= split_min:
         nsplit = min(-(-target // groups), max(1, n_red // max(split_min // 4, 1)), 65535)
+    elif allow_split and cols:
+        nsplit = _column_splits(groups, target, n_red, t)
     chunk = n_red
     if nsplit > 1:
         chunk = -(-n_red // nsplit)
