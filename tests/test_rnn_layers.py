@@ -160,3 +160,45 @@ def test_packed_sequences_take_the_sequence_path(name, monkeypatch):
     assert len(calls) == 4 and torchvk.op_counts()["cpu"] == {}
     for g, want in zip(got, run(cpu, "cpu")):
         torch.testing.assert_close(g, want, atol=1e-5, rtol=1e-4)
+
+
+def _matches_cpu(make, x, h=None):
+    """Outputs, input and parameter grads of `make()` on tvk against the CPU."""
+    torch.manual_seed(4)
+    cpu = make()
+    dev = make()
+    dev.load_state_dict(cpu.state_dict())
+    results = []
+    for mod, device in ((cpu, "cpu"), (dev.to("tvk"), "tvk")):
+        xs = x.detach().clone().to(device).requires_grad_()
+        state = None if h is None else tuple(t.to(device) for t in h) if isinstance(h, tuple) else h.to(device)
+        out, hn = mod(xs) if state is None else mod(xs, state)
+        (1.3 * out.sum() + sum(t.sum() for t in (hn if isinstance(hn, tuple) else (hn,)))).backward()
+        results.append([out.detach().cpu(), xs.grad.cpu(), *(p.grad.cpu() for p in mod.parameters())])
+    for want, got in zip(*results):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("make, x, h", [
+    (lambda: torch.nn.LSTM(I, H, num_layers=3, bias=False), torch.randn(T, B, I), None),
+    (lambda: torch.nn.GRU(I, 1), torch.randn(1, 1, I), None),  # one step, one row, hidden size 1
+    (lambda: torch.nn.GRU(I, H, batch_first=True, bidirectional=True), torch.randn(T, 3, I).transpose(0, 1), None),
+    (lambda: torch.nn.LSTM(I, H), torch.randn(T, B, I), (torch.zeros(1, 1, H).expand(1, B, H), torch.randn(1, B, H))),
+    (lambda: torch.nn.LSTM(I, H), torch.randn(T, I), None),  # unbatched
+], ids=["no-bias-3-layers", "one-step", "strided-input", "expanded-h0", "unbatched"])
+def test_layer_options_match_cpu(make, x, h):
+    _matches_cpu(make, x, h)
+
+
+def test_frozen_weights_and_a_clear_error_for_double_backward():
+    lstm = torch.nn.LSTM(I, H).to("tvk")
+    for p in lstm.parameters():
+        p.requires_grad_(False)
+    x = torch.randn(T, B, I, device="tvk", requires_grad=True)
+    lstm(x)[0].sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad.cpu()).all()
+    for p in lstm.parameters():
+        p.requires_grad_(True)
+    with pytest.raises(RuntimeError, match="cannot be differentiated again"):  # not a silently partial result
+        torch.autograd.grad(lstm(x)[0].sum(), x, create_graph=True)
+    assert torch.isfinite(torch.autograd.grad(lstm(x)[0].sum(), x)[0].cpu()).all()  # still usable

@@ -76,8 +76,10 @@ class _Recurrence(torch.autograd.Function):
         return out, h_n, c_n
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_hn, d_cn):
+        if torch.is_grad_enabled():  # create_graph: this backward's kernels have no derivative of their own
+            raise RuntimeError("TorchVK: the backward of an nn.LSTM / nn.GRU layer on tvk cannot be differentiated "
+                               "again (create_graph=True, higher-order gradients); compute those on the CPU")
         (w_hh,) = ctx.saved_tensors
         read_h, read_c, new_c, spaces = ctx.steps
         sizes, starts, lstm = ctx.sizes, ctx.starts, ctx.kind == "lstm"
