@@ -146,5 +146,6 @@ def _gru_cell_backward_meta(grad_hy, workspace, has_bias):
 
 
 _meta = torch.library.Library("aten", "IMPL")
-_meta.impl("_thnn_fused_gru_cell", _gru_cell_meta, "Meta")
-_meta.impl("_thnn_fused_gru_cell_backward", _gru_cell_backward_meta, "Meta")
+for _name, _fn in (("_thnn_fused_gru_cell", _gru_cell_meta), ("_thnn_fused_gru_cell_backward", _gru_cell_backward_meta)):
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{_name}", "Meta"):  # a later torch may have its own
+        _meta.impl(_name, _fn, "Meta")
