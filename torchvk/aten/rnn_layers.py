@@ -1,9 +1,10 @@
-"""nn.LSTM and nn.GRU layers on tvk: aten.lstm.input and aten.gru.input, registered above autograd.
+"""nn.LSTM and nn.GRU layers on tvk: aten.lstm / aten.gru (.input and packed .data), registered
+above autograd.
 
 torch's own code for these ops runs a device other than the CPU step by step: each time step
 projects its input, projects the hidden state and runs the fused cell, and the backward adds
-per step the weight-gradient GEMMs and their accumulation, about a dozen small kernels a step
-(an LSTM step of the model zoo took 13.7x cuDNN's GPU time). Here each layer and direction
+per step the weight-gradient GEMMs and their accumulation, about 35 small kernels per layer,
+direction and step (an LSTM step of the model zoo took 13.7x cuDNN's GPU time). Here each layer and direction
 projects the whole sequence's input in one GEMM, runs the recurrence with one GEMM and one
 fused cell (which adds both biases) a step, and its backward with one fused cell backward and
 one GEMM a step, then the hidden weights' gradient in one GEMM over all steps. Packed sequences
