@@ -146,6 +146,25 @@ def test_kernel_runs_the_bucket_the_tuner_keys_its_shape_by(device):
         assert info["params"] == fam.params(info["config_bucket"])[0]
 
 
+def test_cooperative_matrix_gives_way_only_to_split_k(device, monkeypatch):
+    """The cooperative-matrix kernel cannot split K: a GEMM whose 128x128 tiles are few (1655x126:
+    13 on a GPU that wants 132 tiled ones) over a long K takes the tiled kernel with split-K;
+    with a short K, or tiles enough for a kernel about 4x faster, it keeps the cooperative
+    matrix. The kernel object is built by hand (lavapipe has none): fills() is arithmetic on
+    its config and the device's target, here an H200's."""
+    coop = object.__new__(mm.CoopMatmul)
+    coop.fam = mm.family(device, mm.Matmul)
+    coop.cfg = {"SG_M": 2, "SG_N": 4, "FM": 4, "FN": 2}
+    coop.shape = {"M": 16, "N": 16, "K": 16}
+    coop.subgroup = 32  # 256 invocations, 128x128 tiles
+    monkeypatch.setattr(mm, "_target_groups", lambda fam, wg: 264 * 256 / wg)
+    assert not coop.fills(1655, 126, 5263, 1)  # 13 tiles, K for 20 splits
+    assert not coop.fills(112, 983, 1383, 1)  # 8 tiles
+    assert coop.fills(1655, 126, 512, 1)  # K too short to split much
+    assert coop.fills(1024, 1024, 1024, 1) and coop.fills(4096, 4096, 4096, 1)  # 64 and 1024 tiles
+    assert coop.fills(4096, 70, 4096, 8)  # half padding, but 256 tiles
+
+
 def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(device, rng, monkeypatch):
     """A 'large' GEMM with one short side: the large tile would compute mostly padding, so a smaller
     size bucket's config runs (tuning/matmul.json tile_fit); results still match."""

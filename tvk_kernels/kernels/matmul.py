@@ -334,7 +334,7 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     if params is None:
         if dtype == "float16" and split_k is None and not bucket.startswith("skinny"):
             coop = _coop(fam)
-            if coop is not None and coop.usable(M, N, K) and coop.fills(M, N, batch):
+            if coop is not None and coop.usable(M, N, K) and coop.fills(M, N, K, batch):
                 info = coop.run(a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, bias_addr, act, alpha)
                 info["bucket"] = bucket
                 return info
@@ -556,14 +556,19 @@ class CoopMatmul:
     def usable(self, M, N, K) -> bool:
         return min(M, N) >= self.min_size and K >= 16
 
-    def fills(self, M, N, batch) -> bool:
-        """Whether this kernel's tiles (it has no split-K) are mostly useful and fill the device
-        (tuning/matmul.json "tile_fit", as for the tiled configs); if not, the tiled kernel, which
-        can take a smaller tile and split K, runs instead (1655x126x5263: 13 tiles on 132 SMs)."""
+    def fills(self, M, N, K, batch) -> bool:
+        """Whether this kernel (it cannot split K) keeps enough of the device busy; if not, the tiled
+        kernel with split-K runs instead (tuning/matmul.json coopmat.fallback: its grid counts
+        `speed_over_tiled` times a tiled one's, and only a K long enough for min_splits splits
+        can make up for the slower kernel: 1655x126x5263 has 13 tiles on 132 SMs)."""
         c, s = self.cfg, self.shape
-        useful, fill = _tile_fit(self.fam, c["SG_M"] * c["SG_N"] * self.subgroup, c["SG_M"] * c["FM"] * s["M"],
-                                 c["SG_N"] * c["FN"] * s["N"], M, N, batch)
-        return useful >= search_space(self.fam.family).get("tile_fit", {}).get("min_useful", 0.0) and fill >= 1.0
+        rule = search_space(self.fam.family)["coopmat"].get("fallback")
+        if not rule:
+            return True
+        _, fill = _tile_fit(self.fam, c["SG_M"] * c["SG_N"] * self.subgroup, c["SG_M"] * c["FM"] * s["M"],
+                            c["SG_N"] * c["FN"] * s["N"], M, N, batch)
+        long_k = K // search_space(self.fam.family)["split_k"].get("min_k_per_split", 256) >= rule["min_splits"]
+        return fill * rule["speed_over_tiled"] >= 1.0 or not long_k
 
     def check(self, cfg: dict, a_kmajor: bool = True, b_nmajor: bool = True):
         """Raise InvalidConfigError unless the candidate fits the device; returns (wg, bm, bn, shared, stages, sub)."""
