@@ -185,9 +185,7 @@ def _split_plan(device, params: dict, M: int, N: int, K: int, groups: int, split
     if K <= 0:
         return 1, bk
     if split_k is not None:
-        if not isinstance(split_k, int) or split_k < 1:
-            raise ValueError(f"split_k must be a positive int, got {split_k!r}")
-        splits = split_k
+        splits = checked_split_k(split_k)
     else:
         cfg = search_space(Conv2d.family).get("split_k", {})
         facts = device.facts
@@ -204,6 +202,13 @@ def _split_plan(device, params: dict, M: int, N: int, K: int, groups: int, split
     splits = max(1, min(splits, math.ceil(K / bk), cap))
     chunk = _chunk(K, splits, bk)
     return math.ceil(K / chunk), chunk
+
+
+def checked_split_k(split_k) -> int:
+    """A forced split count (split_k=): a positive int."""
+    if not isinstance(split_k, int) or split_k < 1:
+        raise ValueError(f"split_k must be a positive int, got {split_k!r}")
+    return split_k
 
 
 def _chunk(K: int, splits: int, bk: int) -> int:
@@ -242,22 +247,28 @@ def _grid(device, M, N, params, gz):
 
 def _dispatch_gemm(device, fam, direction, g, a, b, c, bias, params, kchunk=None, splits=1, flags=0, label="",
                    act=None):
-    """One direction's GEMM with resolved `params` (Conv2d.resolve_gemm). With splits > 1, `c` is
-    the scratch of `splits` partial-sum slices (_split_k_sum)."""
+    """The forward's or grad_weight's GEMM with resolved `params` (Conv2d.resolve_gemm). With
+    splits > 1, `c` is the scratch of `splits` partial-sum slices (_split_k_sum)."""
     M, N, K = gemm_dims(direction, g)
     pipe = fam.gemm_pipeline(DIRS[direction], params, act)
     label = label or f"conv2d_{direction}" + (f"_{act}" if act else "")
-    if direction == "bwd_input":  # one launch per stride phase (sh*sw of them; one for stride 1)
-        head = (a, b, c, g["n"], g["ic"], g["h"], g["w"], g["oc"], g["oh"], g["ow"], g["groups"], g["kh"], g["kw"])
-        for m, k, fields in _bwd_input_phases(g):  # each phase writes every slice: zeros past its K
-            push = _PUSH_BI.pack(*head, *fields, _chunk(k, splits, params["BK"]))
-            device.stream.dispatch(pipe, _grid(device, m, N, params, g["groups"] * splits), push, label)
-        return
     push = _push(a, b, c, bias, g, K if kchunk is None else kchunk, flags)
     device.stream.dispatch(pipe, _grid(device, M, N, params, g["groups"] * splits), push, label)
 
 
-def _split_k_sum(device, fam, dst, numel: int, splits: int, launch, act: str | None = None):
+def _dispatch_bwd_input(device, fam, g, phases, a, b, c, params, splits=1):
+    """grad_input's GEMM: one launch per stride phase (_bwd_input_phases; one for stride 1), each
+    writing every partial-sum slice (zeros past its K)."""
+    pipe = fam.gemm_pipeline(DIRS["bwd_input"], params)
+    n = g["ic"] // g["groups"]
+    head = (a, b, c, g["n"], g["ic"], g["h"], g["w"], g["oc"], g["oh"], g["ow"], g["groups"], g["kh"], g["kw"])
+    for m, k, fields in phases:
+        push = _PUSH_BI.pack(*head, *fields, _chunk(k, splits, params["BK"]))
+        device.stream.dispatch(pipe, _grid(device, m, n, params, g["groups"] * splits), push, "conv2d_bwd_input")
+
+
+def _split_k_sum(device, fam, dst, numel: int, splits: int, launch, act: str | None = None,
+                 label: str = "conv2d_splitk_sum"):
     """launch(c) runs the GEMM with output c: `dst` itself, or with splits > 1 a scratch buffer of
     `splits` partial-sum slices of `numel` floats that one reduce adds into dst (in a fixed
     order: deterministic), applying `act` (the forward's epilogue) to each sum."""
@@ -266,8 +277,7 @@ def _split_k_sum(device, fam, dst, numel: int, splits: int, launch, act: str | N
         return
     scratch = device.allocator.alloc(4 * numel * splits)
     launch(scratch.address)
-    _reduce(device, fam, scratch.address, dst, numel, splits, 1, numel, 1, fam.reduce_wg(), "conv2d_splitk_sum",
-            act)
+    _reduce(device, fam, scratch.address, dst, numel, splits, 1, numel, 1, fam.reduce_wg(), label, act)
     device.stream.keep_alive(scratch)
 
 
@@ -340,8 +350,7 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
                             max(k for _, k, _ in phases), g["groups"], split_k, numel, "bwd_input")
 
     def launch(c):
-        _dispatch_gemm(device, fam, "bwd_input", g, address(grad_out_addr), address(w_addr), c, 0, params,
-                       splits=splits)
+        _dispatch_bwd_input(device, fam, g, phases, address(grad_out_addr), address(w_addr), c, params, splits)
 
     _split_k_sum(device, fam, address(grad_in_addr), numel, splits, launch)
     return x_shape
@@ -370,7 +379,7 @@ def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, 
                                        params, run, split_k)
         return w_shape
     params = fam.resolve_gemm("bwd_weight", g, params, run)
-    splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k)
+    splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k, direction="bwd_weight")
 
     def launch(c):
         _dispatch_gemm(device, fam, "bwd_weight", g, address(grad_out_addr), address(x_addr), c, 0, params,

@@ -106,9 +106,7 @@ def split_plan(device, g: dict, taps_per_group: int, split_k=None) -> tuple[int,
         return 1, 0
     units = g["oc"] * -(-g["kh"] * g["kw"] // taps_per_group)
     if split_k is not None:
-        if not isinstance(split_k, int) or split_k < 1:
-            raise ValueError(f"split_k must be a positive int, got {split_k!r}")
-        splits = split_k
+        splits = _conv.checked_split_k(split_k)
     else:
         cfg, facts = search_space(DepthwiseConv.family).get("split", {}), device.facts
         target = by_class(cfg.get("target_groups"), facts, 256)
@@ -125,17 +123,14 @@ def backward_weight(device, g, grad_out, x, grad_w, params, run, split_k=None):
     prm = fam.resolve_dir("bwd_weight", g, params, run)
     splits, chunk = split_plan(device, g, prm["TAPS"], split_k)
     units = g["oc"] * -(-g["kh"] * g["kw"] // prm["TAPS"])
-    numel = g["oc"] * g["kh"] * g["kw"]
     pipe = fam.pipeline(2, prm)
     grid = grid_1d(units * splits, device.facts.max_workgroup_count[0])
-    scratch = device.allocator.alloc(4 * numel * splits) if splits > 1 else None
-    dst = scratch.address if scratch is not None else grad_w
-    device.stream.dispatch(pipe, grid, _push(grad_out, x, dst, 0, g, 0, chunk, splits), "conv2d_depthwise_bwd_weight")
-    if scratch is not None:
-        conv_fam = family(device, _conv.Conv2d)
-        _conv._reduce(device, conv_fam, scratch.address, grad_w, numel, splits, 1, numel, 1, conv_fam.reduce_wg(),
-                      "conv2d_depthwise_split_sum")
-        device.stream.keep_alive(scratch)
+
+    def launch(c):
+        device.stream.dispatch(pipe, grid, _push(grad_out, x, c, 0, g, 0, chunk, splits), "conv2d_depthwise_bwd_weight")
+
+    _conv._split_k_sum(device, family(device, _conv.Conv2d), grad_w, g["oc"] * g["kh"] * g["kw"], splits, launch,
+                       label="conv2d_depthwise_split_sum")
 
 
 # ------------------------------------------------------------------ autotuner target

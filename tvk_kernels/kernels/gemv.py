@@ -38,8 +38,12 @@ class Gemv(Family):
 
 
 def is_gemv_params(params) -> bool:
-    """Whether an explicit params dict is this kernel's (a matmul call with such a dict runs it)."""
-    return isinstance(params, dict) and bool(params) and all(n in search_space(Gemv.family)["params"] for n in params)
+    """Whether an explicit params dict is this kernel's (a matmul call with such a dict runs it): only
+    its names, one at least that the tiled kernel lacks ({"VEC": 4} alone is the tiled kernel's too)."""
+    if not isinstance(params, dict) or not params:
+        return False
+    names, tiled = search_space(Gemv.family)["params"], search_space("matmul")["params"]
+    return all(n in names for n in params) and any(n not in tiled for n in params)
 
 
 def defines(params: dict, *, dtype_id: int = 0, mmajor: bool = False, vec_w: int | None = None,

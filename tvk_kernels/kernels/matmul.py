@@ -69,6 +69,11 @@ class Matmul(Family):
     def __init__(self, device):
         Family.__init__(self, device)
         self.coop = None  # CoopMatmul, built on first fp16 use where the device has the feature
+        # invocations in flight that fill the device: tuning/matmul.json's split_k target_groups
+        # counts workgroups of the device's default config (once here: _target_groups is per call)
+        space = search_space(self.family)
+        self.target_invocations = (by_class(space.get("split_k", {}).get("target_groups"), device.facts, 64)
+                                   * with_derived(space, default_params(self.family, device.facts))["WG"])
 
     def params(self, bucket: str = "*") -> tuple[dict, str]:
         """(params, source) of a bucket. A layout bucket ("medium.tn") not tuned on this device runs
@@ -167,13 +172,18 @@ def _contig_choice(s_outer: int, s_inner: int, n_outer: int, n_inner: int) -> bo
 
 
 def _target_groups(fam: Matmul, wg: int) -> float:
-    """The workgroups of `wg` invocations that fill the device: tuning/matmul.json's split_k target_groups
-    counts workgroups of the device's default config; a config with smaller workgroups needs
-    proportionally more of them (the same number of invocations in flight)."""
-    cfg = search_space(Matmul.family).get("split_k", {})
-    target = by_class(cfg.get("target_groups"), fam.device.facts, 64)
-    default_wg = with_derived(search_space(Matmul.family), default_params(Matmul.family, fam.device.facts))["WG"]
-    return target * default_wg / wg
+    """The workgroups of `wg` invocations that fill the device: a config with smaller workgroups
+    needs proportionally more of them (Matmul.target_invocations)."""
+    return fam.target_invocations / wg
+
+
+def _load_widths(limit: int, a_addr: int, b_addr: int, esize: int, sa, sb, a_kmajor: bool, b_nmajor: bool):
+    """(vec_a, vec_b): each operand's vector load width along the dimension it is read by."""
+    vec_a = (vector_width(limit, sa[2], a_addr, esize, (sa[0], sa[1])) if a_kmajor
+             else vector_width(limit, sa[1], a_addr, esize, (sa[0], sa[2])))
+    vec_b = (vector_width(limit, sb[2], b_addr, esize, (sb[0], sb[1])) if b_nmajor
+             else vector_width(limit, sb[1], b_addr, esize, (sb[0], sb[2])))
+    return vec_a, vec_b
 
 
 def _split_count(fam: Matmul, params: dict, M: int, N: int, K: int, batch: int, split_k) -> int:
@@ -366,11 +376,7 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     if splits <= 1:
         splits, k_chunk = 1, K
 
-    limit = params["VEC"]
-    vec_a = (vector_width(limit, sa[2], a_addr, esize, (sa[0], sa[1])) if a_kmajor
-             else vector_width(limit, sa[1], a_addr, esize, (sa[0], sa[2])))
-    vec_b = (vector_width(limit, sb[2], b_addr, esize, (sb[0], sb[1])) if b_nmajor
-             else vector_width(limit, sb[1], b_addr, esize, (sb[0], sb[2])))
+    vec_a, vec_b = _load_widths(params["VEC"], a_addr, b_addr, esize, sa, sb, a_kmajor, b_nmajor)
 
     facts = device.facts
     tiles = math.ceil(M / params["BM"]) * math.ceil(N / params["BN"])
@@ -609,10 +615,7 @@ class CoopMatmul:
         esize = 2
         a_kmajor = _contig_choice(sa[1], sa[2], M, K)
         b_nmajor = _contig_choice(sb[1], sb[2], K, N)
-        vec_a = (vector_width(8, sa[2], a_addr, esize, (sa[0], sa[1])) if a_kmajor
-                 else vector_width(8, sa[1], a_addr, esize, (sa[0], sa[2])))
-        vec_b = (vector_width(8, sb[2], b_addr, esize, (sb[0], sb[1])) if b_nmajor
-                 else vector_width(8, sb[1], b_addr, esize, (sb[0], sb[2])))
+        vec_a, vec_b = _load_widths(8, a_addr, b_addr, esize, sa, sb, a_kmajor, b_nmajor)
         pipe, bm, bn = self.pipeline_for(act, vec_a, vec_b, a_kmajor, b_nmajor, cfg)
         facts = self.device.facts
         tiles = math.ceil(M / bm) * math.ceil(N / bn)
