@@ -87,6 +87,9 @@ def pytest_sessionfinish(session, exitstatus):
     records = shipped_kernels.read_records(folder)
     shutil.rmtree(folder, ignore_errors=True)
     if os.environ["TVK_SHIPPED_KERNELS"] == "update":
+        if exitstatus != 0:  # a failed or cut-short run saw only part of the kernels
+            print(f"\nshipped/kernels.json left as it was: the run did not pass (exit status {exitstatus})")
+            return
         shipped_kernels.save(records)
         print(f"\nshipped/kernels.json: {len(records)} modules")
         return

@@ -136,9 +136,10 @@ def spec_constants(name: str) -> dict[str, int]:
     return spec_constants_of(template_path(name))
 
 
-def spec_constants_of(path: Path) -> dict[str, int]:
-    """spec_constants() of a template file anywhere (carry_over reads a template as it was)."""
-    key = (str(path), _template_hash(path))
+def spec_constants_of(path: Path, digest: str | None = None) -> dict[str, int]:
+    """spec_constants() of a template file anywhere (carry_over reads a template as it was);
+    digest: its _template_hash, when the caller has it."""
+    key = (str(path), digest or _template_hash(path))
     table = _spec_tables.get(key)
     if table is None:
         files = _included(path.resolve(), {})
@@ -162,10 +163,10 @@ def spec_constants_of(path: Path) -> dict[str, int]:
     return table
 
 
-def split_defines(name: str | Path, defines: dict | None) -> tuple[dict, dict]:
+def split_defines(name: str | Path, defines: dict | None, digest: str | None = None) -> tuple[dict, dict]:
     """(defines for the compiler, {constant_id: value} for the pipeline) of templates/<name>
-    (or of a template file's path)."""
-    table = spec_constants_of(name) if isinstance(name, Path) else spec_constants(name)
+    (or of a template file's path, whose _template_hash `digest` the caller may have)."""
+    table = spec_constants_of(name, digest) if isinstance(name, Path) else spec_constants(name)
     if not table:
         return dict(defines or {}), {}
     compiled, spec = {}, {}
@@ -192,11 +193,12 @@ def cache_key(path: Path, defines: dict | None = None) -> str:
     return _cache_key(path, split_defines(path, defines)[0])
 
 
-def _cache_key(path: Path, compiled: dict) -> str:
-    """cache_key() of defines already without the specialization constants."""
+def _cache_key(path: Path, compiled: dict, digest: str | None = None) -> str:
+    """cache_key() of defines already without the specialization constants (digest: the
+    template's _template_hash, when the caller has it)."""
     # unoptimized SPIR-V gets its own key; the default key is unchanged, so existing caches stay valid
     settings = [CACHE_VERSION, TARGET_ENV] + ([] if spirv_optimized() else ["-O0"])
-    key_src = "\n".join([*settings, path.name, _template_hash(path), *_define_args(compiled)])
+    key_src = "\n".join([*settings, path.name, digest or _template_hash(path), *_define_args(compiled)])
     return hashlib.sha256(key_src.encode()).hexdigest()
 
 
@@ -207,8 +209,9 @@ def spirv_cache_file(key: str) -> Path:
 def compile_file(path: Path, defines: dict | None = None, record: str | None = None) -> bytes:
     """SPIR-V of a template file with these defines. `record`: the template's name, written to
     TVK_RECORD_KERNELS when set (how shipped/kernels.json learns which modules to ship)."""
-    defines = split_defines(path, defines)[0]  # the template's specialization constants are the pipeline's
-    key = _cache_key(path, defines)
+    digest = _template_hash(path)  # read and hashed once for both uses
+    defines = split_defines(path, defines, digest)[0]  # the template's specialization constants are the pipeline's
+    key = _cache_key(path, defines, digest)
     if key in _memo:
         return _memo[key]
     with _key_lock(key):

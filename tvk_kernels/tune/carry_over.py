@@ -70,11 +70,8 @@ def main(argv=None) -> int:
 
         device = get_device()
         if not rdna1.on_null_navi10(device):
-            icd = rdna1.radv_icd()
-            if icd is None:
-                raise SystemExit("carry_over --machine-code needs Mesa's RADV driver (apt-get install mesa-vulkan-drivers)")
-            return subprocess.call([sys.executable, "-m", "tvk_kernels.tune.carry_over", *(argv or sys.argv[1:])],
-                                   env=rdna1.null_navi10_env(icd))
+            return rdna1.reexec_on_null_navi10(argv or sys.argv[1:], "tvk_kernels.tune.carry_over",
+                                               "carry_over --machine-code")
     renumbered = _old_values(args.old_value)
     now = template_path(args.template)
     rel = Path("templates") / args.template  # where templates live in the repository
@@ -108,7 +105,7 @@ def main(argv=None) -> int:
                         return 1
                     if device is not None:
                         local = (with_derived(search_space(family), res["params"]).get("WG", 64), 1, 1)
-                        problem = _machine_code_differs(device, old, before, now, defines, local)
+                        problem = _machine_code_differs(device, old, before, old_defines, now, defines, local)
                     elif not same_kernel(before, compile_file(now, defines)):
                         problem = "the SPIR-V differs" + ("" if find_spirv_dis() else (
                             " (compared byte for byte without debug instructions: install SPIRV-Tools, "
@@ -137,12 +134,13 @@ def main(argv=None) -> int:
 _RESOURCES = ("SGPRs", "VGPRs", "Spilled SGPRs", "Spilled VGPRs", "LDS size", "Scratch size", "Subgroups per SIMD")
 
 
-def _machine_code_differs(device, old: Path, old_spirv: bytes, now: Path, defines: dict, local_size) -> str | None:
+def _machine_code_differs(device, old: Path, old_spirv: bytes, old_defines: dict, now: Path, defines: dict,
+                          local_size) -> str | None:
     """What differs between ACO's statistics of the kernel built from the template at --since
-    (defines; specialization constants where it had some) and now (specialization constants)."""
+    (old_defines; specialization constants where it had some) and now (specialization constants)."""
     stats = []
-    for path, spirv in ((old, old_spirv), (now, None)):
-        compiled, spec = split_defines(path, defines)
+    for path, spirv, given in ((old, old_spirv, old_defines), (now, None, defines)):
+        compiled, spec = split_defines(path, given)
         spirv = spirv if spirv is not None else compile_file(path, compiled)
         stats.append(device.pipelines.from_spirv(spirv, local_size, 128, spec, capture_stats=True).stats)
     before, after = stats

@@ -84,13 +84,18 @@ def null_navi10_env(icd: str, **extra) -> dict:
     return env
 
 
-def reexec_on_null_navi10(argv) -> int:
-    """Run this tvk-tune command again with only the null Navi 10 device visible."""
+def reexec_on_null_navi10(argv, module: str = "tvk_kernels.tune.cli", what: str = "tvk-tune --target rdna1") -> int:
+    """Run this command (python -m `module` argv) again with only the null Navi 10 device visible;
+    once: a run that still does not see it (an older RADV) stops with a message."""
+    if os.environ.get("TVK_ON_NULL_NAVI10"):
+        print(f"{what}: Mesa's RADV driver shows no null Navi 10 device (RADV_FORCE_FAMILY=navi10); "
+              "it needs Mesa 22 or later", file=sys.stderr)
+        return 1
     icd = radv_icd()
     if icd is None:
-        print("tvk-tune --target rdna1 needs Mesa's RADV driver (Debian: apt-get install mesa-vulkan-drivers)", file=sys.stderr)
+        print(f"{what} needs Mesa's RADV driver (Debian: apt-get install mesa-vulkan-drivers)", file=sys.stderr)
         return 1
-    return subprocess.call([sys.executable, "-m", "tvk_kernels.tune.cli", *argv], env=null_navi10_env(icd))
+    return subprocess.call([sys.executable, "-m", module, *argv], env=null_navi10_env(icd, TVK_ON_NULL_NAVI10="1"))
 
 
 def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
