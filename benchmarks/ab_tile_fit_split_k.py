@@ -1,0 +1,92 @@
+"""Interleaved A/B on one device (diagnostic; it decided two thresholds, see design note 29):
+
+    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv]     (writes ab2.json to $OUT or /tmp)
+
+gemm: the GEMM sweep with matmul's tile fit on and off (tuning/matmul.json tile_fit order
+emptied), conv: the conv sweep with the forward's and grad-input's split-K planned and forced
+to 1; each row measured twice per mode in alternating order, the better kept, so clock drift
+does not favour a mode; torch CUDA's times from the sweeps' own peers. The H200 run at 0f03d26
+is benchmarks/results/h200/ab/0f03d26-tile-fit-split-k.json.
+"""
+import json, math, os, sys, time
+import torchvk  # noqa
+import torch
+from tvk_kernels.runtime import get_device
+from tvk_kernels.search_space import search_space
+from tvk_kernels.kernels import matmul as mm
+from torchvk.experiments import gemm_sweep, conv_sweep
+
+dev = get_device(0)
+a = torch.randn(4096, 4096, device="tvk")
+t = time.time()
+while time.time() - t < 8:
+    (a @ a).sum().item()
+del a
+fit = search_space("matmul")["tile_fit"]
+ORDER = list(fit["order"])
+out = {"gemm": [], "conv": []}
+parts = sys.argv[1:] or ["gemm", "conv"]
+if "gemm" in parts:
+    gemms = gemm_sweep.sample()
+    dts = ["float32", "float16"]
+    cuda = gemm_sweep.cuda_times(gemms, dts, 10)
+    i = 0
+    for g in gemms:
+        for dt in dts:
+            res = {}
+            for rep in range(2):
+                for name, order in ((("fit", ORDER), ("nofit", [])) if rep == 0 else (("nofit", []), ("fit", ORDER))):
+                    fit["order"] = order
+                    mm._prepared.clear()
+                    r = gemm_sweep._tvk_one(dev, g, dt, 10, False)
+                    if name not in res or r["tvk_s"] < res[name]["tvk_s"]:
+                        res[name] = r
+            c = cuda[i] if cuda else None
+            i += 1
+            row = {"label": gemm_sweep._label(g), "dtype": dt, "cuda_s": c}
+            for name, r in res.items():
+                row[name] = {"s": r["tvk_s"], "x": r["tvk_s"] / c if c else None, "kernel": r["kernel"],
+                             "splits": r["splits"], "tile": (r["params"] or {}).get("BM"), "tn": (r["params"] or {}).get("BN")}
+            out["gemm"].append(row)
+            print(f'{row["label"]:32s} {dt:8s} nofit {row["nofit"]["x"]:.2f} fit {row["fit"]["x"]:.2f} '
+                  f'{row["fit"]["kernel"]} {row["fit"]["tile"]}x{row["fit"]["tn"]} s{row["fit"]["splits"]} | '
+                  f'{row["nofit"]["kernel"]} {row["nofit"]["tile"]}x{row["nofit"]["tn"]} s{row["nofit"]["splits"]}', flush=True)
+    fit["order"] = ORDER
+    for dt in dts:
+        for name in ("nofit", "fit"):
+            xs = [r[name]["x"] for r in out["gemm"] if r["dtype"] == dt and r[name]["x"]]
+            print("GEMM", dt, name, "geomean", round(math.exp(sum(map(math.log, xs)) / len(xs)), 3),
+                  "over2x", sum(x > 2 for x in xs), flush=True)
+if "conv" in parts:
+    from tvk_kernels.kernels import conv
+    import functools
+    fwd0, bi0 = conv.conv2d_forward, conv.conv2d_backward_input
+    layers = conv_sweep.LAYERS
+    cuda = conv_sweep.cuda_times(layers, 10)
+    DIRS = ["fwd", "bwd_input", "bwd_weight"]
+    def setmode(on):
+        conv.conv2d_forward = fwd0 if on else functools.partial(fwd0, split_k=1)
+        conv.conv2d_backward_input = bi0 if on else functools.partial(bi0, split_k=1)
+    for li, L in enumerate(layers):
+        res = {}
+        for rep in range(2):
+            for name in (("split", "nosplit") if rep == 0 else ("nosplit", "split")):
+                setmode(name == "split")
+                r = conv_sweep._tvk_one(dev, L, 10, False)
+                for d, (t, e) in r.items():
+                    key = (name, d)
+                    if key not in res or t < res[key]:
+                        res[key] = t
+        for di, d in enumerate(DIRS):
+            c = cuda[li * 3 + di] if cuda else None
+            row = {"label": conv_sweep.label(L), "direction": d, "cudnn_s": c, "split": res[("split", d)] / c,
+                   "nosplit": res[("nosplit", d)] / c}
+            out["conv"].append(row)
+            if d != "bwd_weight":
+                print(f'{row["label"]:48s} {d:10s} nosplit {row["nosplit"]:.2f} split {row["split"]:.2f}', flush=True)
+    setmode(True)
+    for name in ("nosplit", "split"):
+        xs = [r[name] for r in out["conv"]]
+        print("CONV", name, "geomean", round(math.exp(sum(map(math.log, xs)) / len(xs)), 3), "over2x",
+              sum(x > 2 for x in xs), flush=True)
+json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "ab2.json"), "w"))
