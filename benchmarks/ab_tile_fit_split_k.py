@@ -1,10 +1,12 @@
 """Interleaved A/B on one device (diagnostic; it decided two thresholds, see design note 29):
 
-    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv]     (writes ab2.json to $OUT or /tmp)
+    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop]    (writes ab2.json to $OUT or /tmp)
 
 gemm: the GEMM sweep with matmul's tile fit on and off (tuning/matmul.json tile_fit order
 emptied), conv: the conv sweep with the forward's and grad-input's split-K planned and forced
-to 1; each row measured twice per mode in alternating order, the better kept, so clock drift
+to 1; coop: the fp16 sweep rows the cooperative-matrix kernel takes, run by it with split-K
+(the rule), by it without (split_k=1), and by the tiled kernel with split-K (the fallback that
+split-K replaced). Each row measured twice per mode in alternating order, the better kept, so clock drift
 does not favour a mode; torch CUDA's times from the sweeps' own peers. The H200 run at 0f03d26
 is benchmarks/results/h200/ab/0f03d26-tile-fit-split-k.json.
 """
@@ -24,7 +26,7 @@ while time.time() - t < 8:
 del a
 fit = search_space("matmul")["tile_fit"]
 ORDER = list(fit["order"])
-out = {"gemm": [], "conv": []}
+out = {"gemm": [], "conv": [], "coop": []}
 parts = sys.argv[1:] or ["gemm", "conv"]
 if "gemm" in parts:
     gemms = gemm_sweep.sample()
@@ -89,4 +91,38 @@ if "conv" in parts:
         xs = [r[name] for r in out["conv"]]
         print("CONV", name, "geomean", round(math.exp(sum(map(math.log, xs)) / len(xs)), 3), "over2x",
               sum(x > 2 for x in xs), flush=True)
+if "coop" in parts:
+    from tvk_kernels.kernels import matmul_coopmat as coopmat
+    coop = coopmat.verified(dev)
+    plan0, usable0 = coopmat.plan_launch, coopmat.CoopMatmul.usable
+
+    def unsplit(fam, tile, M, N, K, batch, sa, sb, sc, esize, split_k, *rest):
+        return plan0(fam, tile, M, N, K, batch, sa, sb, sc, esize, 1, *rest)
+
+    MODES = {"split": (plan0, usable0), "nosplit": (unsplit, usable0), "tiled": (plan0, lambda self, M, N, K: False)}
+    gemms = [g for g in gemm_sweep.sample() if coop is not None and coop.usable(g["M"], g["N"], g["K"])]
+    cuda = gemm_sweep.cuda_times(gemms, ["float16"], 10)
+    for i, g in enumerate(gemms):
+        res = {}
+        for rep in range(2):
+            for name in (list(MODES) if rep == 0 else list(MODES)[::-1]):
+                coopmat.plan_launch, coopmat.CoopMatmul.usable = MODES[name]
+                mm._prepared.clear()
+                r = gemm_sweep._tvk_one(dev, g, "float16", 10, False)
+                if name not in res or r["tvk_s"] < res[name]["tvk_s"]:
+                    res[name] = r
+        coopmat.plan_launch, coopmat.CoopMatmul.usable = MODES["split"]
+        c = cuda[i] if cuda else None
+        row = {"label": gemm_sweep._label(g), "dtype": "float16", "cuda_s": c}
+        for name, r in res.items():
+            row[name] = {"s": r["tvk_s"], "x": r["tvk_s"] / c if c else None, "kernel": r["kernel"],
+                         "splits": r["splits"]}
+        out["coop"].append(row)
+        print(f'{row["label"]:32s} ' + " ".join(f'{n} {row[n]["x"]:.2f} ({row[n]["kernel"]} s{row[n]["splits"]})'
+                                               for n in MODES), flush=True)
+    for name in MODES:
+        xs = [r[name]["x"] for r in out["coop"] if r[name]["x"]]
+        if xs:
+            print("COOP", name, "geomean", round(math.exp(sum(map(math.log, xs)) / len(xs)), 3), "over2x",
+                  sum(x > 2 for x in xs), flush=True)
 json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "ab2.json"), "w"))

@@ -6,6 +6,7 @@
 #   P: host-time profile of a compiled and an eager MNIST CNN step (printed only)
 #   N: tuning of norm into the shipped file (after a norm.comp change)   G: per-kernel GPU profile vs CUDA
 #   V: tuning of conv2d alone, longer (40 trials a bucket; TVK_TUNE_BUDGET seconds)   W: kernel benchmarks only
+#   H: the cooperative-matrix kernel: its device tests, its tuning (fp16), the matmul table, and the A/B of its split-K
 #   X: tuning of matmul alone (its layout and batched buckets)   Y: tuning of gemv and conv2d_depthwise   Z: the model zoo (tvk-bench zoo)   D: data-parallel throughput, tvk backend vs torch CUDA (2 processes)
 # Pass TVK_COMMIT from the checkout: the copy on the device may carry an older .git HEAD.
 # Usage there: TVK_COMMIT=<sha> bash benchmarks/h200_session.sh A B   (results land in $OUT/results.tgz
@@ -40,6 +41,11 @@ for phase in "$@"; do
     X) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # the layout and batched buckets join the shipped file
        step python3 -m tvk_kernels.tune.cli --device 0 --ops matmul --trials 25 --time-budget ${TVK_TUNE_BUDGET:-360} --out $TVK_CONFIG_DIR --no-progress ;;
     Z) step python3 -m tvk_kernels.bench.cli zoo --out $R --no-progress ;;
+    H) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/
+       step python3 -m pytest -q -p no:cacheprovider tests/test_matmul.py -k coopmat
+       step python3 -m tvk_kernels.tune.cli --device 0 --ops matmul_coopmat --trials 25 --time-budget ${TVK_TUNE_BUDGET:-240} --out $TVK_CONFIG_DIR --no-progress
+       step python3 -m tvk_kernels.bench.cli matmul --out $R --no-progress
+       step python3 benchmarks/ab_tile_fit_split_k.py coop; mkdir -p $R/ab; mv $OUT/ab2.json $R/ab/coop-split-k.json; save ;;
     Y) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # new families join the shipped file
        step python3 -m tvk_kernels.tune.cli --device 0 --ops gemv,conv2d_depthwise --trials 20 --time-budget ${TVK_TUNE_BUDGET:-120} --out $TVK_CONFIG_DIR --no-progress ;;
     D) step python3 benchmarks/distributed_throughput.py --out $R ;;

@@ -1,7 +1,11 @@
 #version 450
 // Cooperative-matrix GEMM (VK_KHR_cooperative_matrix):  C[b] = ACT(alpha * A[b] @ B[b] + bias)
 // fp16 storage, fp16 x fp16 products, fp32 accumulate; same push constants, strides and
-// epilogue as matmul.comp (MODE 0 only).
+// epilogue as matmul.comp.
+// MODE 0: the GEMM with the epilogue (alpha, bias, activation), writes C.
+// MODE 1: split-K: workgroup z = b * splits + s covers K range [s*k_chunk, ...) and writes raw
+//         fp32 partial sums to the scratch at p.c laid out [splits][batch][M][N]; matmul.comp's
+//         MODE 2 pass sums them and applies the epilogue.
 //
 // The workgroup is SG_M x SG_N subgroups of SUBGROUP_SIZE invocations; each subgroup owns
 // FM x FN accumulator matrices of MS x NS (the device's cooperative-matrix shape, with
@@ -18,7 +22,7 @@
 // Tunables (specialization constants: one SPIR-V module serves every tile config): SG_M (id 3),
 // SG_N (4), FM (5), FN (6), BK (7), PAD (8). Defines (a module each): MS, NS, KS (cooperative-matrix
 // type parameters), SUBGROUP_SIZE (the device's), STAGES, VEC_A, VEC_B, A_KMAJOR, B_NMAJOR (code
-// paths and cooperative load layouts), DTYPE, ACT.
+// paths and cooperative load layouts), DTYPE, ACT, MODE.
 // Needs glslang >= 13 (GL_KHR_cooperative_matrix); SPIR-V for Vulkan 1.2 is enough.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
@@ -72,24 +76,28 @@ layout(constant_id = 8) const uint PAD = 8u;
 #ifndef STAGES
 #define STAGES 2
 #endif
+#ifndef MODE
+#define MODE 0
+#endif
 
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer HBuf { float16_t v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer U1Buf { uint v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U2Buf { uvec2 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer U4Buf { uvec4 v[]; };
 
 layout(push_constant) uniform Params {
     uvec2 a;
     uvec2 b;
-    uvec2 c;
+    uvec2 c;       // MODE 1: the fp32 scratch
     uvec2 bias;    // (0, 0): no bias
     uint M, N, K, batch;
     uint sAb, sAm, sAk;
     uint sBb, sBk, sBn;
     uint sCb, sCm, sCn;
     float alpha;
-    uint k_chunk;  // unused here (no split-K)
-    uint splits;   // 1
+    uint k_chunk;  // K range per split (multiple of BK); K when not split
+    uint splits;
 } p;
 
 uvec2 offset_addr(uvec2 base, uint idx, uint stride, uint shift) {
@@ -230,7 +238,10 @@ void main() {
     if (tile >= tiles_m * tiles_n) return;
     const uint m0 = (tile / tiles_n) * BM;
     const uint n0 = (tile % tiles_n) * BN;
-    const uint bz = gl_WorkGroupID.z;
+    const uint bz = gl_WorkGroupID.z / p.splits;
+    const uint split = gl_WorkGroupID.z - bz * p.splits;
+    const uint kbeg = split * p.k_chunk;
+    const uint kend = min(p.K, kbeg + p.k_chunk);
 
     const uvec2 abase = offset_addr(p.a, bz, p.sAb, 1u);
     const uvec2 bbase = offset_addr(p.b, bz, p.sBb, 1u);
@@ -239,12 +250,13 @@ void main() {
     [[unroll]] for (uint i = 0u; i < FM; ++i)
         [[unroll]] for (uint j = 0u; j < FN; ++j) acc[i][j] = ACC_T(0.0);
 
-    fetch(abase, bbase, m0, n0, 0u, tid);
+    // a split's range is whole BK slices (k_chunk is a multiple of BK), so loads stop only at K
+    fetch(abase, bbase, m0, n0, kbeg, tid);
     stash(0u, tid);
     barrier();
     uint stage = 0u;
-    for (uint k0 = 0u; k0 < p.K; k0 += BK) {
-        const bool more = k0 + BK < p.K;
+    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
+        const bool more = k0 + BK < kend;
         if (more) fetch(abase, bbase, m0, n0, k0 + BK, tid);  // in flight during the products
         const uint a_off = stage * A_TILE8, b_off = stage * B_TILE8;
         [[unroll]] for (uint kk = 0u; kk < BK; kk += KS) {
@@ -282,7 +294,11 @@ void main() {
 #endif
     }
 
+#if MODE == 1
+    FBuf S = FBuf(offset_addr(p.c, split * p.batch + bz, p.M * p.N, 2u));  // scratch[split][bz][m][n]
+#else
     HBuf C = HBuf(offset_addr(p.c, bz, p.sCb, 1u));
+#endif
     const bool has_bias = p.bias != uvec2(0u);
     const uint cst = sg * MS * NS;
     [[unroll]] for (uint i = 0u; i < FM; ++i) {
@@ -294,9 +310,13 @@ void main() {
                 const uint r = e / NS, c = e - r * NS;
                 const uint gm = mb + r, gn = nb + c;
                 if (gm < p.M && gn < p.N) {
+#if MODE == 1
+                    S.v[gm * p.N + gn] = Cs[cst + e];
+#else
                     float v = p.alpha * Cs[cst + e];
                     if (has_bias) v += float(HBuf(p.bias).v[gn]);
                     C.v[gm * p.sCm + gn * p.sCn] = float16_t(activation(v));
+#endif
                 }
             }
             barrier();

@@ -15,6 +15,7 @@ import torch
 
 from tvk_kernels.errors import InvalidConfigError, ShaderCompileError
 from tvk_kernels.kernels import matmul as mm
+from tvk_kernels.kernels import matmul_coopmat as coopmat
 from tvk_kernels.search_space import candidates, search_space, with_derived
 
 TOL = {"float32": (1e-5, 1e-6), "float16": (2e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}
@@ -269,7 +270,7 @@ def test_coopmat_skips_cleanly(device, rng):
         warnings.simplefilter("error")
         info = check(device, rng, 96, 80, 64, dtype="float16")
     assert info["kernel"] == "tiled"
-    assert mm.coop_candidates(device) == []
+    assert coopmat.candidates(device) == []
     with pytest.raises(InvalidConfigError, match="cooperative-matrix"):
         check(device, rng, 96, 80, 64, dtype="float16",
               params={"SG_M": 2, "SG_N": 2, "FM": 2, "FN": 2, "BK": 32, "PAD": 8})
@@ -278,9 +279,9 @@ def test_coopmat_skips_cleanly(device, rng):
 def test_coopmat(device, rng):
     if not device.facts.features["cooperative_matrix"]:
         pytest.skip(f"{device.facts.name} has no VK_KHR_cooperative_matrix")
-    fam = mm.family(device, mm.Matmul)
-    if mm._coop(fam) is None:
-        pytest.skip(f"the cooperative-matrix kernel is unavailable here (shapes {mm.coop_shapes(device)})")
+    coop = coopmat.verified(device)
+    if coop is None:
+        pytest.skip(f"the cooperative-matrix kernel is unavailable here (shapes {coopmat.coop_shapes(device)})")
     for layout in (("mk", "kn"), ("km", "nk")):
         info = check(device, rng, 200, 136, 100, dtype="float16", a_layout=layout[0], b_layout=layout[1],
                      bias=True, activation="gelu", alpha=0.5)
@@ -288,15 +289,21 @@ def test_coopmat(device, rng):
     info = check(device, rng, 130, 70, 48, batch=2, dtype="float16", a_bcast=True, out_layout="nm")
     assert info["kernel"] == "coopmat", info
     # explicit candidates (the tuner's path), single- and double-buffered, all four operand layouts
-    cands = mm.coop_candidates(device)
+    cands = coopmat.candidates(device)
     assert cands
-    base = dict(mm._coop(fam).cfg)
+    base = dict(coop.params("large")[0])
     for cfg, (al, bl) in [(dict(base, STAGES=1), ("mk", "kn")), (dict(base, SG_M=2, SG_N=2, FM=2, FN=2), ("km", "kn")),
                           (dict(base, SG_M=2, SG_N=2, FM=4, FN=2, BK=16), ("mk", "nk"))]:
         info = check(device, rng, 150, 100, 72, dtype="float16", params=cfg, a_layout=al, b_layout=bl, bias=True)
         assert info["kernel"] == "coopmat" and info["source"] == "explicit", info
     with pytest.raises(InvalidConfigError, match="shared memory"):
         check(device, rng, 64, 64, 64, dtype="float16", params=dict(base, BK=512))
+    # split-K: forced, and chosen for few output tiles over a long K (each split's partials summed by
+    # matmul.comp's reduce, which applies the epilogue)
+    info = check(device, rng, 130, 70, 700, dtype="float16", split_k=3, bias=True, activation="relu", alpha=0.5)
+    assert info["kernel"] == "coopmat" and info["splits"] == 3, info
+    info = check(device, rng, 96, 80, 2100, batch=2, dtype="float16", b_layout="nk", bias=True, activation="gelu")
+    assert info["kernel"] == "coopmat" and info["splits"] > 1, info
 
 
 def test_coopmat_template_compiles():

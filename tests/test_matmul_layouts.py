@@ -146,23 +146,26 @@ def test_kernel_runs_the_bucket_the_tuner_keys_its_shape_by(device):
         assert info["params"] == fam.params(info["config_bucket"])[0]
 
 
-def test_cooperative_matrix_gives_way_only_to_split_k(device, monkeypatch):
-    """The cooperative-matrix kernel cannot split K: a GEMM whose 128x128 tiles are few (1655x126:
-    13 on a GPU that wants 132 tiled ones) over a long K takes the tiled kernel with split-K;
-    with a short K, or tiles enough for a kernel about 4x faster, it keeps the cooperative
-    matrix. The kernel object is built by hand (lavapipe has none): fills() is arithmetic on
-    its config and the device's target, here an H200's."""
-    coop = object.__new__(mm.CoopMatmul)
-    coop.fam = mm.family(device, mm.Matmul)
-    coop.cfg = {"SG_M": 2, "SG_N": 4, "FM": 4, "FN": 2}
+def test_cooperative_matrix_splits_k_where_its_tiles_are_few(device, monkeypatch):
+    """The cooperative-matrix kernel splits K by the tiled kernel's rule (matmul.json split_k, the
+    device's target counted in invocations): 1655x126x5263 has 13 of its 128x128 tiles where an
+    H200 wants 132; 4096^3 has 1024 and does not split; a short K cannot split. The kernel object is
+    built by hand (lavapipe has none): the plan is arithmetic on its tile and the device's target,
+    here an H200's; its launches are checked on a device that has one (test_matmul::test_coopmat)."""
+    from tvk_kernels.kernels import matmul_coopmat as coopmat
+
+    coop = object.__new__(coopmat.CoopMatmul)
+    coop.device = device
     coop.shape = {"M": 16, "N": 16, "K": 16}
     coop.subgroup = 32  # 256 invocations, 128x128 tiles
+    tile = coop.geometry({"SG_M": 2, "SG_N": 4, "FM": 4, "FN": 2, "BK": 32, "PAD": 8, "STAGES": 2})
+    assert (tile["WG"], tile["BM"], tile["BN"]) == (256, 128, 128)
     monkeypatch.setattr(mm, "_target_groups", lambda fam, wg: 264 * 256 / wg)
-    assert not coop.fills(1655, 126, 5263, 1)  # 13 tiles, K for 20 splits
-    assert not coop.fills(112, 983, 1383, 1)  # 8 tiles
-    assert coop.fills(1655, 126, 512, 1)  # K too short to split much
-    assert coop.fills(1024, 1024, 1024, 1) and coop.fills(4096, 4096, 4096, 1)  # 64 and 1024 tiles
-    assert coop.fills(4096, 70, 4096, 8)  # half padding, but 256 tiles
+    fam = mm.family(device, mm.Matmul)
+    assert mm._split_count(fam, tile, 1655, 126, 5263, 1, None) == 20  # ceil(264 / 13), at most K / 256
+    assert mm._split_count(fam, tile, 112, 983, 1383, 1, None) == 5  # 8 tiles; K / 256 = 5
+    assert mm._split_count(fam, tile, 1655, 126, 300, 1, None) == 1  # K too short to split
+    assert mm._split_count(fam, tile, 4096, 4096, 4096, 1, None) == 1  # 1024 tiles
 
 
 def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(device, rng, monkeypatch):

@@ -1,25 +1,23 @@
 """Batched strided GEMM: C[b] = act(alpha * A[b] @ B[b] + bias), fp32 accumulate.
 
-Templates: templates/matmul.comp (tiled shared-memory GEMM, split-K partials and their
-reduce pass) and templates/matmul_coopmat.comp (VK_KHR_cooperative_matrix, fp16 inputs,
-used only where the device has the feature and a small product checked against numpy
-passed). Search space, buckets and defaults: tuning/matmul.json.
+Template: templates/matmul.comp (tiled shared-memory GEMM, split-K partials and their
+reduce pass). Search space, buckets and defaults: tuning/matmul.json. fp16 runs the
+cooperative-matrix kernel where the device has a verified one (matmul_coopmat.py, a family
+of its own), M == 1 or N == 1 the matrix-vector kernel (gemv.py).
 
 Operands are byte addresses (already offset) with element strides (batch, row, col), so
 transposed and batch-broadcast (stride 0) views run without copies.
 """
 from __future__ import annotations
 
-import itertools
 import math
 import struct
-import warnings
 from collections import ChainMap
 
 from .. import benchmark_mode
-from ..config import by_class, default_params, device_classes, generation
-from ..errors import InvalidConfigError, TVKError
-from ..search_space import param_values, search_space, with_derived
+from ..config import by_class, default_params, generation
+from ..errors import InvalidConfigError
+from ..search_space import search_space, with_derived
 from . import activations, dtypes, gemv
 from .launch import Family, family, grid_1d, record_shape
 from .strides import vector_width
@@ -68,7 +66,7 @@ class Matmul(Family):
 
     def __init__(self, device):
         Family.__init__(self, device)
-        self.coop = None  # CoopMatmul, built on first fp16 use where the device has the feature
+        self.coop = None  # matmul_coopmat.verified: the CoopMatmul family, or False where there is none
         # invocations in flight that fill the device: tuning/matmul.json's split_k target_groups
         # counts workgroups of the device's default config (once here: _target_groups is per call)
         space = search_space(self.family)
@@ -325,29 +323,26 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
         prep = gemv.prepare(device, a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, act=act,
                             dtype_id=dtype_id, esize=esize, params=params)
         if key is not None:
-            if len(_prepared) >= _MAX_PREPARED:
-                _prepared.clear()
-            _prepared[key] = prep
+            _remember(key, prep)
         return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
-    record_shape(fam.family, tune_shape)
+    coop_params = isinstance(params, dict) and "SG_M" in params  # an explicit cooperative-matrix candidate
+    if coop_params or params is None and dtype == "float16" and not bucket.startswith("skinny"):
+        from .matmul_coopmat import verified
 
-    if isinstance(params, dict) and "SG_M" in params:  # an explicit cooperative-matrix candidate
-        if dtype != "float16":
-            raise InvalidConfigError("cooperative-matrix parameters (SG_M, ...) need dtype float16")
-        coop = _coop(fam)
-        if coop is None:
-            raise InvalidConfigError(f"{device.facts.name} has no verified cooperative-matrix matmul")
-        info = coop.run(a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, bias_addr, act, alpha,
-                        cfg={**coop.cfg, **params})
-        info.update(bucket=bucket, source="explicit")
-        return info
+        coop = verified(device)
+        if coop_params and (dtype != "float16" or coop is None):
+            raise InvalidConfigError("cooperative-matrix parameters (SG_M, ...) need dtype float16 on a device with "
+                                     f"a verified cooperative-matrix matmul ({device.facts.name}: "
+                                     f"{'none' if coop is None else dtype})")
+        if coop is not None and (coop_params or coop.usable(M, N, K)):
+            record_shape(coop.family, tune_shape)
+            prep = coop.prepare(a_addr, b_addr, M, N, K, batch, sa, sb, sc, act, coop.bucket(tune_shape), tune_shape,
+                                params if coop_params else None, split_k)
+            if key is not None:
+                _remember(key, prep)
+            return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
+    record_shape(fam.family, tune_shape)
     if params is None:
-        if dtype == "float16" and split_k is None and not bucket.startswith("skinny"):
-            coop = _coop(fam)
-            if coop is not None and coop.usable(M, N, K) and coop.fills(M, N, K, batch):
-                info = coop.run(a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, bias_addr, act, alpha)
-                info["bucket"] = bucket
-                return info
         params, config_bucket = _fit(fam, bucket, M, N, K, batch, split_k)
         source = fam.params(config_bucket)[1]
         if benchmark_mode.enabled() and out_addr not in (a_addr, b_addr, bias_addr):
@@ -369,23 +364,35 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
         raise ValueError(f"matmul: params must be a dict of {', '.join(search_space(fam.family)['params'])}, "
                          f"got {type(params).__name__}")
 
-    splits = _split_count(fam, params, M, N, K, batch, split_k)
-    k_chunk = K if splits <= 1 else math.ceil(math.ceil(K / splits) / params["BK"]) * params["BK"]
+    vec_a, vec_b = _load_widths(params["VEC"], a_addr, b_addr, esize, sa, sb, a_kmajor, b_nmajor)
+    prep = plan_launch(fam, params, M, N, K, batch, sa, sb, sc, esize, split_k, dtype_id, act,
+                       lambda mode: fam.gemm(params, dtype_id, mode, a_kmajor, b_nmajor, vec_a, vec_b, act),
+                       {"kernel": "tiled", "bucket": bucket, "config_bucket": config_bucket,
+                        "params": tiled_params(params), "source": source}, tune_shape, "matmul")
+    if key is not None:
+        _remember(key, prep)
+    return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
+
+
+def plan_launch(fam: Matmul, tile: dict, M: int, N: int, K: int, batch: int, sa, sb, sc, esize: int, split_k,
+                dtype_id: int, act, gemm, info: dict, tune_shape: dict, label: str) -> "_Prepared":
+    """The launch of a GEMM kernel (tiled or cooperative matrix) with a tile of tile["WG"] invocations
+    and tile["BM"] x tile["BN"] outputs over BK slices: its K splits (matmul.json split_k, against
+    `fam`'s target), grid, scratch and pipelines (gemm(mode) builds the kernel for a MODE), and
+    `info` with the splits. label: the kernel's family name (its dispatches' label, and the family
+    a memoized call records its shape for)."""
+    splits = _split_count(fam, tile, M, N, K, batch, split_k)
+    k_chunk = K if splits <= 1 else math.ceil(math.ceil(K / splits) / tile["BK"]) * tile["BK"]
     if splits > 1:
         splits = math.ceil(K / k_chunk)
     if splits <= 1:
         splits, k_chunk = 1, K
-
-    vec_a, vec_b = _load_widths(params["VEC"], a_addr, b_addr, esize, sa, sb, a_kmajor, b_nmajor)
-
-    facts = device.facts
-    tiles = math.ceil(M / params["BM"]) * math.ceil(N / params["BN"])
+    facts = fam.device.facts
+    tiles = math.ceil(M / tile["BM"]) * math.ceil(N / tile["BN"])
     groups = grid_1d(tiles, facts.max_workgroup_count[0])
     if groups[1] > facts.max_workgroup_count[1]:
         raise ValueError(f"matmul: {M}x{N} needs {tiles} output tiles, more than this device can launch")
-    max_z = facts.max_workgroup_count[2]
-    chunk = max(1, max_z // splits)
-
+    chunk = max(1, facts.max_workgroup_count[2] // splits)
     red = red_wg = None
     scratch_bytes = 0
     if splits > 1:
@@ -393,18 +400,18 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
         if splits * slice_elems >= _INT31:
             raise ValueError("matmul: the split-K scratch would exceed 2**31 elements; pass split_k=1")
         scratch_bytes = splits * slice_elems * 4
-        gemm = fam.gemm(params, dtype_id, _MODE_PARTIAL, a_kmajor, b_nmajor, vec_a, vec_b, act)
+        pipe = gemm(_MODE_PARTIAL)
         red, red_wg = fam.reduce(dtype_id, act)
     else:
-        gemm = fam.gemm(params, dtype_id, _MODE_GEMM, a_kmajor, b_nmajor, vec_a, vec_b, act)
-    prep = _Prepared(M, N, K, batch, sa, sb, sc, esize, chunk, splits, k_chunk, groups, gemm, red, red_wg,
-                     scratch_bytes, {"kernel": "tiled", "bucket": bucket, "config_bucket": config_bucket,
-                                     "params": tiled_params(params), "source": source, "splits": splits}, tune_shape)
-    if key is not None:
-        if len(_prepared) >= _MAX_PREPARED:
-            _prepared.clear()
-        _prepared[key] = prep
-    return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
+        pipe = gemm(_MODE_GEMM)
+    return _Prepared(M, N, K, batch, sa, sb, sc, esize, chunk, splits, k_chunk, groups, pipe, red, red_wg,
+                     scratch_bytes, dict(info, splits=splits), tune_shape, label)
+
+
+def _remember(key, prep) -> None:
+    if len(_prepared) >= _MAX_PREPARED:
+        _prepared.clear()
+    _prepared[key] = prep
 
 
 _prepared: dict = {}  # the checked choices of a tuned-config call, per geometry and alignment
@@ -415,8 +422,11 @@ class _Prepared:
     """Everything matmul() decides for one geometry (checks passed, config, split-K, vector
     widths, pipelines): a repeated call only records the launches."""
     __slots__ = ("M", "N", "K", "batch", "sa", "sb", "sc", "esize", "chunk", "splits", "k_chunk", "groups", "gemm",
-                 "red", "red_wg", "scratch_bytes", "info", "tune_shape")
-    family = Matmul.family  # of tune_shape (a gemv.Launch is memoized here too)
+                 "red", "red_wg", "scratch_bytes", "info", "tune_shape", "label")
+
+    @property
+    def family(self) -> str:  # of tune_shape (a gemv.Launch is memoized here too): the label is the family's name
+        return self.label
 
     def __init__(self, *values):
         for name, v in zip(self.__slots__, values):
@@ -437,10 +447,10 @@ class _Prepared:
             c0 = out_addr + b0 * sc[0] * esize
             if splits == 1:
                 push = _PUSH.pack(a0, bb0, c0, bias_addr, M, N, K, nb, *sa, *sb, *sc, alpha, self.k_chunk, 1)
-                device.stream.dispatch(self.gemm, (groups[0], groups[1], nb), push, "matmul")
+                device.stream.dispatch(self.gemm, (groups[0], groups[1], nb), push, self.label)
             else:
                 push = _PUSH.pack(a0, bb0, scratch.address, 0, M, N, K, nb, *sa, *sb, *sc, 1.0, self.k_chunk, splits)
-                device.stream.dispatch(self.gemm, (groups[0], groups[1], nb * splits), push, "matmul_splitk")
+                device.stream.dispatch(self.gemm, (groups[0], groups[1], nb * splits), push, self.label + "_splitk")
                 total = nb * M * N
                 rgroups = grid_1d(math.ceil(total / self.red_wg), device.facts.max_workgroup_count[0])
                 push = _PUSH.pack(scratch.address, 0, c0, bias_addr, M, N, K, nb, *sa, *sb, *sc, alpha, self.k_chunk,
@@ -449,221 +459,6 @@ class _Prepared:
         return dict(self.info)
 
 
-# ------------------------------------------------------------------ cooperative matrix path
-_coop_warned: set = set()
-
-
-def _coop(fam: Matmul):
-    """The verified cooperative-matrix runner for this device, or None."""
-    if fam.coop is None:
-        if getattr(fam.device.stream, "dry", False):  # a dry run discards its self-check: decide on a real run
-            return None
-        fam.coop = False
-        dev = fam.device
-        enabled = "VK_KHR_cooperative_matrix" in getattr(dev, "extensions", ())
-        if dev.facts.features.get("cooperative_matrix") and enabled:
-            try:
-                runner = CoopMatmul(fam)
-                if runner.shape is not None and runner.verify():
-                    fam.coop = runner
-            except (TVKError, OSError) as e:
-                key = (dev.index, str(e))
-                if key not in _coop_warned:
-                    _coop_warned.add(key)
-                    warnings.warn(f"TorchVK: the cooperative-matrix matmul is disabled on {dev.facts.name}: {e}. "
-                                  "The tiled kernel is used instead.", RuntimeWarning, stacklevel=3)
-    return fam.coop or None
-
-
-def coop_candidates(device) -> list[dict]:
-    """Cooperative-matrix parameter sets (tuning/matmul.json "coopmat") that fit `device`; [] without the feature.
-
-    Pass one as `params=` with dtype="float16" to run it.
-    """
-    fam = family(device, Matmul)
-    coop = _coop(fam)
-    if coop is None:
-        return []
-    values = param_values(search_space(fam.family)["coopmat"])
-    names = list(values)
-    out = []
-    for combo in itertools.product(*values.values()):
-        cfg = dict(zip(names, combo))
-        try:
-            coop.check(cfg)
-        except InvalidConfigError:
-            continue
-        out.append(cfg)
-    return out
-
-
-def coop_shapes(device) -> list[dict]:
-    """The device's VkCooperativeMatrixPropertiesKHR entries (empty where the extension is missing)."""
-    from ..runtime.vk import NULL, check, ffi, lib, structure_type
-
-    if "VK_KHR_cooperative_matrix" not in device.facts.extensions:
-        return []
-    ptr = lib.vkGetInstanceProcAddr(device.instance.handle, b"vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
-    if ptr == NULL:
-        return []
-    fn = ffi.cast("PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR", ptr)
-    count = ffi.new("uint32_t*")
-    check(fn(device.physical.handle, count, NULL), "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
-    n = count[0]
-    if not n:
-        return []
-    props = ffi.new("VkCooperativeMatrixPropertiesKHR[]", n)
-    stype = structure_type("VkCooperativeMatrixPropertiesKHR")
-    for i in range(n):
-        props[i].sType = stype
-        props[i].pNext = NULL
-    check(fn(device.physical.handle, count, props), "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
-    names = {lib.VK_COMPONENT_TYPE_FLOAT16_KHR: "float16", lib.VK_COMPONENT_TYPE_FLOAT32_KHR: "float32"}
-    bf16 = getattr(lib, "VK_COMPONENT_TYPE_BFLOAT16_KHR", None)
-    if bf16 is not None:
-        names[bf16] = "bfloat16"
-    out = []
-    for i in range(count[0]):
-        p = props[i]
-        out.append({"M": p.MSize, "N": p.NSize, "K": p.KSize, "A": names.get(p.AType, int(p.AType)),
-                    "B": names.get(p.BType, int(p.BType)), "C": names.get(p.CType, int(p.CType)),
-                    "result": names.get(p.ResultType, int(p.ResultType)), "saturating": bool(p.saturatingAccumulation),
-                    "scope": "subgroup" if p.scope == lib.VK_SCOPE_SUBGROUP_KHR else int(p.scope)})
-    return out
-
-
-def _pick_coop_shape(shapes: list[dict]):
-    fits = [s for s in shapes if s["A"] == "float16" and s["B"] == "float16" and s["C"] == "float32"
-            and s["result"] == "float32" and s["scope"] == "subgroup" and not s["saturating"]]
-    if not fits:
-        return None
-    # prefer 16x16x16 (every vendor that has one), then the largest M*N
-    fits.sort(key=lambda s: ((s["M"], s["N"], s["K"]) != (16, 16, 16), -s["M"] * s["N"], -s["K"]))
-    return fits[0]
-
-
-class CoopMatmul:
-    """fp16 x fp16 -> fp32 GEMM on VK_KHR_cooperative_matrix: the matmul family's second template
-    (tuning/matmul.json "coopmat": its parameters, defaults and template)."""
-
-    def __init__(self, fam: Matmul):
-        self.fam = fam
-        self.device = device = fam.device
-        self.shapes = coop_shapes(device)
-        self.shape = _pick_coop_shape(self.shapes)
-        space = search_space(fam.family)["coopmat"]
-        self.template = space["template"]
-        self.cfg = {}
-        for key in device_classes(device.facts):  # weakest first: a later class overrides
-            self.cfg.update(space["defaults"].get(key, {}))
-        self.min_size = space.get("min_size", 64)
-        self.subgroup = device.facts.subgroup_size
-
-    def usable(self, M, N, K) -> bool:
-        return min(M, N) >= self.min_size and K >= 16
-
-    def fills(self, M, N, K, batch) -> bool:
-        """Whether this kernel (it cannot split K) keeps enough of the device busy; if not, the tiled
-        kernel with split-K runs instead (tuning/matmul.json coopmat.fallback: its grid counts
-        `speed_over_tiled` times a tiled one's, and only a K long enough for min_splits splits
-        can make up for the slower kernel: 1655x126x5263 has 13 tiles on 132 SMs)."""
-        c, s = self.cfg, self.shape
-        rule = search_space(self.fam.family)["coopmat"].get("fallback")
-        if not rule:
-            return True
-        _, fill = _tile_fit(self.fam, c["SG_M"] * c["SG_N"] * self.subgroup, c["SG_M"] * c["FM"] * s["M"],
-                            c["SG_N"] * c["FN"] * s["N"], M, N, batch)
-        long_k = K // search_space(self.fam.family)["split_k"].get("min_k_per_split", 256) >= rule["min_splits"]
-        return fill * rule["speed_over_tiled"] >= 1.0 or not long_k
-
-    def check(self, cfg: dict, a_kmajor: bool = True, b_nmajor: bool = True):
-        """Raise InvalidConfigError unless the candidate fits the device; returns (wg, bm, bn, shared, stages, sub)."""
-        c, s = cfg, self.shape
-        for n in ("SG_M", "SG_N", "FM", "FN", "BK", "PAD"):
-            if not isinstance(c.get(n), int) or c[n] < (0 if n == "PAD" else 1):
-                raise InvalidConfigError(f"coopmat parameter {n}={c.get(n)!r} must be a positive integer")
-        bm = c["SG_M"] * c["FM"] * s["M"]
-        bn = c["SG_N"] * c["FN"] * s["N"]
-        if c["BK"] % s["K"]:
-            raise InvalidConfigError(f"coopmat BK={c['BK']} is not a multiple of the matrix K={s['K']}")
-        if c["PAD"] % 8 or c["BK"] % 8:
-            raise InvalidConfigError(f"coopmat PAD={c['PAD']} and BK={c['BK']} must be multiples of 8 (16-byte rows)")
-        stages = c.get("STAGES", 2)
-        if stages not in (1, 2):
-            raise InvalidConfigError(f"coopmat STAGES={stages} must be 1 or 2")
-        wg = c["SG_M"] * c["SG_N"] * self.subgroup
-        a_halves = bm * (c["BK"] + c["PAD"]) if a_kmajor else c["BK"] * (bm + c["PAD"])
-        b_halves = c["BK"] * (bn + c["PAD"]) if b_nmajor else bn * (c["BK"] + c["PAD"])
-        shared = stages * 2 * (a_halves + b_halves) + c["SG_M"] * c["SG_N"] * s["M"] * s["N"] * 4
-        sub = self.subgroup if self.device.facts.subgroup_size_control else None
-        self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, subgroup_size=sub, push_size=_PUSH.size)
-        return wg, bm, bn, shared, stages, sub
-
-    def pipeline_for(self, act: str | None, vec_a: int, vec_b: int, a_kmajor: bool, b_nmajor: bool, cfg: dict | None = None):
-        c = dict(self.cfg if cfg is None else cfg)
-        s = self.shape
-        wg, bm, bn, shared, stages, sub = self.check(c, a_kmajor, b_nmajor)
-        defines = {"MS": s["M"], "NS": s["N"], "KS": s["K"], "SG_M": c["SG_M"], "SG_N": c["SG_N"], "FM": c["FM"],
-                   "FN": c["FN"], "BK": c["BK"], "PAD": c["PAD"], "STAGES": stages, "SUBGROUP_SIZE": self.subgroup,
-                   "VEC_A": vec_a, "VEC_B": vec_b, "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor),
-                   "DTYPE": DTYPES["float16"][0], **activations.act_define(act)}
-        pipe = self.fam.variant(defines, wg, _PUSH.size, shared_bytes=shared, subgroup_size=sub,
-                                template=self.template)
-        return pipe, bm, bn
-
-    def run(self, a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, bias_addr, act, alpha, cfg=None) -> dict:
-        esize = 2
-        a_kmajor = _contig_choice(sa[1], sa[2], M, K)
-        b_nmajor = _contig_choice(sb[1], sb[2], K, N)
-        vec_a, vec_b = _load_widths(8, a_addr, b_addr, esize, sa, sb, a_kmajor, b_nmajor)
-        pipe, bm, bn = self.pipeline_for(act, vec_a, vec_b, a_kmajor, b_nmajor, cfg)
-        facts = self.device.facts
-        tiles = math.ceil(M / bm) * math.ceil(N / bn)
-        groups = grid_1d(tiles, facts.max_workgroup_count[0])
-        chunk = facts.max_workgroup_count[2]
-        for b0 in range(0, batch, chunk):
-            nb = min(chunk, batch - b0)
-            push = _PUSH.pack(a_addr + b0 * sa[0] * esize, b_addr + b0 * sb[0] * esize, out_addr + b0 * sc[0] * esize,
-                              bias_addr, M, N, K, nb, *sa, *sb, *sc, alpha, K, 1)
-            self.device.stream.dispatch(pipe, (groups[0], groups[1], nb), push, "matmul_coopmat")
-        return {"kernel": "coopmat", "params": dict(self.cfg if cfg is None else cfg, shape=self.shape),
-                "source": "default", "splits": 1}
-
-    def verify(self) -> bool:
-        """Run a small product with ragged edges and a transposed operand and compare it with numpy."""
-        import numpy as np
-
-        dev = self.device
-        rng = np.random.default_rng(7)
-        M, N, K = 77, 70, 93
-        a = rng.standard_normal((M, K)).astype(np.float16)
-        bt = rng.standard_normal((N, K)).astype(np.float16)  # B given transposed: B[k, n] = bt[n, k]
-        bias = rng.standard_normal(N).astype(np.float16)
-        ab, bb, biasb = dev.upload(a), dev.upload(bt), dev.upload(bias)
-        ob = dev.allocator.alloc(M * N * 2)
-        try:
-            self.run(ab.address, bb.address, ob.address, M, N, K, 1, (0, K, 1), (0, 1, K), (0, N, 1),
-                     biasb.address, 0, 0.5)
-            got = dev.download(ob, np.float16, (M, N)).astype(np.float64)
-        finally:
-            dev.synchronize()
-        ref = 0.5 * (a.astype(np.float64) @ bt.astype(np.float64).T) + bias.astype(np.float64)
-        err = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-6)
-        for buf in (ab, bb, biasb, ob):
-            buf.free()
-        if not np.isfinite(err) or err > 5e-3:
-            key = (dev.index, "verify")
-            if key not in _coop_warned:
-                _coop_warned.add(key)
-                warnings.warn(f"TorchVK: the cooperative-matrix matmul gave wrong results on {dev.facts.name} "
-                              f"(relative error {err:.3g} against numpy); it is disabled and the tiled kernel is used.",
-                              RuntimeWarning, stacklevel=4)
-            return False
-        self.verified_error = float(err)
-        return True
-
-
-# ------------------------------------------------------------------ autotuner target
 class MatmulTarget:
     """What tvk-tune needs to tune the tiled kernel (see tvk_kernels/tune/targets.py)."""
 

@@ -126,9 +126,10 @@ def main(argv=None) -> int:
     except (TVKError, ValueError, StorageError) as e:
         print(f"tvk-tune: {e}", file=sys.stderr)
         return 1
-    if path is None:  # only a time budget leaves every study out
-        print(f"tvk-tune: nothing was tuned: no shape fits --time-budget {args.time_budget} s on {device.facts.name}; "
-              "raise it", file=sys.stderr)
+    if path is None:  # a time budget, or families this device cannot run (said above), left every study out
+        why = (f"no shape fits --time-budget {args.time_budget} s on {device.facts.name}; raise it" if args.time_budget
+               else f"{device.facts.name} cannot run the families asked for (see above)")
+        print(f"tvk-tune: nothing was tuned: {why}", file=sys.stderr)
         return 1
     return 0
 

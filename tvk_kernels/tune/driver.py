@@ -478,7 +478,7 @@ def tune(device, families, suite="suite", trials=30, time_budget=None, storage=N
     value (the CLI starts the clock at launch). Ctrl-C raises TuneInterrupted."""
     import optuna
 
-    from .targets import TARGETS
+    from .targets import TARGETS, unavailable
 
     url = storage or default_storage()
     storage = open_storage(url, heartbeat)  # first: a bad URL or a server down is said before any work
@@ -490,6 +490,10 @@ def tune(device, families, suite="suite", trials=30, time_budget=None, storage=N
         if family not in TARGETS:
             raise ValueError(f"no tuner target for {family!r}; choose from {sorted(TARGETS)}")
         target = TARGETS[family]
+        why = unavailable(target, device)
+        if why:
+            say(f"tvk-tune: {family}: not tuned on {device.facts.name}: {why}")
+            continue
         shapes = target.suites[suite] if isinstance(suite, str) else suite
         by_bucket: dict = {}
         for s in shapes:

@@ -141,14 +141,14 @@ def static_tune(device, families, suite, trials, out_dir):
 
     from .driver import write_config
     from ..search_space import bucket_of
-    from .targets import TARGETS
+    from .targets import TARGETS, unavailable
 
     paths = []
     for driver_name, (driver_id, shared_limit) in DRIVERS.items():
         results = {}
         for family in families:
             target = TARGETS[family]
-            if not hasattr(target, "work"):
+            if not hasattr(target, "work") or unavailable(target, device):
                 continue
             by_bucket: dict = {}
             for s in target.suites[suite]:

@@ -4,6 +4,8 @@ how to check it against a reference, and the work it does (for the static RDNA1 
 A target's `prepare(device, shape)` returns a Case holding several input sets (rotated
 while timing) and a reference computed on the host. `Case.run(params, i)` records the
 candidate on input set i; `Case.check(params)` runs it on a fresh input set and compares.
+A target may have `unavailable(device)`: why this device cannot run it (None: it can);
+tvk-tune then skips it and says why.
 """
 from __future__ import annotations
 
@@ -83,11 +85,17 @@ def register(target):
     return target
 
 
+def unavailable(target, device) -> str | None:
+    """Why `device` cannot run `target` (None: it can)."""
+    check = getattr(target, "unavailable", None)
+    return check(device) if check is not None else None
+
+
 def load_optional_targets():
     """Targets of kernel families whose modules define one (`TUNE_TARGET`)."""
     import importlib
 
-    for module in ("elementwise", "rng", "matmul", "gemv", "conv", "conv_depthwise", "pool", "reduce", "softmax",
+    for module in ("elementwise", "rng", "matmul", "matmul_coopmat", "gemv", "conv", "conv_depthwise", "pool", "reduce", "softmax",
                    "norm", "sort", "scan", "attention"):
         try:
             mod = importlib.import_module(f"..kernels.{module}", __package__)

@@ -1,0 +1,300 @@
+"""fp16 GEMM on VK_KHR_cooperative_matrix: matmul's second kernel, a family of its own.
+
+Template: templates/matmul_coopmat.comp (same push constants, strides, epilogue and split-K
+partials as matmul.comp; matmul.comp's reduce pass sums the partials). Search space, buckets
+and defaults: tuning/matmul_coopmat.json; its tuned configs are looked up like every family's.
+
+matmul() runs it for float16 where the device has the feature and `verified` passed (a small
+product checked against numpy); explicit parameters naming SG_M (the tuner, tests) run it too.
+Operands arrive checked by matmul(), so `prepare` only picks the config, layout and load widths.
+"""
+from __future__ import annotations
+
+import itertools
+import warnings
+
+from ..errors import InvalidConfigError, TVKError
+from ..search_space import param_values, search_space
+from . import activations
+from .launch import Family, family
+from .matmul import _PUSH, DTYPES, Matmul, _contig_choice, _load_widths, matmul, plan_launch
+
+_warned: set = set()
+
+
+class CoopMatmul(Family):
+    family = "matmul_coopmat"
+    template = "matmul_coopmat.comp"
+
+    def __init__(self, device):
+        Family.__init__(self, device)
+        self.tiled = family(device, Matmul)  # its split-K target and reduce pass
+        self.shape = pick_shape(coop_shapes(device))
+        self.subgroup = device.facts.subgroup_size
+        self.min_size = search_space(self.family).get("min_size", 64)
+
+    params = Matmul.params  # an untuned layout bucket ("large.nt") runs its size bucket's config
+
+    def usable(self, M: int, N: int, K: int) -> bool:
+        return min(M, N) >= self.min_size and K >= 16
+
+    def geometry(self, params: dict, a_kmajor: bool = True, b_nmajor: bool = True) -> dict:
+        """The tile of a config on this device's matrix shape: WG, BM, BN, BK, shared bytes, subgroup size."""
+        c, s = params, self.shape
+        bm, bn = c["SG_M"] * c["FM"] * s["M"], c["SG_N"] * c["FN"] * s["N"]
+        a_halves = bm * (c["BK"] + c["PAD"]) if a_kmajor else c["BK"] * (bm + c["PAD"])
+        b_halves = c["BK"] * (bn + c["PAD"]) if b_nmajor else bn * (c["BK"] + c["PAD"])
+        shared = c["STAGES"] * 2 * (a_halves + b_halves) + c["SG_M"] * c["SG_N"] * s["M"] * s["N"] * 4
+        return {"WG": c["SG_M"] * c["SG_N"] * self.subgroup, "BM": bm, "BN": bn, "BK": c["BK"], "shared": shared,
+                "subgroup": self.subgroup if self.device.facts.subgroup_size_control else None}
+
+    def check_config(self, params: dict) -> dict:
+        """The kernel's rules beyond the search space's constraints: known names, positive sizes,
+        BK a multiple of the matrix depth, the device's limits in every operand layout."""
+        names = search_space(self.family)["params"]
+        unknown = [n for n in params if n not in names]
+        if unknown:
+            raise InvalidConfigError(f"matmul_coopmat: unknown parameter {', '.join(map(repr, unknown))}; the "
+                                     f"cooperative-matrix kernel takes {', '.join(names)} (tuning/matmul_coopmat.json)")
+        c = dict(params)
+        c.setdefault("STAGES", 2)
+        for n in ("SG_M", "SG_N", "FM", "FN", "BK", "PAD"):
+            if not isinstance(c.get(n), int) or c[n] < (0 if n == "PAD" else 1):
+                raise InvalidConfigError(f"coopmat parameter {n}={c.get(n)!r} must be a positive integer")
+        if c["BK"] % self.shape["K"]:
+            raise InvalidConfigError(f"coopmat BK={c['BK']} is not a multiple of the matrix K={self.shape['K']}")
+        if c["PAD"] % 8 or c["BK"] % 8:
+            raise InvalidConfigError(f"coopmat PAD={c['PAD']} and BK={c['BK']} must be multiples of 8 (16-byte rows)")
+        if c["STAGES"] not in (1, 2):
+            raise InvalidConfigError(f"coopmat STAGES={c['STAGES']} must be 1 or 2")
+        for a_kmajor, b_nmajor in itertools.product((True, False), repeat=2):
+            g = self.geometry(c, a_kmajor, b_nmajor)
+            self.device.pipelines.check_limits((g["WG"], 1, 1), shared_bytes=g["shared"], subgroup_size=g["subgroup"],
+                                               push_size=_PUSH.size)
+        return c
+
+    def pipeline(self, params: dict, mode: int, act: str | None, vec_a: int, vec_b: int, a_kmajor: bool,
+                 b_nmajor: bool):
+        g = self.geometry(params, a_kmajor, b_nmajor)
+        s = self.shape
+        defines = {"MS": s["M"], "NS": s["N"], "KS": s["K"], "SG_M": params["SG_M"], "SG_N": params["SG_N"],
+                   "FM": params["FM"], "FN": params["FN"], "BK": params["BK"], "PAD": params["PAD"],
+                   "STAGES": params["STAGES"], "SUBGROUP_SIZE": self.subgroup, "VEC_A": vec_a, "VEC_B": vec_b,
+                   "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor), "DTYPE": DTYPES["float16"][0], "MODE": mode,
+                   **activations.act_define(act if mode == 0 else None)}
+        return self.variant(defines, g["WG"], _PUSH.size, shared_bytes=g["shared"], subgroup_size=g["subgroup"])
+
+    def prepare(self, a_addr: int, b_addr: int, M: int, N: int, K: int, batch: int, sa, sb, sc, act, bucket: str,
+                tune_shape: dict, explicit: dict | None = None, split_k=None):
+        """The launch (matmul._Prepared) of one fp16 GEMM: the bucket's config (or `explicit` on top),
+        split-K by matmul's rule."""
+        params = self.resolve(bucket, explicit)
+        source = "explicit" if explicit else self.params(bucket)[1]
+        a_kmajor = _contig_choice(sa[1], sa[2], M, K)
+        b_nmajor = _contig_choice(sb[1], sb[2], K, N)
+        vec_a, vec_b = _load_widths(8, a_addr, b_addr, 2, sa, sb, a_kmajor, b_nmajor)
+        tile = self.geometry(params, a_kmajor, b_nmajor)
+        info = {"kernel": "coopmat", "bucket": bucket, "config_bucket": bucket,
+                "params": {n: params[n] for n in search_space(self.family)["params"]}, "source": source}
+        return plan_launch(self.tiled, tile, M, N, K, batch, sa, sb, sc, 2, split_k, DTYPES["float16"][0], act,
+                           lambda mode: self.pipeline(params, mode, act, vec_a, vec_b, a_kmajor, b_nmajor),
+                           info, tune_shape, "matmul_coopmat")
+
+    def verify(self) -> bool:
+        """Run a small product with ragged edges and a transposed operand and compare it with numpy."""
+        import numpy as np
+
+        dev = self.device
+        rng = np.random.default_rng(7)
+        M, N, K = 77, 70, 93
+        a = rng.standard_normal((M, K)).astype(np.float16)
+        bt = rng.standard_normal((N, K)).astype(np.float16)  # B given transposed: B[k, n] = bt[n, k]
+        bias = rng.standard_normal(N).astype(np.float16)
+        ab, bb, biasb = dev.upload(a), dev.upload(bt), dev.upload(bias)
+        ob = dev.allocator.alloc(M * N * 2)
+        try:
+            shape = {"M": M, "N": N, "K": K, "batch": 1, "layout": "nt"}
+            sa, sb, sc = (0, K, 1), (0, 1, K), (0, N, 1)
+            prep = self.prepare(ab.address, bb.address, M, N, K, 1, sa, sb, sc, None, self.bucket(shape), shape,
+                                split_k=1)
+            prep.record(dev, ab.address, bb.address, ob.address, biasb.address, 0.5)
+            got = dev.download(ob, np.float16, (M, N)).astype(np.float64)
+        finally:
+            dev.synchronize()
+        ref = 0.5 * (a.astype(np.float64) @ bt.astype(np.float64).T) + bias.astype(np.float64)
+        err = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-6)
+        for buf in (ab, bb, biasb, ob):
+            buf.free()
+        if not np.isfinite(err) or err > 5e-3:
+            _warn_once(dev, "verify", f"TorchVK: the cooperative-matrix matmul gave wrong results on {dev.facts.name} "
+                       f"(relative error {err:.3g} against numpy); it is disabled and the tiled kernel is used.")
+            return False
+        self.verified_error = float(err)
+        return True
+
+
+def _warn_once(dev, what: str, message: str):
+    key = (dev.index, what)
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=5)
+
+
+def verified(device) -> CoopMatmul | None:
+    """The device's cooperative-matrix kernel once it passed its check against numpy, else None
+    (no feature, no fp16 x fp16 -> fp32 matrix shape, or a wrong result: then the tiled kernel runs)."""
+    fam = family(device, Matmul)
+    if fam.coop is None:
+        if getattr(device.stream, "dry", False):  # a dry run discards its self-check: decide on a real run
+            return None
+        fam.coop = False
+        enabled = "VK_KHR_cooperative_matrix" in getattr(device, "extensions", ())
+        if device.facts.features.get("cooperative_matrix") and enabled:
+            try:
+                runner = family(device, CoopMatmul)
+                if runner.shape is not None and runner.verify():
+                    fam.coop = runner
+            except (TVKError, OSError) as e:
+                _warn_once(device, str(e), f"TorchVK: the cooperative-matrix matmul is disabled on "
+                           f"{device.facts.name}: {e}. The tiled kernel is used instead.")
+    return fam.coop or None
+
+
+def candidates(device) -> list[dict]:
+    """Parameter sets of tuning/matmul_coopmat.json that fit `device`; [] without a verified kernel.
+    Pass one as `params=` with dtype="float16" to run it."""
+    coop = verified(device)
+    if coop is None:
+        return []
+    values = param_values(search_space(CoopMatmul.family))
+    out = []
+    for combo in itertools.product(*values.values()):
+        cfg = dict(zip(values, combo))
+        try:
+            coop.validate(cfg)
+        except InvalidConfigError:
+            continue
+        out.append(cfg)
+    return out
+
+
+def coop_shapes(device) -> list[dict]:
+    """The device's VkCooperativeMatrixPropertiesKHR entries (empty where the extension is missing)."""
+    from ..runtime.vk import NULL, check, ffi, lib, structure_type
+
+    if "VK_KHR_cooperative_matrix" not in device.facts.extensions:
+        return []
+    ptr = lib.vkGetInstanceProcAddr(device.instance.handle, b"vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
+    if ptr == NULL:
+        return []
+    fn = ffi.cast("PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR", ptr)
+    count = ffi.new("uint32_t*")
+    check(fn(device.physical.handle, count, NULL), "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
+    n = count[0]
+    if not n:
+        return []
+    props = ffi.new("VkCooperativeMatrixPropertiesKHR[]", n)
+    stype = structure_type("VkCooperativeMatrixPropertiesKHR")
+    for i in range(n):
+        props[i].sType = stype
+        props[i].pNext = NULL
+    check(fn(device.physical.handle, count, props), "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
+    names = {lib.VK_COMPONENT_TYPE_FLOAT16_KHR: "float16", lib.VK_COMPONENT_TYPE_FLOAT32_KHR: "float32"}
+    bf16 = getattr(lib, "VK_COMPONENT_TYPE_BFLOAT16_KHR", None)
+    if bf16 is not None:
+        names[bf16] = "bfloat16"
+    out = []
+    for i in range(count[0]):
+        p = props[i]
+        out.append({"M": p.MSize, "N": p.NSize, "K": p.KSize, "A": names.get(p.AType, int(p.AType)),
+                    "B": names.get(p.BType, int(p.BType)), "C": names.get(p.CType, int(p.CType)),
+                    "result": names.get(p.ResultType, int(p.ResultType)), "saturating": bool(p.saturatingAccumulation),
+                    "scope": "subgroup" if p.scope == lib.VK_SCOPE_SUBGROUP_KHR else int(p.scope)})
+    return out
+
+
+def pick_shape(shapes: list[dict]):
+    """The matrix shape the kernel uses: fp16 x fp16 -> fp32, subgroup scope; 16x16x16 first
+    (every vendor that has one), then the largest M*N."""
+    fits = [s for s in shapes if s["A"] == "float16" and s["B"] == "float16" and s["C"] == "float32"
+            and s["result"] == "float32" and s["scope"] == "subgroup" and not s["saturating"]]
+    if not fits:
+        return None
+    fits.sort(key=lambda s: ((s["M"], s["N"], s["K"]) != (16, 16, 16), -s["M"] * s["N"], -s["K"]))
+    return fits[0]
+
+
+# ------------------------------------------------------------------ tuner target
+class CoopMatmulTarget:
+    """What tvk-tune needs to tune the cooperative-matrix kernel (see tvk_kernels/tune/targets.py):
+    fp16 GEMMs, checked against float64 at fp16 accuracy. Only a device with a verified kernel tunes it."""
+
+    family = CoopMatmul.family
+    template = CoopMatmul.template
+    suites = {
+        "suite": [{"M": 1024, "N": 1024, "K": 1024, "batch": 1}, {"M": 2048, "N": 2048, "K": 2048, "batch": 1},
+                  {"M": 4096, "N": 4096, "K": 4096, "batch": 1}, {"M": 256, "N": 256, "K": 256, "batch": 1},
+                  {"M": 512, "N": 512, "K": 512, "batch": 1},
+                  # a linear layer's forward (x @ W^T) and backward (grad^T @ x): layout buckets .nt, .tn
+                  {"M": 4096, "N": 4096, "K": 1024, "batch": 1, "layout": "nt"},
+                  {"M": 512, "N": 2048, "K": 2048, "batch": 1, "layout": "nt"},
+                  {"M": 2048, "N": 2048, "K": 4096, "batch": 1, "layout": "tn"},
+                  {"M": 2048, "N": 2048, "K": 512, "batch": 1, "layout": "tn"},
+                  {"M": 2048, "N": 2048, "K": 2048, "batch": 1, "layout": "tt"},
+                  # attention: scores q @ k^T and probs @ v, 16 sequences x 8 heads of 128 tokens
+                  {"M": 128, "N": 128, "K": 64, "batch": 128, "layout": "nt"},
+                  {"M": 128, "N": 64, "K": 128, "batch": 128, "layout": "nn"}],
+        "tiny": [{"M": 64, "N": 64, "K": 64, "batch": 1}, {"M": 200, "N": 136, "K": 96, "batch": 1, "layout": "nt"}],
+    }
+
+    @staticmethod
+    def unavailable(device) -> str | None:
+        if verified(device) is None:
+            return "it has no verified cooperative-matrix matmul (VK_KHR_cooperative_matrix with fp16 inputs)"
+        return None
+
+    def prepare(self, device, shape, n_inputs=3, seed=0):
+        import numpy as np
+
+        from ..tune.targets import Case
+
+        M, N, K, batch = shape["M"], shape["N"], shape["K"], shape.get("batch", 1)
+        a_t, b_t = (c == "t" for c in shape.get("layout", "nn"))
+        rng = np.random.default_rng(seed)
+        host = [(rng.standard_normal((batch, K, M) if a_t else (batch, M, K)).astype(np.float16),
+                 rng.standard_normal((batch, N, K) if b_t else (batch, K, N)).astype(np.float16))
+                for _ in range(n_inputs + 1)]
+        sa = (M * K, 1, M) if a_t else (M * K, K, 1)
+        sb = (K * N, 1, K) if b_t else (K * N, N, 1)
+        bufs = [(device.upload(a), device.upload(b)) for a, b in host]
+        out = device.allocator.alloc(2 * batch * M * N)
+
+        def run(params, i):
+            a, b = bufs[i]
+            matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, a_strides=sa, b_strides=sb,
+                   dtype="float16", params=params)
+
+        def check(params):
+            a, b = bufs[-1]
+            info = matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, a_strides=sa,
+                          b_strides=sb, dtype="float16", params=params)
+            if info["kernel"] != "coopmat":
+                raise InvalidConfigError(f"the cooperative-matrix kernel did not run ({info['kernel']})")
+            got = device.download(out, np.float16, (batch, M, N)).astype(np.float64)
+            A, B = host[-1][0].astype(np.float64), host[-1][1].astype(np.float64)
+            A, B = (np.swapaxes(A, 1, 2) if a_t else A), (np.swapaxes(B, 1, 2) if b_t else B)
+            want = A @ B
+            # fp32 accumulation, one fp16 rounding of the result: 2^-11 of |C| and a little of the sum's scale
+            tol = 2.0 ** -10 * np.abs(want) + 1e-5 * (np.abs(A) @ np.abs(B)) + 1e-3
+            err = np.abs(got - want)
+            return bool(np.all(err <= tol)), float(err.max()) if err.size else 0.0
+
+        return Case(device, shape, run, check, [bufs, out])
+
+    @staticmethod
+    def work(shape, params) -> dict:
+        M, N, K, batch = shape["M"], shape["N"], shape["K"], shape.get("batch", 1)
+        return {"flops": 2 * batch * M * N * K, "dram_bytes": 2 * batch * (M * K + K * N + M * N)}
+
+
+TUNE_TARGET = CoopMatmulTarget()
