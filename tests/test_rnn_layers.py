@@ -1,13 +1,17 @@
 """nn.LSTM / nn.GRU layers (torchvk/aten/rnn_layers.py): the whole-sequence path matches torch's
-step-by-step path and the CPU, runs far fewer kernels a step, and hands the cases it does not
-cover (projections, packed sequences) to torch's path. test_rnn.py covers the layer options."""
+step-by-step path and the CPU, runs a fixed number of kernels per layer direction whatever the
+sequence length (tvk_kernels.kernels.rnn_sequence), and hands the cases it does not cover
+(projections) to torch's path. test_rnn.py covers the layer options."""
+import functools
 
 import pytest
 import torch
+from rdna1_check import assert_fits_rdna1, navi10_stats
 
 import torchvk
 from torchvk.aten import rnn_layers
 from tvk_kernels import get_device
+from tvk_kernels.kernels import rnn_sequence
 
 I, H, B, T = 3, 5, 2, 6
 
@@ -30,7 +34,7 @@ def _run(mod, x, h):
 
 
 @pytest.mark.parametrize("name", ["LSTM", "GRU"])
-def test_sequence_path_matches_torch_path_and_cpu_with_fewer_kernels(name, monkeypatch):
+def test_sequence_path_matches_torch_path_and_cpu_with_kernels_independent_of_length(name, monkeypatch):
     torch.manual_seed(0)
     cpu = getattr(torch.nn, name)(I, H, num_layers=2, bidirectional=True, batch_first=True)
     dev = getattr(torch.nn, name)(I, H, num_layers=2, bidirectional=True, batch_first=True)
@@ -51,7 +55,9 @@ def test_sequence_path_matches_torch_path_and_cpu_with_fewer_kernels(name, monke
     for got, want, cpu_want in zip(outs + grads, ref_outs + ref_grads, ref_cpu):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(got, cpu_want, atol=1e-5, rtol=1e-4)
-    assert fast < 0.6 * slow, (fast, slow)
+    monkeypatch.undo()
+    _, _, twice_as_long = _run(dev, torch.randn(B, 2 * T, I), h)
+    assert fast == twice_as_long and fast < 0.2 * slow, (fast, twice_as_long, slow)  # torch's: ~35 a step
 
 
 def _run_cpu(mod, x, h):
@@ -132,8 +138,6 @@ def test_torchvk_compile_traces_the_sequence_path(name, monkeypatch):
 def test_packed_sequences_take_the_sequence_path(name, monkeypatch):
     """Unsorted lengths, 2 layers, both directions, initial states: each step runs the rows still
     running, and outputs, final states (each sequence's own last step) and grads match the CPU."""
-    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
-
     torch.manual_seed(3)
     cpu = getattr(torch.nn, name)(I, H, num_layers=2, bidirectional=True)
     dev = getattr(torch.nn, name)(I, H, num_layers=2, bidirectional=True)
@@ -145,21 +149,25 @@ def test_packed_sequences_take_the_sequence_path(name, monkeypatch):
     real = rnn_layers._Recurrence.forward
     monkeypatch.setattr(rnn_layers._Recurrence, "forward", staticmethod(
         lambda ctx, *a: calls.append(a[0]) or real(ctx, *a)))
-
-    def run(mod, device):
-        xs = x.to(device).requires_grad_()
-        hs = tuple(t.to(device).requires_grad_() for t in h)
-        out, hn = mod(pack_padded_sequence(xs, lengths, enforce_sorted=False), hs if len(hs) == 2 else hs[0])
-        flat = [pad_packed_sequence(out)[0], *(hn if isinstance(hn, tuple) else (hn,))]
-        sum((t * torch.linspace(-1, 1, t.numel(), device=device).view(t.shape)).sum() for t in flat).backward()
-        return [t.detach().cpu() for t in flat] + [xs.grad.cpu(), *(t.grad.cpu() for t in hs),
-                                                   *(p.grad.cpu() for p in mod.parameters())]
-
     torchvk.reset_op_counts()
-    got = run(dev, "tvk")
+    got = _run_packed(dev, "tvk", x, lengths, h)
     assert len(calls) == 4 and torchvk.op_counts()["cpu"] == {}
-    for g, want in zip(got, run(cpu, "cpu")):
+    for g, want in zip(got, _run_packed(cpu, "cpu", x, lengths, h)):
         torch.testing.assert_close(g, want, atol=1e-5, rtol=1e-4)
+
+
+def _run_packed(mod, device, x, lengths, h):
+    """Outputs, final states and all grads of a packed sequence of padded x (T, B, I) with these lengths."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    xs = x.to(device).requires_grad_()
+    hs = tuple(t.to(device).requires_grad_() for t in h)
+    mod.zero_grad()
+    out, hn = mod(pack_padded_sequence(xs, lengths, enforce_sorted=False), hs if len(hs) == 2 else hs[0])
+    flat = [pad_packed_sequence(out)[0], *(hn if isinstance(hn, tuple) else (hn,))]
+    sum((t * torch.linspace(-1, 1, t.numel(), device=device).view(t.shape)).sum() for t in flat).backward()
+    return [t.detach().cpu() for t in flat] + [xs.grad.cpu(), *(t.grad.cpu() for t in hs),
+                                               *(p.grad.cpu() for p in mod.parameters())]
 
 
 def _matches_cpu(make, x, h=None):
@@ -202,3 +210,104 @@ def test_frozen_weights_and_a_clear_error_for_double_backward():
     with pytest.raises(RuntimeError, match="cannot be differentiated again"):  # not a silently partial result
         torch.autograd.grad(lstm(x)[0].sum(), x, create_graph=True)
     assert torch.isfinite(torch.autograd.grad(lstm(x)[0].sum(), x)[0].cpu()).all()  # still usable
+
+
+def _kernel_params(monkeypatch, params):
+    """Run the whole-sequence kernels with these explicit parameters; returns the list their
+    launches append their kind to."""
+    launched = []
+    for name in ("forward", "backward"):
+        real = getattr(rnn_sequence, name)
+        monkeypatch.setattr(rnn_sequence, name, functools.partial(
+            lambda real, device, kind, *a, **k: launched.append(kind) or real(device, kind, *a, **k), real,
+            params=params))
+    return launched
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+@pytest.mark.parametrize("hidden, batch, steps, layers, options, params", [
+    (7, 1, 1, 1, {}, None),  # one row, one step, H below a subgroup
+    (33, 3, 4, 2, {"bidirectional": True, "batch_first": True}, {"WG": 32, "ROWS": 2}),  # a half-empty workgroup
+    (70, 2, 3, 1, {"bias": False}, {"WG": 32, "ROWS": 1}),  # 3 units an invocation, no biases
+    (9, 5, 3, 1, {"bidirectional": True}, {"WG": 64, "ROWS": 4}),
+], ids=["H7-B1-T1", "H33-bidir-batch-first", "H70-units-no-bias", "H9-rows4"])
+def test_whole_sequence_kernels_match_cpu(name, hidden, batch, steps, layers, options, params, monkeypatch):
+    """Outputs, h_n / c_n and the grads of input, h0, c0, every weight and bias (the loss weighs
+    outputs and final states, so d_hn / d_cn flow too) against the CPU."""
+    launched = _kernel_params(monkeypatch, params)
+    torch.manual_seed(5)
+    cpu = getattr(torch.nn, name)(I, hidden, num_layers=layers, **options)
+    dev = getattr(torch.nn, name)(I, hidden, num_layers=layers, **options)
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tvk")
+    first = options.get("batch_first", False)
+    x = torch.randn(batch, steps, I) if first else torch.randn(steps, batch, I)
+    n = layers * (2 if options.get("bidirectional") else 1)
+    h = tuple(torch.randn(n, batch, hidden) for _ in range(2 if name == "LSTM" else 1))
+    outs, grads, _ = _run(dev, x, h)
+    for got, want in zip(outs + grads, _run_cpu(cpu, x, h)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert launched == [name.lower()] * (2 * n)  # a forward and a backward kernel per layer direction
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_whole_sequence_kernels_of_packed_sequences_match_cpu(name, monkeypatch):
+    """Unequal lengths, both directions, H not a power of two, two rows a workgroup (one group
+    with a finished and a running sequence): per row only its own steps, h_n after its last."""
+    launched = _kernel_params(monkeypatch, {"WG": 32, "ROWS": 2})
+    torch.manual_seed(6)
+    cpu = getattr(torch.nn, name)(I, 33, bidirectional=True)
+    dev = getattr(torch.nn, name)(I, 33, bidirectional=True)
+    dev.load_state_dict(cpu.state_dict())
+    x, lengths = torch.randn(5, 3, I), torch.tensor([2, 5, 1])
+    h = tuple(torch.randn(2, 3, 33) for _ in range(2 if name == "LSTM" else 1))
+    got = _run_packed(dev.to("tvk"), "tvk", x, lengths, h)
+    for g, want in zip(got, _run_packed(cpu, "cpu", x, lengths, h)):
+        torch.testing.assert_close(g, want, atol=1e-5, rtol=1e-4)
+    assert launched == [name.lower()] * 4
+
+
+def test_hidden_sizes_beyond_shared_memory_keep_the_per_step_kernels(monkeypatch):
+    """An LSTM's backward keeps 4 gates of a row in 32 KiB of shared memory: H <= 2048 (GRU's 3
+    gates: the same power-of-two capacity). Larger layers run step by step, still correct."""
+    device = get_device()
+    if device.facts.max_shared_memory < 32768:
+        pytest.skip("a device with less than 32 KiB of shared memory")
+    assert rnn_sequence.supports(device, "lstm", 2048) and not rnn_sequence.supports(device, "lstm", 2049)
+    assert rnn_sequence.supports(device, "gru", 2048) and not rnn_sequence.supports(device, "gru", 2049)
+    with pytest.raises(ValueError, match="per-step kernels"):
+        rnn_sequence.forward(device, "lstm", *[1] * 11, 1, 1, 4096, False)
+    monkeypatch.setattr(rnn_sequence, "supports", lambda *a: False)  # as for a large H, at a test's size
+    launched = _kernel_params(monkeypatch, None)
+    _matches_cpu(lambda: torch.nn.LSTM(I, H, bidirectional=True), torch.randn(T, B, I))
+    assert launched == []
+
+
+_RDNA1 = """
+import json
+from tvk_kernels import get_device
+from tvk_kernels.config import default_params
+from tvk_kernels.kernels import rnn_sequence as K
+from tvk_kernels.search_space import search_space, with_derived
+dev = get_device(0)
+space = search_space("rnn_sequence")
+stats = {}
+for bucket, hidden in (("small", 128), ("large", 2048)):
+    prm = with_derived(space, default_params("rnn_sequence", dev.facts, bucket))
+    for top in (prm, {**prm, "ROWS": 8}):  # the default and the largest rows of the search space
+        for kind in K.KINDS:
+            for backward in (False, True):
+                defines, wg, shared = K.plan(dev, kind, backward, hidden, 64, top)
+                pipe = dev.pipelines.get(K.RnnSequence.template, defines, local_size=(wg, 1, 1),
+                                         push_size=K._PUSH.size, shared_bytes=shared, capture_stats=True)
+                stats[f"{kind} backward={backward} H={hidden} {defines}"] = {**pipe.stats, "params": top}
+print(json.dumps(stats))
+"""
+
+
+def test_whole_sequence_kernels_compile_for_rdna1_without_spills(tmp_path):
+    """Both kinds and directions at each bucket's default and at 8 rows a workgroup, by RDNA1's
+    own compiler (Mesa's null Navi 10): no spills, within 32 KiB of shared memory."""
+    stats = navi10_stats(_RDNA1, tmp_path)
+    assert len(stats) >= 12, sorted(stats)
+    assert_fits_rdna1(stats)

@@ -35,7 +35,7 @@ from tvk_kernels.kernels import reduce as rd
 from tvk_kernels.runtime.compiler import template_checksum
 from tvk_kernels.search_space import bucket_of
 from tvk_kernels.tune.measure import time_candidate
-from tvk_kernels.tune.targets import load_optional_targets
+from tvk_kernels.tune.targets import load_optional_targets, unavailable
 
 from . import models
 from .overlap import step_overlap_ms
@@ -46,6 +46,8 @@ def _family_tuned_vs_default(device, quick):
     timing = {"repeats": 3, "warm_seconds": 0.0} if quick else {}
     rows = []
     for family, target in sorted(load_optional_targets().items()):
+        if unavailable(target, device):  # a family this device cannot run (the cooperative-matrix GEMM)
+            continue
         for shape in target.suites["tiny" if quick else "suite"]:
             bucket = bucket_of(family, shape)
             tuned, source = lookup(device, family, bucket, template_checksum(target.template))
