@@ -1,12 +1,13 @@
 """Interleaved A/B on one device (diagnostic; it decided two thresholds, see design note 29):
 
-    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop]    (writes ab2.json to $OUT or /tmp)
+    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop] [prefetch]    (writes ab2.json to $OUT or /tmp)
 
 gemm: the GEMM sweep with matmul's tile fit on and off (tuning/matmul.json tile_fit order
 emptied), conv: the conv sweep with the forward's and grad-input's split-K planned and forced
 to 1; coop: the fp16 sweep rows the cooperative-matrix kernel takes, run by it with split-K
 (the rule), by it without (split_k=1), and by the tiled kernel with split-K (the fallback that
-split-K replaced). Each row measured twice per mode in alternating order, the better kept, so clock drift
+split-K replaced); prefetch: the GEMM sweep's tiled rows with each config's PREFETCH forced to
+0 and to 1. Each row measured twice per mode in alternating order, the better kept, so clock drift
 does not favour a mode; torch CUDA's times from the sweeps' own peers. The H200 run at 0f03d26
 is benchmarks/results/h200/ab/0f03d26-tile-fit-split-k.json.
 """
@@ -26,7 +27,7 @@ while time.time() - t < 8:
 del a
 fit = search_space("matmul")["tile_fit"]
 ORDER = list(fit["order"])
-out = {"gemm": [], "conv": [], "coop": []}
+out = {"gemm": [], "conv": [], "coop": [], "prefetch": []}
 parts = sys.argv[1:] or ["gemm", "conv"]
 if "gemm" in parts:
     gemms = gemm_sweep.sample()
@@ -125,4 +126,47 @@ if "coop" in parts:
         if xs:
             print("COOP", name, "geomean", round(math.exp(sum(map(math.log, xs)) / len(xs)), 3), "over2x",
                   sum(x > 2 for x in xs), flush=True)
+if "prefetch" in parts:
+    defines0 = mm.defines
+
+    def forced(value):
+        return lambda params, **kw: defines0(dict(params, PREFETCH=value), **kw)
+
+    gemms = gemm_sweep.sample()
+    dts = ["float32", "float16"]
+    cuda = gemm_sweep.cuda_times(gemms, dts, 10)
+    i = 0
+    for g in gemms:
+        for dt in dts:
+            res = {}
+            for rep in range(2):
+                for name in (("off", "on") if rep == 0 else ("on", "off")):
+                    mm.defines = forced(1 if name == "on" else 0)
+                    mm._prepared.clear()
+                    r = gemm_sweep._tvk_one(dev, g, dt, 10, False)
+                    if name not in res or r["tvk_s"] < res[name]["tvk_s"]:
+                        res[name] = r
+            mm.defines = defines0
+            c = cuda[i] if cuda else None
+            i += 1
+            if res["on"]["kernel"] != "tiled":
+                continue
+            row = {"label": gemm_sweep._label(g), "dtype": dt, "cuda_s": c, "bucket": res["on"]["config_bucket"],
+                   "splits": res["on"]["splits"]}
+            for name, r in res.items():
+                row[name] = {"s": r["tvk_s"], "x": r["tvk_s"] / c if c else None}
+            out["prefetch"].append(row)
+            print(f'{row["label"]:32s} {dt:8s} {row["bucket"]:10s} s{row["splits"]} off {row["off"]["x"]:.2f} '
+                  f'on {row["on"]["x"]:.2f}', flush=True)
+    for dt in dts:
+        for name in ("off", "on"):
+            xs = [r[name]["x"] for r in out["prefetch"] if r["dtype"] == dt and r[name]["x"]]
+            print("PREFETCH", dt, name, "geomean", round(math.exp(sum(map(math.log, xs)) / len(xs)), 3),
+                  "over2x", sum(x > 2 for x in xs), flush=True)
+    by_bucket = {}
+    for r in out["prefetch"]:
+        by_bucket.setdefault(r["bucket"], []).append(r["on"]["s"] / r["off"]["s"])
+    for b, xs in sorted(by_bucket.items()):
+        print("PREFETCH bucket", b, "on/off time geomean", round(math.exp(sum(map(math.log, xs)) / len(xs)), 3),
+              "rows", len(xs), flush=True)
 json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "ab2.json"), "w"))

@@ -7,6 +7,7 @@
 #   N: tuning of norm into the shipped file (after a norm.comp change)   G: per-kernel GPU profile vs CUDA
 #   V: tuning of conv2d alone, longer (40 trials a bucket; TVK_TUNE_BUDGET seconds)   W: kernel benchmarks only
 #   H: the cooperative-matrix kernel: its device tests, its tuning (fp16), the matmul table, and the A/B of its split-K
+#   F: the A/B of the tiled matmul's PREFETCH (each config run with it off and on, interleaved)
 #   X: tuning of matmul alone (its layout and batched buckets)   Y: tuning of gemv and conv2d_depthwise   Z: the model zoo (tvk-bench zoo)   D: data-parallel throughput, tvk backend vs torch CUDA (2 processes)
 # Pass TVK_COMMIT from the checkout: the copy on the device may carry an older .git HEAD.
 # Usage there: TVK_COMMIT=<sha> bash benchmarks/h200_session.sh A B   (results land in $OUT/results.tgz
@@ -38,6 +39,7 @@ for phase in "$@"; do
     V) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/
        step python3 -m tvk_kernels.tune.cli --device 0 --ops conv2d --trials 40 --time-budget ${TVK_TUNE_BUDGET:-360} --out $TVK_CONFIG_DIR --no-progress ;;
     W) step python3 -m tvk_kernels.bench.cli kernels --out $R --no-progress ;;
+    F) step python3 benchmarks/ab_tile_fit_split_k.py prefetch; mkdir -p $R/ab; mv $OUT/ab2.json $R/ab/prefetch.json; save ;;
     X) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # the layout and batched buckets join the shipped file
        step python3 -m tvk_kernels.tune.cli --device 0 --ops matmul --trials 25 --time-budget ${TVK_TUNE_BUDGET:-360} --out $TVK_CONFIG_DIR --no-progress ;;
     Z) step python3 -m tvk_kernels.bench.cli zoo --out $R --no-progress ;;

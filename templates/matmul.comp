@@ -19,7 +19,9 @@
 // (B contiguous along N, else along K), UNROLL (inner-product unroll over BK), PAD (shared-memory
 // row padding, in floats).
 // Defines (a module each): MODE, ACT (the epilogue activation: common/activation.glsl), DTYPE
-// (storage: fp32, fp16 or bf16, codes of common/dtypes.glsl).
+// (storage: fp32, fp16 or bf16, codes of common/dtypes.glsl), PREFETCH (1: each invocation loads
+// the next BK slice into registers while the current one is multiplied, hiding the global
+// loads' latency for a few registers; 0: load, then multiply).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -41,6 +43,9 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
 #ifndef MODE
 #define MODE 0
+#endif
+#ifndef PREFETCH
+#define PREFETCH 0
 #endif
 layout(constant_id = 3) const uint BM = 64u;
 layout(constant_id = 4) const uint BN = 64u;
@@ -190,6 +195,52 @@ vec4 load_vec(uint vec, uvec2 base, uint e, uint stride, uint pos, uint lim) {
 #define LOAD_A(base, e, stride, pos, lim) load_vec(VEC_A, base, e, stride, pos, lim)
 #define LOAD_B(base, e, stride, pos, lim) load_vec(VEC_B, base, e, stride, pos, lim)
 
+// Vector v of the A (B) tile of the slice at k0 (zero past the edges), and its store to shared
+// memory transposed to As[k][m] (Bs[k][n]).
+vec4 fetch_a(uint v, uvec2 abase, uint m0, uint k0, uint kend) {
+    const uint row = v / A_PER, col = (v % A_PER) * VEC_A;
+    vec4 val = vec4(0.0);
+    if (A_KMAJOR != 0u) {
+        const uint gm = m0 + row, gk = k0 + col;  // row: m, col: k
+        if (gm < p.M) val = LOAD_A(abase, gm * p.sAm + gk * p.sAk, p.sAk, gk, kend);
+    } else {
+        const uint gk = k0 + row, gm = m0 + col;  // row: k, col: m
+        if (gk < kend) val = LOAD_A(abase, gm * p.sAm + gk * p.sAk, p.sAm, gm, p.M);
+    }
+    return val;
+}
+void stash_a(uint v, vec4 val) {
+    const uint row = v / A_PER, col = (v % A_PER) * VEC_A;
+    if (A_KMAJOR != 0u) {
+        [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[(col + q) * AS + row] = val[q];
+    } else {
+        [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[row * AS + col + q] = val[q];
+    }
+}
+vec4 fetch_b(uint v, uvec2 bbase, uint n0, uint k0, uint kend) {
+    const uint row = v / B_PER, col = (v % B_PER) * VEC_B;
+    vec4 val = vec4(0.0);
+    if (B_NMAJOR != 0u) {
+        const uint gk = k0 + row, gn = n0 + col;  // row: k, col: n
+        if (gk < kend) val = LOAD_B(bbase, gk * p.sBk + gn * p.sBn, p.sBn, gn, p.N);
+    } else {
+        const uint gn = n0 + row, gk = k0 + col;  // row: n, col: k
+        if (gn < p.N) val = LOAD_B(bbase, gk * p.sBk + gn * p.sBn, p.sBk, gk, kend);
+    }
+    return val;
+}
+void stash_b(uint v, vec4 val) {
+    const uint row = v / B_PER, col = (v % B_PER) * VEC_B;
+    if (B_NMAJOR != 0u) {
+        [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[row * BS + col + q] = val[q];
+    } else {
+        [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[(col + q) * BS + row] = val[q];
+    }
+}
+// whether vector v of a tile exists (the last round of a workgroup's loads may be partial)
+#define A_VALID(v) (A_ITERS * WG == A_VECS || (v) < A_VECS)
+#define B_VALID(v) (B_ITERS * WG == B_VECS || (v) < B_VECS)
+
 void main() {
     const uint tid = gl_LocalInvocationIndex;
     const uint tx = tid % TX, ty = tid / TX;
@@ -211,42 +262,34 @@ void main() {
     [[unroll]] for (uint i = 0u; i < TM; ++i)
         [[unroll]] for (uint j = 0u; j < TN; ++j) acc[i][j] = 0.0;
 
+#if PREFETCH
+    vec4 ra[A_ITERS];
+    vec4 rb[B_ITERS];
+    [[unroll]] for (uint it = 0u; it < A_ITERS; ++it)
+        if (A_VALID(tid + it * WG)) ra[it] = fetch_a(tid + it * WG, abase, m0, kbeg, kend);
+    [[unroll]] for (uint it = 0u; it < B_ITERS; ++it)
+        if (B_VALID(tid + it * WG)) rb[it] = fetch_b(tid + it * WG, bbase, n0, kbeg, kend);
+#endif
     for (uint k0 = kbeg; k0 < kend; k0 += BK) {
-        // ---- A tile -> As[k][m]
-        [[unroll]] for (uint it = 0u; it < A_ITERS; ++it) {
-            const uint v = tid + it * WG;
-            if (A_ITERS * WG == A_VECS || v < A_VECS) {
-                const uint row = v / A_PER, col = (v % A_PER) * VEC_A;
-                vec4 val = vec4(0.0);
-                if (A_KMAJOR != 0u) {
-                    const uint gm = m0 + row, gk = k0 + col;  // row: m, col: k
-                    if (gm < p.M) val = LOAD_A(abase, gm * p.sAm + gk * p.sAk, p.sAk, gk, kend);
-                    [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[(col + q) * AS + row] = val[q];
-                } else {
-                    const uint gk = k0 + row, gm = m0 + col;  // row: k, col: m
-                    if (gk < kend) val = LOAD_A(abase, gm * p.sAm + gk * p.sAk, p.sAm, gm, p.M);
-                    [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[row * AS + col + q] = val[q];
-                }
-            }
-        }
-        // ---- B tile -> Bs[k][n]
-        [[unroll]] for (uint it = 0u; it < B_ITERS; ++it) {
-            const uint v = tid + it * WG;
-            if (B_ITERS * WG == B_VECS || v < B_VECS) {
-                const uint row = v / B_PER, col = (v % B_PER) * VEC_B;
-                vec4 val = vec4(0.0);
-                if (B_NMAJOR != 0u) {
-                    const uint gk = k0 + row, gn = n0 + col;  // row: k, col: n
-                    if (gk < kend) val = LOAD_B(bbase, gk * p.sBk + gn * p.sBn, p.sBn, gn, p.N);
-                    [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[row * BS + col + q] = val[q];
-                } else {
-                    const uint gn = n0 + row, gk = k0 + col;  // row: n, col: k
-                    if (gn < p.N) val = LOAD_B(bbase, gk * p.sBk + gn * p.sBn, p.sBk, gk, kend);
-                    [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[(col + q) * BS + row] = val[q];
-                }
-            }
-        }
+#if PREFETCH
+        [[unroll]] for (uint it = 0u; it < A_ITERS; ++it)
+            if (A_VALID(tid + it * WG)) stash_a(tid + it * WG, ra[it]);
+        [[unroll]] for (uint it = 0u; it < B_ITERS; ++it)
+            if (B_VALID(tid + it * WG)) stash_b(tid + it * WG, rb[it]);
         barrier();
+        if (k0 + BK < kend) {  // the next slice's loads are in flight during this one's products
+            [[unroll]] for (uint it = 0u; it < A_ITERS; ++it)
+                if (A_VALID(tid + it * WG)) ra[it] = fetch_a(tid + it * WG, abase, m0, k0 + BK, kend);
+            [[unroll]] for (uint it = 0u; it < B_ITERS; ++it)
+                if (B_VALID(tid + it * WG)) rb[it] = fetch_b(tid + it * WG, bbase, n0, k0 + BK, kend);
+        }
+#else
+        [[unroll]] for (uint it = 0u; it < A_ITERS; ++it)
+            if (A_VALID(tid + it * WG)) stash_a(tid + it * WG, fetch_a(tid + it * WG, abase, m0, k0, kend));
+        [[unroll]] for (uint it = 0u; it < B_ITERS; ++it)
+            if (B_VALID(tid + it * WG)) stash_b(tid + it * WG, fetch_b(tid + it * WG, bbase, n0, k0, kend));
+        barrier();
+#endif
 
         // ---- inner product over the BK slice
         [[dont_unroll]] for (uint kk = 0u; kk < BK; kk += UNROLL) {

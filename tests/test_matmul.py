@@ -178,11 +178,25 @@ def test_split_k_fp16(device, rng):
 
 # ------------------------------------------------------------------ tuning candidates
 EXPLICIT = [
-    {"BM": 16, "BN": 16, "BK": 8, "TM": 1, "TN": 1, "VEC": 1, "UNROLL": 1, "PAD": 0, "SUBGROUP": 0},
-    {"BM": 32, "BN": 64, "BK": 16, "TM": 4, "TN": 8, "VEC": 2, "UNROLL": 4, "PAD": 1, "SUBGROUP": 0},
-    {"BM": 64, "BN": 32, "BK": 32, "TM": 8, "TN": 2, "VEC": 4, "UNROLL": 8, "PAD": 4, "SUBGROUP": 0},
-    {"BM": 128, "BN": 16, "BK": 8, "TM": 8, "TN": 1, "VEC": 4, "UNROLL": 8, "PAD": 0, "SUBGROUP": 0},
+    {"BM": 16, "BN": 16, "BK": 8, "TM": 1, "TN": 1, "VEC": 1, "UNROLL": 1, "PAD": 0, "PREFETCH": 0, "SUBGROUP": 0},
+    {"BM": 32, "BN": 64, "BK": 16, "TM": 4, "TN": 8, "VEC": 2, "UNROLL": 4, "PAD": 1, "PREFETCH": 1, "SUBGROUP": 0},
+    {"BM": 64, "BN": 32, "BK": 32, "TM": 8, "TN": 2, "VEC": 4, "UNROLL": 8, "PAD": 4, "PREFETCH": 0, "SUBGROUP": 0},
+    {"BM": 128, "BN": 16, "BK": 8, "TM": 8, "TN": 1, "VEC": 4, "UNROLL": 8, "PAD": 0, "PREFETCH": 1, "SUBGROUP": 0},
 ]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_prefetch_every_layout_and_split(device, rng, dtype):
+    """PREFETCH 1 (the next K slice loaded into registers during the current one's products): a
+    ragged K of many slices, each operand layout, with and without split-K."""
+    if dtype != "float32":
+        _need16(device, dtype)
+    params = {"BM": 16, "BN": 32, "BK": 8, "TM": 2, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 1,
+              "SUBGROUP": 0}
+    for (al, bl), split in zip([("mk", "kn"), ("km", "kn"), ("mk", "nk"), ("km", "nk")], (1, 3, 1, 3)):
+        info = check(device, rng, 37, 45, 83, batch=2, dtype=dtype, params=params, split_k=split, a_layout=al,
+                     b_layout=bl, bias=True, activation="relu")
+        assert info["params"]["PREFETCH"] == 1 and info["splits"] == split, info
 
 
 @pytest.mark.parametrize("params", EXPLICIT, ids=lambda p: f"{p['BM']}x{p['BN']}x{p['BK']}-{p['TM']}x{p['TN']}")

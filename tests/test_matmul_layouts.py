@@ -172,8 +172,8 @@ def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(de
     """A 'large' GEMM with one short side: the large tile would compute mostly padding, so a smaller
     size bucket's config runs (tuning/matmul.json tile_fit); results still match."""
     fam = mm.family(device, mm.Matmul)
-    wide = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 1, "SUBGROUP": 0}
-    narrow = {"BM": 16, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "VEC": 4, "UNROLL": 4, "PAD": 1, "SUBGROUP": 0}
+    wide = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0, "SUBGROUP": 0}
+    narrow = {"BM": 16, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0, "SUBGROUP": 0}
     configs = {"large": wide, "medium": wide, "small": narrow}
     monkeypatch.setattr(fam, "params", lambda bucket="*": (configs[bucket.split(".")[0]], "default"))
     fam._resolved.clear()
@@ -293,12 +293,19 @@ for bucket in search_space("matmul")["buckets"]:
         pipe = dev.pipelines.get(fam.template, d, local_size=(p["WG"], 1, 1), push_size=128,  # as tvk-tune
                                  subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
         stats[f"{bucket}.{mm.layout_name(a_k, b_n)}"] = pipe.stats
+# the register prefetch of the next K slice, on the largest default tile
+p = fam.resolve("large", dict(default_params("matmul", dev.facts, "large"), PREFETCH=1))
+for a_k, b_n in ((1, 1), (0, 0)):
+    pipe = dev.pipelines.get(fam.template, mm.defines(p, a_kmajor=a_k, b_nmajor=b_n), local_size=(p["WG"], 1, 1),
+                             push_size=128, subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
+    stats[f"large.prefetch.{mm.layout_name(a_k, b_n)}"] = pipe.stats
 print(json.dumps(stats))
 """
 
 
 def test_static_defaults_compile_for_rdna1_without_spills(tmp_path):
-    """Every bucket's static default, NN and TT, on RDNA1's compiler (Mesa's null Navi 10)."""
+    """Every bucket's static default, NN and TT, on RDNA1's compiler (Mesa's null Navi 10), and the
+    largest with PREFETCH 1."""
     stats = navi10_stats(_RDNA1, tmp_path)
-    assert "batched.tt" in stats and len(stats) >= 2 * 3
+    assert "batched.tt" in stats and "large.prefetch.tt" in stats and len(stats) >= 2 * 3
     assert_fits_rdna1(stats)

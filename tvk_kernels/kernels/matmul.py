@@ -42,7 +42,7 @@ def defines(params: dict, *, mode: int = _MODE_GEMM, dtype_id: int = 0, a_kmajor
     check compile. vec_a/vec_b: the load widths chosen for the operands (default: the config's VEC)."""
     return {
         "BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "TM": params["TM"], "TN": params["TN"],
-        "UNROLL": params["UNROLL"], "PAD": params["PAD"],
+        "UNROLL": params["UNROLL"], "PAD": params["PAD"], "PREFETCH": params.get("PREFETCH", 0),
         "VEC_A": params["VEC"] if vec_a is None else vec_a, "VEC_B": params["VEC"] if vec_b is None else vec_b,
         "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor), "DTYPE": dtype_id, "MODE": mode,
         **activations.act_define(act if mode == _MODE_GEMM else None),
