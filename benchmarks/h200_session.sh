@@ -8,6 +8,7 @@
 #   V: tuning of conv2d alone, longer (40 trials a bucket; TVK_TUNE_BUDGET seconds)   W: kernel benchmarks only
 #   H: the cooperative-matrix kernel: its device tests, its tuning (fp16), the matmul table, and the A/B of its split-K
 #   F: the A/B of the tiled matmul's PREFETCH (each config run with it off and on, interleaved)
+#   U: the matmul kernels' device-only tests (cooperative matrix, prefetch)
 #   X: tuning of matmul alone (its layout and batched buckets)   Y: tuning of gemv and conv2d_depthwise   Z: the model zoo (tvk-bench zoo)   D: data-parallel throughput, tvk backend vs torch CUDA (2 processes)
 # Pass TVK_COMMIT from the checkout: the copy on the device may carry an older .git HEAD.
 # Usage there: TVK_COMMIT=<sha> bash benchmarks/h200_session.sh A B   (results land in $OUT/results.tgz
@@ -40,6 +41,7 @@ for phase in "$@"; do
        step python3 -m tvk_kernels.tune.cli --device 0 --ops conv2d --trials 40 --time-budget ${TVK_TUNE_BUDGET:-360} --out $TVK_CONFIG_DIR --no-progress ;;
     W) step python3 -m tvk_kernels.bench.cli kernels --out $R --no-progress ;;
     F) step python3 benchmarks/ab_tile_fit_split_k.py prefetch; mkdir -p $R/ab; mv $OUT/ab2.json $R/ab/prefetch.json; save ;;
+    U) step python3 -m pytest -q -p no:cacheprovider tests/test_matmul.py -k "coopmat or prefetch" ;;
     X) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # the layout and batched buckets join the shipped file
        step python3 -m tvk_kernels.tune.cli --device 0 --ops matmul --trials 25 --time-budget ${TVK_TUNE_BUDGET:-360} --out $TVK_CONFIG_DIR --no-progress ;;
     Z) step python3 -m tvk_kernels.bench.cli zoo --out $R --no-progress ;;

@@ -19,9 +19,9 @@
 // (B contiguous along N, else along K), UNROLL (inner-product unroll over BK), PAD (shared-memory
 // row padding, in floats).
 // Defines (a module each): MODE, ACT (the epilogue activation: common/activation.glsl), DTYPE
-// (storage: fp32, fp16 or bf16, codes of common/dtypes.glsl), PREFETCH (1: each invocation loads
-// the next BK slice into registers while the current one is multiplied, hiding the global
-// loads' latency for a few registers; 0: load, then multiply).
+// (storage: fp32, fp16 or bf16, codes of common/dtypes.glsl). PREFETCH (specialization constant
+// 14; 1: each invocation loads the next BK slice into registers while the current one is
+// multiplied, hiding the global loads' latency for a few registers; 0: load, then multiply).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -44,9 +44,6 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef MODE
 #define MODE 0
 #endif
-#ifndef PREFETCH
-#define PREFETCH 0
-#endif
 layout(constant_id = 3) const uint BM = 64u;
 layout(constant_id = 4) const uint BN = 64u;
 layout(constant_id = 5) const uint BK = 16u;
@@ -58,6 +55,7 @@ layout(constant_id = 10) const uint A_KMAJOR = 1u;
 layout(constant_id = 11) const uint B_NMAJOR = 1u;
 layout(constant_id = 12) const uint UNROLL = 4u;
 layout(constant_id = 13) const uint PAD = 0u;
+layout(constant_id = 14) const uint PREFETCH = 0u;
 // ------------------------------------------------------------------ storage types
 #if DTYPE == TVK_DT_FLOAT32
 #define T float
@@ -262,34 +260,33 @@ void main() {
     [[unroll]] for (uint i = 0u; i < TM; ++i)
         [[unroll]] for (uint j = 0u; j < TN; ++j) acc[i][j] = 0.0;
 
-#if PREFETCH
-    vec4 ra[A_ITERS];
+    vec4 ra[A_ITERS];  // this slice's vectors (PREFETCH: loaded during the previous slice)
     vec4 rb[B_ITERS];
-    [[unroll]] for (uint it = 0u; it < A_ITERS; ++it)
-        if (A_VALID(tid + it * WG)) ra[it] = fetch_a(tid + it * WG, abase, m0, kbeg, kend);
-    [[unroll]] for (uint it = 0u; it < B_ITERS; ++it)
-        if (B_VALID(tid + it * WG)) rb[it] = fetch_b(tid + it * WG, bbase, n0, kbeg, kend);
-#endif
-    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
-#if PREFETCH
+    if (PREFETCH != 0u) {
         [[unroll]] for (uint it = 0u; it < A_ITERS; ++it)
-            if (A_VALID(tid + it * WG)) stash_a(tid + it * WG, ra[it]);
+            if (A_VALID(tid + it * WG)) ra[it] = fetch_a(tid + it * WG, abase, m0, kbeg, kend);
         [[unroll]] for (uint it = 0u; it < B_ITERS; ++it)
-            if (B_VALID(tid + it * WG)) stash_b(tid + it * WG, rb[it]);
+            if (B_VALID(tid + it * WG)) rb[it] = fetch_b(tid + it * WG, bbase, n0, kbeg, kend);
+    }
+    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
+        // ---- this slice -> shared memory: from the registers it was prefetched into, or loaded now
+        [[unroll]] for (uint it = 0u; it < A_ITERS; ++it) {
+            if (!A_VALID(tid + it * WG)) continue;
+            if (PREFETCH == 0u) ra[it] = fetch_a(tid + it * WG, abase, m0, k0, kend);
+            stash_a(tid + it * WG, ra[it]);
+        }
+        [[unroll]] for (uint it = 0u; it < B_ITERS; ++it) {
+            if (!B_VALID(tid + it * WG)) continue;
+            if (PREFETCH == 0u) rb[it] = fetch_b(tid + it * WG, bbase, n0, k0, kend);
+            stash_b(tid + it * WG, rb[it]);
+        }
         barrier();
-        if (k0 + BK < kend) {  // the next slice's loads are in flight during this one's products
+        if (PREFETCH != 0u && k0 + BK < kend) {  // the next slice's loads are in flight during this one's products
             [[unroll]] for (uint it = 0u; it < A_ITERS; ++it)
                 if (A_VALID(tid + it * WG)) ra[it] = fetch_a(tid + it * WG, abase, m0, k0 + BK, kend);
             [[unroll]] for (uint it = 0u; it < B_ITERS; ++it)
                 if (B_VALID(tid + it * WG)) rb[it] = fetch_b(tid + it * WG, bbase, n0, k0 + BK, kend);
         }
-#else
-        [[unroll]] for (uint it = 0u; it < A_ITERS; ++it)
-            if (A_VALID(tid + it * WG)) stash_a(tid + it * WG, fetch_a(tid + it * WG, abase, m0, k0, kend));
-        [[unroll]] for (uint it = 0u; it < B_ITERS; ++it)
-            if (B_VALID(tid + it * WG)) stash_b(tid + it * WG, fetch_b(tid + it * WG, bbase, n0, k0, kend));
-        barrier();
-#endif
 
         // ---- inner product over the BK slice
         [[dont_unroll]] for (uint kk = 0u; kk < BK; kk += UNROLL) {

@@ -227,10 +227,11 @@ def _kernel_params(monkeypatch, params):
 @pytest.mark.parametrize("name", ["LSTM", "GRU"])
 @pytest.mark.parametrize("hidden, batch, steps, layers, options, params", [
     (7, 1, 1, 1, {}, None),  # one row, one step, H below a subgroup
-    (33, 3, 4, 2, {"bidirectional": True, "batch_first": True}, {"WG": 32, "ROWS": 2}),  # a half-empty workgroup
+    # a half-empty workgroup, 2 invocations a unit (KS)
+    (33, 3, 4, 2, {"bidirectional": True, "batch_first": True}, {"WG": 128, "ROWS": 2}),
     (70, 2, 3, 1, {"bias": False}, {"WG": 32, "ROWS": 1}),  # 3 units an invocation, no biases
-    (9, 5, 3, 1, {"bidirectional": True}, {"WG": 64, "ROWS": 4}),
-], ids=["H7-B1-T1", "H33-bidir-batch-first", "H70-units-no-bias", "H9-rows4"])
+    (9, 5, 3, 1, {"bidirectional": True}, {"WG": 256, "ROWS": 4}),  # 8 invocations a unit, most idle
+], ids=["H7-B1-T1", "H33-bidir-batch-first", "H70-units-no-bias", "H9-rows4-KS8"])
 def test_whole_sequence_kernels_match_cpu(name, hidden, batch, steps, layers, options, params, monkeypatch):
     """Outputs, h_n / c_n and the grads of input, h0, c0, every weight and bias (the loss weighs
     outputs and final states, so d_hn / d_cn flow too) against the CPU."""
@@ -283,6 +284,21 @@ def test_hidden_sizes_beyond_shared_memory_keep_the_per_step_kernels(monkeypatch
     assert launched == []
 
 
+def test_explicit_kernel_params_are_checked():
+    """WG / KS invocations take a unit a pass: a WG that is not a power of two would leave
+    invocations without one; a clear error, nothing launched, the runtime still usable."""
+    from tvk_kernels import InvalidConfigError
+
+    device = get_device()
+    buf = device.allocator.alloc(256)
+    for params, word in (({"WG": 48, "ROWS": 1}, "WG=48 must be a power of two"), ({"WG": 64, "ROWS": 0}, "ROWS=0")):
+        with pytest.raises(InvalidConfigError, match=word):
+            rnn_sequence.forward(device, "lstm", *[buf] * 11, 1, 1, 4, False, params=params)
+    device.synchronize()
+    buf.free()
+    _matches_cpu(lambda: torch.nn.GRU(I, H), torch.randn(T, B, I))
+
+
 _RDNA1 = """
 import json
 from tvk_kernels import get_device
@@ -311,3 +327,16 @@ def test_whole_sequence_kernels_compile_for_rdna1_without_spills(tmp_path):
     stats = navi10_stats(_RDNA1, tmp_path)
     assert len(stats) >= 12, sorted(stats)
     assert_fits_rdna1(stats)
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_retain_graph_runs_the_backward_twice(name):
+    """The forward's saved steps stay for a second backward with retain_graph=True; without it
+    torch's own error, not a crash."""
+    mod = getattr(torch.nn, name)(I, H).to("tvk")
+    x = torch.randn(T, B, I, device="tvk", requires_grad=True)
+    loss = mod(x)[0].sum()
+    first = torch.autograd.grad(loss, x, retain_graph=True)[0].cpu()
+    torch.testing.assert_close(torch.autograd.grad(loss, x)[0].cpu(), first, atol=0, rtol=0)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        torch.autograd.grad(loss, x)

@@ -146,8 +146,8 @@ class _Recurrence(torch.autograd.Function):
 
 
 def _whole_forward(ctx, kind, proj, sizes, starts, w_hh, b_ih, b_hh, h0, c0, reverse):
-    """_Recurrence.forward in one kernel (tvk_kernels.kernels.rnn_sequence); the forward's saved
-    values stay in one tensor (ctx.whole_saved) for the backward's kernel."""
+    """_Recurrence.forward in one kernel (tvk_kernels.kernels.rnn_sequence); what the backward's
+    kernel needs of every step stays in one saved tensor."""
     d, lstm = dev(proj), kind == "lstm"
     T, (B, H) = len(sizes), h0.shape
     rows = contig(proj).view(-1, proj.shape[-1])
@@ -163,17 +163,14 @@ def _whole_forward(ctx, kind, proj, sizes, starts, w_hh, b_ih, b_hh, h0, c0, rev
     _K.forward(d, kind, addr(rows), addr(w_t), _a(b_ih), _a(b_hh), addr(h0), _a(c0), addr(out), addr(saved),
                addr(h_n), _a(c_n), _a(steps), T, B, H, reverse)
     ctx.kind, ctx.sizes, ctx.reverse, ctx.has_bias = kind, sizes, reverse, b_hh is not None
-    ctx.whole_saved = (saved, steps)
-    ctx.save_for_backward(w_hh)
+    ctx.save_for_backward(w_hh, saved, steps)  # autograd frees them after the backward (unless retain_graph)
     return out.view(*proj.shape[:-1], H), h_n, c_n
 
 
 def _whole_backward(ctx, d_out, d_hn, d_cn):
     """_Recurrence.backward: the gate grads of all steps and the initial state's in one kernel,
     then W_hh's grad in one GEMM over all steps."""
-    (w_hh,) = ctx.saved_tensors
-    saved, steps = ctx.whole_saved
-    ctx.whole_saved = None
+    w_hh, saved, steps = ctx.saved_tensors
     kind, lstm = ctx.kind, ctx.kind == "lstm"
     d = dev(saved)
     (B, H), N, GH = d_hn.shape, saved.shape[0], w_hh.shape[0]

@@ -1,10 +1,13 @@
 """The whole recurrence of one LSTM / GRU layer direction, one dispatch forward and one backward
 (templates/rnn_sequence.comp).
 
-Each workgroup owns a few batch rows and runs every time step for them: per step the hidden
-projection h_prev @ W_hh^T, the biases and the cell (torch's gate orders: LSTM i f g o, GRU
-r z n). The input projection comes precomputed (one GEMM over the whole sequence); the backward
-gives the grads of the gate pre-activations of every step, from which one GEMM makes W_hh's.
+Each workgroup owns a few batch rows (ROWS) and runs every time step for them: per step the
+hidden projection h_prev @ W_hh^T, the biases and the cell (torch's gate orders: LSTM i f g o,
+GRU r z n). A step is latency-bound, so a small H has several invocations share each unit's dot
+products (KS = WG / H rounded up to a power of two): on the H200 the zoo's LSTM (B 32, T 64,
+H 128) ran fastest with WG 512-1024 and one row a workgroup. The input projection comes
+precomputed (one GEMM over the whole sequence); the backward gives the grads of the gate
+pre-activations of every step, from which one GEMM makes W_hh's.
 
 Rows: a sequence's rows are "packed": step t's sizes[t] rows (non-increasing, the sequences still
 running) start at packed row starts[t]; an unpacked (T, B) sequence is the case sizes[t] = B.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import struct
 
-from .launch import Family, address, family, grid_1d, positive, pow2ceil
+from .launch import Family, address, family, grid_1d, positive, pow2ceil, powers_of_two
 
 KINDS = {"lstm": 0, "gru": 1}
 GATES = {"lstm": 4, "gru": 3}
@@ -38,7 +41,7 @@ class RnnSequence(Family):
     template = "rnn_sequence.comp"
 
     def check_config(self, params: dict) -> dict:
-        return positive(self.family, params, "WG", "ROWS")
+        return powers_of_two(self.family, positive(self.family, params, "ROWS"), "WG")  # WG / KS units a pass
 
 
 def _capacity(hidden: int) -> int:
@@ -46,8 +49,12 @@ def _capacity(hidden: int) -> int:
     return pow2ceil(max(hidden, 32))
 
 
-def _shared_bytes(kind: str, backward: bool, rows: int, capacity: int) -> int:
-    return 4 * rows * capacity * (GATES[kind] if backward else 2)
+def _shared_bytes(kind: str, backward: bool, rows: int, capacity: int, wg: int = 0, split: int = 1) -> int:
+    """h_prev and h (forward) or the gate grads (backward) of each row, and with split > 1 the
+    partial dot products of wg invocations."""
+    state = rows * capacity * (GATES[kind] if backward else 2)
+    parts = rows * wg * (1 if backward else GATES[kind]) if split > 1 else 0
+    return 4 * (state + parts)
 
 
 def _shared_limit(device) -> int:
@@ -61,14 +68,16 @@ def supports(device, kind: str, hidden: int) -> bool:
 
 
 def plan(device, kind: str, backward: bool, hidden: int, batch: int, prm: dict) -> tuple[dict, int, int]:
-    """(defines, local size, shared bytes) of a launch with parameters `prm`: ROWS halved until the
-    shared memory fits, no more rows than the batch has, no more invocations than units."""
-    capacity = _capacity(hidden)
+    """(defines, local size, shared bytes) of a launch with parameters `prm`: WG / KS invocations
+    a pass over the units (no more than the shared capacity), KS of them per unit; ROWS no more
+    than the batch has, halved until the shared memory fits."""
+    capacity, wg = _capacity(hidden), prm["WG"]
+    split = max(wg // capacity, 1)
     rows = min(prm["ROWS"], pow2ceil(batch))
-    while rows > 1 and _shared_bytes(kind, backward, rows, capacity) > _shared_limit(device):
+    while rows > 1 and _shared_bytes(kind, backward, rows, capacity, wg, split) > _shared_limit(device):
         rows //= 2
-    defines = {"KIND": KINDS[kind], "DIRECTION": int(backward), "ROWS": rows, "HC": capacity}
-    return defines, min(prm["WG"], capacity), _shared_bytes(kind, backward, rows, capacity)
+    defines = {"KIND": KINDS[kind], "DIRECTION": int(backward), "ROWS": rows, "HC": capacity, "KS": split}
+    return defines, wg, _shared_bytes(kind, backward, rows, capacity, wg, split)
 
 
 def _launch(device, kind: str, backward: bool, slots, steps: int, batch: int, hidden: int, flags: int,
