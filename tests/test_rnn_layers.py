@@ -135,6 +135,38 @@ def test_torchvk_compile_traces_the_sequence_path(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_compiled_step_runs_the_whole_sequence_kernels(name):
+    """The traced graph holds the layers' tvk::rnn_sequence ops: a compiled training step launches
+    as many kernels for 2T steps as for T, and trains like eager at both lengths."""
+    import torch.nn.functional as F
+
+    stream = get_device().stream
+    torch.manual_seed(3)
+    eager = getattr(torch.nn, name)(I, H, batch_first=True).to("tvk")
+    compiled = getattr(torch.nn, name)(I, H, batch_first=True).to("tvk")
+    compiled.load_state_dict(eager.state_dict())
+    step = torchvk.compile(compiled, loss_fn=lambda out, y: F.mse_loss(out[0], y))
+    counts = []
+    for steps in (T, 2 * T):
+        x, y = torch.randn(B, steps, I).to("tvk"), torch.randn(B, steps, H).to("tvk")
+        for _ in range(2):  # trace, then replay (counted)
+            compiled.zero_grad()
+            eager.zero_grad()
+            before = stream.total_dispatches
+            loss = step(x, y)
+            loss.backward()
+            torch.tvk.synchronize()
+            n = stream.total_dispatches - before
+            ref = F.mse_loss(eager(x)[0], y)
+            ref.backward()
+            torch.testing.assert_close(loss.detach().cpu(), ref.detach().cpu(), atol=1e-5, rtol=1e-4)
+            for p, q in zip(compiled.parameters(), eager.parameters()):
+                torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), atol=1e-5, rtol=1e-4)
+        counts.append(n)
+    assert counts[0] == counts[1], counts
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
 def test_packed_sequences_take_the_sequence_path(name, monkeypatch):
     """Unsorted lengths, 2 layers, both directions, initial states: each step runs the rows still
     running, and outputs, final states (each sequence's own last step) and grads match the CPU."""

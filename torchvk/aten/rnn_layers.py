@@ -9,9 +9,10 @@ and direction projects the whole sequence's input in one GEMM and runs the recur
 (tvk_kernels.kernels.rnn_sequence: a workgroup runs all steps of its batch rows), its backward in
 one kernel and the hidden weights' gradient in one GEMM over all steps: a fixed number of kernels
 whatever the sequence length. Packed sequences (aten.*.data) run the same kernels, each step over
-the rows still running. Compiled mode traces the padded layers (compile/whole_ops.py) step by
-step: per step one GEMM and one fused cell, backward one fused cell backward and one GEMM (also
-the path of hidden sizes whose kernel would not fit shared memory). Projections (proj_size),
+the rows still running. Compiled mode traces the padded layers (compile/whole_ops.py) into the
+same kernels (the ops of aten/rnn_sequence.py). Hidden sizes whose kernel would not fit shared
+memory run step by step: per step one GEMM and one fused cell, backward one fused cell backward
+and one GEMM. Projections (proj_size),
 other dtypes than float32 (autocast runs the cells in 16 bits) and Dynamo's fake tvk tensors keep
 torch's path.
 """
@@ -22,11 +23,12 @@ import itertools
 import torch
 import torch.nn.functional as F
 
+from tvk_kernels import get_device
 from tvk_kernels.kernels import rnn_sequence as _K
 
-from .._tensor import TVKTensor, from_cpu, new_tensor
-from ._util import addr, dev
-from .copies import contig
+from .._tensor import TVKTensor, from_cpu
+from . import rnn_sequence
+from ._util import dev
 
 aten = torch.ops.aten
 # torch's C++ kernel of the op (OpOverload.decompose would prefer torch._decomp's Python one, whose
@@ -43,14 +45,15 @@ class _Recurrence(torch.autograd.Function):
     sizes: the rows of every step (B each, unpacked). b_ih, b_hh: both or neither (the fused
     cell adds them). h0, c0 (LSTM; else None): (B, H). The outputs have proj's layout with H
     columns; h_n, c_n hold each sequence's state after its own last step.
-    Real tvk tensors run the whole-sequence kernels (_whole_forward / _whole_backward); compiled
-    mode's fake tensors, and layers too large for those kernels, the steps below."""
+    The whole-sequence kernels run it (_whole_forward / _whole_backward), eager or traced; layers
+    too large for them, the steps below."""
 
     @staticmethod
     def forward(ctx, kind, proj, sizes, w_hh, b_ih, b_hh, h0, c0, reverse):
         T, H = len(sizes), h0.shape[1]
         starts = [0, *itertools.accumulate(sizes)][:T]
-        ctx.whole = type(proj) is TVKTensor and _K.supports(dev(proj), kind, H)  # not compiled mode's tracing
+        # compiled mode traces fake tensors (on the CPU, or Dynamo's fake tvk ones): the default device decides
+        ctx.whole = _K.supports(dev(proj) if type(proj) is TVKTensor else get_device(), kind, H)
         if ctx.whole:
             return _whole_forward(ctx, kind, proj, sizes, starts, w_hh, b_ih, b_hh, h0, c0, reverse)
         rows = proj.view(-1, proj.shape[-1])
@@ -146,51 +149,31 @@ class _Recurrence(torch.autograd.Function):
 
 
 def _whole_forward(ctx, kind, proj, sizes, starts, w_hh, b_ih, b_hh, h0, c0, reverse):
-    """_Recurrence.forward in one kernel (tvk_kernels.kernels.rnn_sequence); what the backward's
-    kernel needs of every step stays in one saved tensor."""
-    d, lstm = dev(proj), kind == "lstm"
-    T, (B, H) = len(sizes), h0.shape
-    rows = contig(proj).view(-1, proj.shape[-1])
-    N = rows.shape[0]
+    """_Recurrence.forward in one kernel (the op tvk::rnn_sequence_forward, aten/rnn_sequence.py);
+    what the backward's kernel needs of every step stays in one saved tensor."""
     packed = proj.dim() == 2  # else every step has all B rows
-    steps = from_cpu(torch.tensor([*sizes, *starts], dtype=torch.int32), d) if packed else None
-    w_t, h0 = contig(w_hh.t()), contig(h0)
-    c0 = contig(c0) if lstm else None
-    b_ih, b_hh = (contig(b_ih), contig(b_hh)) if b_hh is not None else (None, None)
-    out, saved = new_tensor((N, H), torch.float32, d), new_tensor((N, _K.saved_width(kind, H)), torch.float32, d)
-    h_n = new_tensor((B, H), torch.float32, d)
-    c_n = new_tensor((B, H), torch.float32, d) if lstm else None
-    _K.forward(d, kind, addr(rows), addr(w_t), _a(b_ih), _a(b_hh), addr(h0), _a(c0), addr(out), addr(saved),
-               addr(h_n), _a(c_n), _a(steps), T, B, H, reverse)
+    steps = from_cpu(torch.tensor([*sizes, *starts], dtype=torch.int32), dev(proj)) if packed else None
+    out, saved, h_n, c_n = rnn_sequence.forward(kind, proj, w_hh, b_ih, b_hh, h0, c0,
+                                                steps, reverse)
     ctx.kind, ctx.sizes, ctx.reverse, ctx.has_bias = kind, sizes, reverse, b_hh is not None
     ctx.save_for_backward(w_hh, saved, steps)  # autograd frees them after the backward (unless retain_graph)
-    return out.view(*proj.shape[:-1], H), h_n, c_n
+    return out.view(*proj.shape[:-1], out.shape[-1]), h_n, (c_n if kind == "lstm" else None)
 
 
 def _whole_backward(ctx, d_out, d_hn, d_cn):
-    """_Recurrence.backward: the gate grads of all steps and the initial state's in one kernel,
-    then W_hh's grad in one GEMM over all steps."""
+    """_Recurrence.backward: the gate grads of all steps and the initial state's in one kernel
+    (tvk::rnn_sequence_backward), then W_hh's grad in one GEMM over all steps."""
     w_hh, saved, steps = ctx.saved_tensors
-    kind, lstm = ctx.kind, ctx.kind == "lstm"
-    d = dev(saved)
-    (B, H), N, GH = d_hn.shape, saved.shape[0], w_hh.shape[0]
-    d_rows = contig(d_out).view(-1, H)
-    d_hn = contig(d_hn)
-    d_cn = contig(d_cn) if lstm else None
-    d_proj = new_tensor((N, GH), torch.float32, d)
-    d_hidden = d_proj if lstm else new_tensor((N, GH), torch.float32, d)  # LSTM: the same grads
-    dh, dc = new_tensor((B, H), torch.float32, d), (new_tensor((B, H), torch.float32, d) if lstm else None)
-    _K.backward(d, kind, addr(d_rows), addr(contig(w_hh)), addr(saved), addr(d_hn), _a(d_cn), addr(d_proj),
-                None if lstm else addr(d_hidden), addr(dh), _a(dc), _a(steps), len(ctx.sizes), B, H, ctx.reverse)
-    read_h = saved.view(N, -1, H)[:, _K.H_PREV_SLOT[kind]]  # every step's h_prev
+    kind, lstm, H = ctx.kind, ctx.kind == "lstm", d_hn.shape[1]
+    d_proj, d_hidden, dh, dc = rnn_sequence.backward(kind, d_out, w_hh, saved, d_hn,
+                                                     d_cn if lstm else None, steps, ctx.reverse)
+    d_hidden = d_proj if lstm else d_hidden  # LSTM: the same grads
+    read_h = saved.view(saved.shape[0], -1, H)[:, _K.H_PREV_SLOT[kind]]  # every step's h_prev
     d_w = d_hidden.t().mm(read_h)
     d_bi = d_proj.sum(0) if ctx.has_bias else None
     d_bh = (d_hidden.sum(0) if not lstm else d_bi.clone()) if ctx.has_bias else None  # own tensors
-    return (None, d_proj.view(*d_out.shape[:-1], GH), None, d_w, d_bi, d_bh, dh, dc, None)
-
-
-def _a(t):
-    return addr(t) if t is not None else None  # None: the kernel module's "absent"
+    return (None, d_proj.view(*d_out.shape[:-1], d_proj.shape[-1]), None, d_w, d_bi, d_bh, dh,
+            dc if lstm else None, None)
 
 
 def _fast(input, rank, hx, params, has_biases, num_layers, bidirectional, traced) -> bool:
