@@ -16,6 +16,7 @@ from tvk_kernels.kernels import elementwise as E
 from .._glue import register
 from .._storage import alloc_storage, check_dtype
 from .._tensor import TVKTensor, new_tensor
+from ._layout import result_strides
 from ._util import operand
 from .copies import clone
 
@@ -90,7 +91,8 @@ def run(kop, args, *, out=None, dtype=None, kind=DEFAULT, scalars=(), compute=No
         if dtype is None:
             dtype = promote(args, kind)
         check_dtype(dtype, "aten." + kop)
-        out = new_tensor(_shape(vals), dtype, _device(vals))
+        shape = _shape(vals)
+        out = new_tensor(shape, dtype, _device(vals), stride=result_strides(shape, [v for v in vals if type(v) is TVKTensor]))
     if out.numel() == 0:
         return out
     device = _device(vals)
