@@ -31,6 +31,7 @@ from tvk_kernels.runtime.compiler import find_glslc
 from tvk_kernels.kernels import elementwise as E
 
 from .._tensor import TVKTensor, new_tensor
+from ..aten._layout import result_strides
 from ..aten._util import operand
 from ..aten.conv import convolution
 from ..aten.losses import cross_entropy_backward_from_log_probs
@@ -239,7 +240,7 @@ class FusedElementwise:
         shapes = [tuple(t.shape) for t in ts]
         shape = shapes[0] if all(s == shapes[0] for s in shapes) else E.broadcast_shapes(*shapes)
         dev = tvk._tvk.device
-        out = new_tensor(shape, torch.float32, dev)
+        out = new_tensor(shape, torch.float32, dev, stride=result_strides(shape, ts))  # the traced layout, as unfused
         if out.numel():
             E.elementwise(dev, self.op, tuple(operand(t) for t in ts), operand(out), self.scalars)
         return out
