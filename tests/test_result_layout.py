@@ -21,6 +21,8 @@ CASES = {
     "scalar operand": (lambda: (_BASE.transpose(0, 1), torch.tensor(2.0)), torch.mul),
     "size-1 dims": (lambda: (torch.randn(5, 1, 4).permute(2, 1, 0),), torch.neg),
     "equal strides tie": (lambda: (torch.randn(3, 1, 1).expand(3, 4, 2).permute(2, 0, 1),), torch.abs),
+    "masked_fill (torch: a contiguous clone, filled)": (lambda: (_BASE.permute(2, 0, 1), _BASE.permute(2, 0, 1) > 0),
+                                                        lambda a, m: a.masked_fill(m, 0.5)),
     "where": (lambda: (_BASE[0].t() > 0, _BASE[0].t(), torch.zeros(5, 6)), torch.where),
 }
 

@@ -78,10 +78,11 @@ def _device(args):
     raise RuntimeError("no tvk tensor among the operands")
 
 
-def run(kop, args, *, out=None, dtype=None, kind=DEFAULT, scalars=(), compute=None):
-    """out = kop(*args) (new tensor of the promoted dtype unless out/dtype given)."""
+def run(kop, args, *, out=None, dtype=None, kind=DEFAULT, scalars=(), compute=None, contiguous=False):
+    """out = kop(*args) (new tensor of the promoted dtype unless out/dtype given), laid out as torch
+    lays out the op's result: like its inputs (aten/_layout.py), or contiguous where torch's op is."""
     if out is None:
-        key = (kop, dtype, kind, compute, len(scalars)) + tuple(map(_signature, args))
+        key = (kop, dtype, kind, compute, len(scalars), contiguous) + tuple(map(_signature, args))
         launch = _launches.get(key)
         if launch is not None:
             return launch(args, scalars)
@@ -92,7 +93,8 @@ def run(kop, args, *, out=None, dtype=None, kind=DEFAULT, scalars=(), compute=No
             dtype = promote(args, kind)
         check_dtype(dtype, "aten." + kop)
         shape = _shape(vals)
-        out = new_tensor(shape, dtype, _device(vals), stride=result_strides(shape, [v for v in vals if type(v) is TVKTensor]))
+        layout = None if contiguous else result_strides(shape, [v for v in vals if type(v) is TVKTensor])
+        out = new_tensor(shape, dtype, _device(vals), stride=layout)
     if out.numel() == 0:
         return out
     device = _device(vals)
@@ -524,8 +526,8 @@ def where(condition, self, other):
 
 
 @register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
-def masked_fill(self, mask, value):
-    return run("where", (mask, _as_scalar_operand(value), self), dtype=self.dtype)
+def masked_fill(self, mask, value):  # torch fills a contiguous clone
+    return run("where", (mask, _as_scalar_operand(value), self), dtype=self.dtype, contiguous=True)
 
 
 @register(aten.masked_fill_.Scalar, aten.masked_fill_.Tensor)
