@@ -1,5 +1,6 @@
-"""cdist, weight norm and embedding_bag on tvk (torchvk/aten/composites.py): compositions of our ops
-above autograd, forward and grads against torch CPU, eager and compiled, 0 CPU ops."""
+"""cdist, weight norm, embedding_bag, 3-d average pooling, trilinear upsampling and F.bilinear on tvk
+(torchvk/aten/composites.py): compositions of our ops above autograd, forward and grads against
+torch CPU, eager and compiled, 0 CPU ops."""
 import copy
 
 import pytest
@@ -94,5 +95,73 @@ def test_models_with_them_train_compiled():
         loss = run(x.to("tvk"), y.to("tvk"))
         loss.backward()
         want = F.cross_entropy(ref(x), y)
+        torch.testing.assert_close(loss.cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+        assert torchvk.op_counts()["cpu"] == {}, mode
+
+
+_VOL = torch.randn(2, 3, 7, 6, 9, generator=torch.Generator().manual_seed(5))
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=(3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1)),
+                                dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+                                dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+                                dict(kernel_size=(2, 3, 2), ceil_mode=True, count_include_pad=False),
+                                dict(kernel_size=2, divisor_override=3)], ids=str)
+@pytest.mark.parametrize("batched", [True, False])
+def test_avg_pool3d(kw, batched):
+    _grads_match(lambda v: F.avg_pool3d(v, **kw), _VOL if batched else _VOL[0])
+
+
+@pytest.mark.parametrize("size", [(1, 1, 1), (3, 4, 5), (7, 6, 9), (4, 3, 2)])
+def test_adaptive_avg_pool3d(size):
+    _grads_match(lambda v: F.adaptive_avg_pool3d(v, size), _VOL)
+
+
+@pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(size=(9, 4, 13)), dict(scale_factor=(1.5, 0.7, 2.3)),
+                                dict(size=(5, 8, 3), align_corners=True), dict(scale_factor=1.7, align_corners=True)],
+                         ids=str)
+def test_trilinear_upsampling(kw):
+    kw.setdefault("align_corners", False)
+    _grads_match(lambda v: F.interpolate(v, mode="trilinear", **kw), _VOL)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_bilinear(bias):
+    g = torch.Generator().manual_seed(6)
+    a, b = torch.randn(2, 3, 4, generator=g), torch.randn(2, 3, 5, generator=g)
+    w = torch.randn(6, 4, 5, generator=g)
+    if bias:
+        _grads_match(lambda x, y, w, c: F.bilinear(x, y, w, c), a, b, w, torch.randn(6, generator=g))
+    else:
+        _grads_match(lambda x, y, w: F.bilinear(x, y, w), a, b, w)
+
+
+def test_a_3d_model_trains_compiled():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv3d(2, 4, 3, padding=1)
+            self.mix = torch.nn.Bilinear(4, 4, 3)
+
+        def forward(self, x):
+            y = F.avg_pool3d(torch.relu(self.conv(x)), 2, ceil_mode=True)
+            y = F.interpolate(y, scale_factor=2, mode="trilinear", align_corners=False)
+            y = F.adaptive_avg_pool3d(y, 1).flatten(1)
+            return self.mix(y, y)
+
+    torch.manual_seed(0)
+    ref = Net()
+    x, t = torch.randn(2, 2, 5, 6, 4), torch.randn(2, 3)
+    for mode in ("eager", "torchvk.compile", "torch.compile"):
+        m = copy.deepcopy(ref).to("tvk")
+        if mode == "torchvk.compile":
+            run = torchvk.compile(m, loss_fn=F.mse_loss)
+        else:
+            net = torch.compile(m, backend="tvk") if mode == "torch.compile" else m
+            run = lambda a, b: F.mse_loss(net(a), b)  # noqa: E731
+        torchvk.reset_op_counts()
+        loss = run(x.to("tvk"), t.to("tvk"))
+        loss.backward()
+        want = F.mse_loss(ref(x), t)
         torch.testing.assert_close(loss.cpu(), want.detach(), rtol=1e-5, atol=1e-6)
         assert torchvk.op_counts()["cpu"] == {}, mode

@@ -2,7 +2,9 @@
 
 `cdist`, `_weight_norm` and `embedding_bag` are composite ops whose CPU/CUDA paths end in kernels
 with their own backward ops (`_cdist_forward`/`_cdist_backward`, `_weight_norm_interface`,
-`_embedding_bag`). Here each is written once with differentiable ops and registered for the
+`_embedding_bag`); 3-d average pooling and trilinear upsampling are separable, so they are two
+passes of the 2-d ops (boxes and linear weights factor per axis, padding and ceil_mode included);
+F.bilinear is one einsum. Here each is written once with differentiable ops and registered for the
 AutogradPrivateUse1 key (eager mode: autograd differentiates the pieces) and traced the same way
 in compiled mode (compile/whole_ops.py), so no backward op is needed.
 """
@@ -94,12 +96,68 @@ def _embedding_bag_plain(weight, indices, offsets, scale_grad_by_freq=False, mod
                          include_last_offset, None)
 
 
+def _triple(v, default=None):
+    v = default if (v is None or (isinstance(v, (list, tuple)) and len(v) == 0)) else v
+    return tuple(v) * (3 // len(v)) if isinstance(v, (list, tuple)) else (v, v, v)
+
+
+def _volumes(x):
+    """(x as N, C, D, H, W, a function giving a result back x's batch dims): 4-d input is unbatched."""
+    if x.dim() == 4:
+        return x.unsqueeze(0), lambda y: y.squeeze(0)
+    return x, lambda y: y
+
+
+def avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    """avg_pool2d over (H, W) with D as channels, then over D: a box's mean (or count) is the product
+    of its axes' (padding, ceil_mode and count_include_pad act per axis); divisor_override: the two
+    passes sum and the total is divided once."""
+    v, back = _volumes(x)
+    (kd, kh, kw), (sd, sh, sw), (pd, ph, pw) = _triple(kernel_size), _triple(stride, kernel_size), _triple(padding)
+    N, C, D, H, W = v.shape
+    div = None if divisor_override is None else 1
+    y = F.avg_pool2d(v.reshape(N * C, D, H, W), (kh, kw), (sh, sw), (ph, pw), ceil_mode, count_include_pad, div)
+    Ho, Wo = y.shape[-2:]
+    y = F.avg_pool2d(y.reshape(N * C, 1, D, Ho * Wo), (kd, 1), (sd, 1), (pd, 0), ceil_mode, count_include_pad, div)
+    y = y.reshape(N, C, -1, Ho, Wo)
+    return back(y if divisor_override is None else y / divisor_override)
+
+
+def adaptive_avg_pool3d(x, output_size):
+    """adaptive_avg_pool2d over (H, W) with D as channels, then over D (adaptive windows are boxes)."""
+    v, back = _volumes(x)
+    N, C, D, H, W = v.shape
+    od, oh, ow = (D if o is None else o for o, D in zip(_triple(output_size), (D, H, W)))
+    y = F.adaptive_avg_pool2d(v.reshape(N * C, D, H, W), (oh, ow))
+    y = F.adaptive_avg_pool2d(y.reshape(N * C, 1, D, oh * ow), (od, oh * ow))
+    return back(y.reshape(N, C, od, oh, ow))
+
+
+def upsample_trilinear3d(x, output_size, align_corners, scales_d=None, scales_h=None, scales_w=None):
+    """Bilinear over (H, W) with D as channels, then linear along D (the other axis kept at its size)."""
+    N, C, D, H, W = x.shape
+    od, oh, ow = output_size
+    y = aten.upsample_bilinear2d.default(x.reshape(N * C, D, H, W), [oh, ow], align_corners, scales_h, scales_w)
+    y = aten.upsample_bilinear2d.default(y.reshape(N * C, 1, D, oh * ow), [od, oh * ow], align_corners, scales_d, None)
+    return y.reshape(N, C, od, oh, ow)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """F.bilinear: y[..., o] = input1 W[o] input2^T + b[o]."""
+    y = torch.einsum("...i,oij,...j->...o", input1, weight, input2)
+    return y if bias is None else y + bias
+
+
 aten = torch.ops.aten
 COMPOSED = {  # op -> composition (compile/whole_ops.py traces these too)
     aten.cdist.default: cdist,
     aten._weight_norm.default: weight_norm,
     aten.embedding_bag.padding_idx: embedding_bag,
     aten.embedding_bag.default: _embedding_bag_plain,
+    aten.avg_pool3d.default: avg_pool3d,
+    aten._adaptive_avg_pool3d.default: adaptive_avg_pool3d,
+    aten.upsample_trilinear3d.default: upsample_trilinear3d,
+    aten.bilinear.default: bilinear,
 }
 _lib = torch.library.Library("aten", "IMPL")
 for _op, _fn in COMPOSED.items():

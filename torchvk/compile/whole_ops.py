@@ -36,6 +36,11 @@ REPLACED = {aten.one_hot.default: traced_one_hot, aten.scaled_dot_product_attent
             aten.lstm.input: traced_lstm, aten.gru.input: traced_gru,  # whole sequences (aten/rnn_layers.py)
             **COMPOSED}  # cdist, weight norm, embedding_bag: compositions of our ops (aten/composites.py)
 _IMPLICIT = torch._C.DispatchKey.CompositeImplicitAutograd
+_AUTOGRAD = torch._C.DispatchKey.Autograd
+
+
+def _is_composite(op) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
 
 
 @contextmanager
@@ -51,8 +56,9 @@ def traced_whole():
                 hidden.append((op, key, op.py_kernels.pop(key)))
         op._dispatch_cache.clear()
     for op, fn in REPLACED.items():
-        hidden.append((op, _IMPLICIT, op.py_kernels.pop(_IMPLICIT, None)))
-        op.py_kernels[_IMPLICIT] = fn
+        key = _IMPLICIT if _is_composite(op) else _AUTOGRAD  # an op torch differentiates itself: above that
+        hidden.append((op, key, op.py_kernels.pop(key, None)))
+        op.py_kernels[key] = fn
         op._dispatch_cache.clear()
     try:
         yield
