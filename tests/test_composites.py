@@ -1,4 +1,5 @@
-"""cdist, weight norm, embedding_bag, 3-d average pooling, trilinear upsampling and F.bilinear on tvk
+"""cdist, weight norm, embedding_bag, 3-d average pooling, trilinear and bicubic upsampling,
+grid_sample and F.bilinear on tvk
 (torchvk/aten/composites.py): compositions of our ops above autograd, forward and grads against
 torch CPU, eager and compiled, 0 CPU ops."""
 import copy
@@ -164,4 +165,66 @@ def test_a_3d_model_trains_compiled():
         loss.backward()
         want = F.mse_loss(ref(x), t)
         torch.testing.assert_close(loss.cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+        assert torchvk.op_counts()["cpu"] == {}, mode
+
+
+_IMG = torch.randn(2, 3, 7, 9, generator=torch.Generator().manual_seed(8))
+
+
+@pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(size=(5, 13)), dict(scale_factor=(0.6, 1.7)),
+                                dict(size=(11, 4), align_corners=True), dict(scale_factor=2.5, align_corners=True)],
+                         ids=str)
+def test_bicubic_upsampling(kw):
+    kw.setdefault("align_corners", False)
+    _grads_match(lambda v: F.interpolate(v, mode="bicubic", **kw), _IMG, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample(mode, padding, align_corners):
+    grid = torch.randn(2, 4, 5, 2, generator=torch.Generator().manual_seed(9)) * 0.8  # some outside [-1, 1]
+    _grads_match(lambda v, g: F.grid_sample(v, g, mode=mode, padding_mode=padding, align_corners=align_corners),
+                 _IMG, grid)
+
+
+def test_grid_sample_modes_without_a_kernel_are_a_clear_error():
+    x, g = _IMG.to("tvk"), torch.zeros(2, 3, 3, 2).to("tvk")
+    for kw in (dict(mode="bicubic"), dict(padding_mode="reflection")):
+        with pytest.raises(NotImplementedError, match="grid_sample"):
+            F.grid_sample(x, g, align_corners=False, **kw)
+    assert F.grid_sample(x, g, align_corners=False).shape == (2, 3, 3, 3)  # still usable
+
+
+def test_a_resampling_model_trains_compiled():
+    """Bicubic upsampling and grid_sample inside a model: eager, torchvk.compile and torch.compile."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 2, 3, padding=1)
+            self.theta = torch.nn.Parameter(torch.tensor([[0.9, 0.1, 0.05], [-0.1, 0.8, 0.0]]))
+
+        def forward(self, x):
+            y = F.interpolate(self.conv(x), scale_factor=1.5, mode="bicubic", align_corners=False)
+            grid = F.affine_grid(self.theta.expand(x.shape[0], 2, 3), (x.shape[0], 2, 6, 5), align_corners=False)
+            return F.grid_sample(y, grid, align_corners=False).flatten(1)
+
+    torch.manual_seed(0)
+    ref = Net()
+    x, t = torch.randn(2, 3, 7, 9), torch.randn(2, 60)
+    for mode in ("eager", "torchvk.compile", "torch.compile"):
+        m = copy.deepcopy(ref).to("tvk")
+        if mode == "torchvk.compile":
+            run = torchvk.compile(m, loss_fn=F.mse_loss)
+        else:
+            net = torch.compile(m, backend="tvk") if mode == "torch.compile" else m
+            run = lambda a, b: F.mse_loss(net(a), b)  # noqa: E731
+        torchvk.reset_op_counts()
+        loss = run(x.to("tvk"), t.to("tvk"))
+        loss.backward()
+        want = F.mse_loss(ref(x), t)
+        torch.testing.assert_close(loss.cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+        ref.zero_grad()
+        want.backward()
+        torch.testing.assert_close(m.theta.grad.cpu(), ref.theta.grad, rtol=1e-4, atol=1e-5)
         assert torchvk.op_counts()["cpu"] == {}, mode

@@ -47,3 +47,13 @@ def test_a_sparse_tensor_cannot_move_to_tvk(layout):
     x = x.to_sparse_csr() if layout == "sparse_csr" else x.to_sparse()
     with pytest.raises(TypeError, match=f"only strided .* not torch.{layout} .*to_dense"):
         x.to("tvk")
+
+
+def test_functional_copy_broadcasts_and_casts_like_the_cpu():
+    """aten.copy (the functional copy_ in compiled graphs): self's geometry, src broadcast and cast."""
+    self_ = torch.randn(4, 6).t()  # a transposed destination keeps its layout
+    for src in (torch.randn(4), torch.randn(6, 4).to(torch.float16), torch.tensor(2.5)):
+        want = torch.ops.aten.copy.default(self_, src)
+        got = torch.ops.aten.copy.default(self_.to("tvk"), src.to("tvk"))
+        assert got.shape == want.shape and got.stride() == want.stride() and got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want)

@@ -4,7 +4,8 @@
 with their own backward ops (`_cdist_forward`/`_cdist_backward`, `_weight_norm_interface`,
 `_embedding_bag`); 3-d average pooling and trilinear upsampling are separable, so they are two
 passes of the 2-d ops (boxes and linear weights factor per axis, padding and ceil_mode included);
-F.bilinear is one einsum. Here each is written once with differentiable ops and registered for the
+F.bilinear is one einsum; bicubic upsampling and grid_sample gather the input's pixels with weights
+computed on the device (so autograd differentiates the grid too). Here each is written once with differentiable ops and registered for the
 AutogradPrivateUse1 key (eager mode: autograd differentiates the pieces) and traced the same way
 in compiled mode (compile/whole_ops.py), so no backward op is needed.
 """
@@ -148,6 +149,81 @@ def bilinear(input1, input2, weight, bias=None):
     return y if bias is None else y + bias
 
 
+_CUBIC_A = -0.75  # torch's bicubic convolution constant
+
+
+def _cubic_taps(size_in: int, size_out: int, align_corners: bool, scale, like):
+    """(index (4, out) int64, weight (4, out)) of the bicubic taps along one axis, computed on the
+    device as torch's upsample_bicubic2d does (source index, clamped taps, cubic convolution)."""
+    if align_corners:
+        ratio = (size_in - 1) / (size_out - 1) if size_out > 1 else 0.0
+        real = torch.arange(size_out, device=like.device, dtype=like.dtype) * ratio
+    else:
+        ratio = 1.0 / scale if scale else size_in / size_out
+        real = (torch.arange(size_out, device=like.device, dtype=like.dtype) + 0.5) * ratio - 0.5
+    base = torch.floor(real)
+    t = real - base
+    a = _CUBIC_A
+    s1, s2 = t + 1, 1 - t
+    s3 = s2 + 1
+    weights = torch.stack([((a * s1 - 5 * a) * s1 + 8 * a) * s1 - 4 * a, ((a + 2) * t - (a + 3)) * t * t + 1,
+                           ((a + 2) * s2 - (a + 3)) * s2 * s2 + 1, ((a * s3 - 5 * a) * s3 + 8 * a) * s3 - 4 * a])
+    first = base.to(torch.int64) - 1
+    index = torch.stack([(first + k).clamp(0, size_in - 1) for k in range(4)])
+    return index, weights
+
+
+def upsample_bicubic2d(x, output_size, align_corners, scales_h=None, scales_w=None):
+    """Bicubic resampling as two passes of four gathered taps each (rows, then columns)."""
+    N, C, H, W = x.shape
+    oh, ow = output_size
+    idx, w = _cubic_taps(H, oh, align_corners, scales_h, x)
+    y = sum(x.index_select(2, idx[k]) * w[k].view(1, 1, oh, 1) for k in range(4))
+    idx, w = _cubic_taps(W, ow, align_corners, scales_w, x)
+    return sum(y.index_select(3, idx[k]) * w[k].view(1, 1, 1, ow) for k in range(4))
+
+
+_BILINEAR, _NEAREST = 0, 1
+_ZEROS, _BORDER = 0, 1
+
+
+def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
+    """F.grid_sample over 4-d input: bilinear or nearest, zeros or border padding, as gathers of the
+    input's pixels weighted by the grid (so autograd differentiates input and grid)."""
+    if interpolation_mode not in (_BILINEAR, _NEAREST) or padding_mode not in (_ZEROS, _BORDER):
+        raise NotImplementedError("TorchVK: grid_sample runs modes 'bilinear' and 'nearest' with padding 'zeros' "
+                                  "or 'border' on tvk; mode 'bicubic' and padding 'reflection' have no Vulkan "
+                                  "implementation (run that op on the CPU)")
+    N, C, H, W = x.shape
+    Ho, Wo = grid.shape[1:3]
+
+    def unnormalize(coord, size):
+        c = (coord + 1) / 2 * (size - 1) if align_corners else ((coord + 1) * size - 1) / 2
+        return c.clamp(0, size - 1) if padding_mode == _BORDER else c
+
+    ix, iy = unnormalize(grid[..., 0], W), unnormalize(grid[..., 1], H)
+    flat = x.reshape(N, C, H * W)
+
+    def tap(xi, yi):  # the input at integer (xi, yi), (N, C, Ho, Wo), zero outside
+        inside = ((xi >= 0) & (xi <= W - 1) & (yi >= 0) & (yi <= H - 1)).to(x.dtype)
+        at = (yi.clamp(0, H - 1) * W + xi.clamp(0, W - 1)).to(torch.int64).reshape(N, 1, Ho * Wo)
+        return torch.gather(flat, 2, at.expand(N, C, Ho * Wo)).reshape(N, C, Ho, Wo), inside.unsqueeze(1)
+
+    if interpolation_mode == _NEAREST:
+        v, inside = tap(torch.round(ix), torch.round(iy))
+        # + an exact 0 that depends on the grid: its grad is zeros, as torch's, not None
+        never = torch.zeros_like(ix, dtype=torch.bool)
+        return v * inside + torch.where(never, ix + iy, 0.0).unsqueeze(1)
+    x0, y0 = torch.floor(ix), torch.floor(iy)
+    wx1, wy1 = (ix - x0).unsqueeze(1), (iy - y0).unsqueeze(1)
+    wx0, wy0 = 1 - wx1, 1 - wy1
+    out = 0
+    for xi, yi, wgt in ((x0, y0, wx0 * wy0), (x0 + 1, y0, wx1 * wy0), (x0, y0 + 1, wx0 * wy1), (x0 + 1, y0 + 1, wx1 * wy1)):
+        v, inside = tap(xi, yi)
+        out = out + v * (wgt * inside)
+    return out
+
+
 aten = torch.ops.aten
 COMPOSED = {  # op -> composition (compile/whole_ops.py traces these too)
     aten.cdist.default: cdist,
@@ -158,6 +234,8 @@ COMPOSED = {  # op -> composition (compile/whole_ops.py traces these too)
     aten._adaptive_avg_pool3d.default: adaptive_avg_pool3d,
     aten.upsample_trilinear3d.default: upsample_trilinear3d,
     aten.bilinear.default: bilinear,
+    aten.upsample_bicubic2d.default: upsample_bicubic2d,
+    aten.grid_sampler_2d.default: grid_sampler_2d,
 }
 _lib = torch.library.Library("aten", "IMPL")
 for _op, _fn in COMPOSED.items():

@@ -74,6 +74,18 @@ def copy_(self, src, non_blocking=False):
     return self
 
 
+@register(aten.copy.default, cross_device=True)
+def copy(self, src, non_blocking=False):
+    """The functional copy_ (compiled graphs hold it where code copied into a view): a new tensor of
+    self's geometry holding src broadcast to it."""
+    if not isinstance(self, TVKTensor):  # self on the CPU, src on tvk
+        return self.clone().copy_(to_cpu(src))
+    out = new_tensor(self.shape, self.dtype, self._tvk.device, self.stride() if is_dense(self) else None,
+                     op="aten.copy")
+    copy_into(out, src)  # every element: src broadcasts to self's shape
+    return out
+
+
 @register(aten._copy_from.default, cross_device=True)
 def _copy_from(self, dst, non_blocking=False):
     if isinstance(dst, TVKTensor):
