@@ -61,3 +61,10 @@ def test_unbatched():
     logits, targets, _, _ = _case(3)
     _check(lambda x: F.ctc_loss(x[:, 0].log_softmax(1), targets[0].to(x.device), torch.tensor(10), torch.tensor(4)),
            logits)
+
+
+def test_gradient_for_log_probs_that_are_not_normalized():
+    """torch's gradient with respect to log_probs includes exp(log_probs) on each sequence's frames
+    (equal for the logits behind a log_softmax); so does ours, for any log_probs."""
+    logits, targets, tl, sl = _case(4)
+    _check(lambda x: F.ctc_loss(x * 0.5 - 1.0, targets.to(x.device), tl, sl, reduction="sum"), logits)

@@ -6,7 +6,10 @@ log-probability of the alignments of the first t+1 frames that end at l'[s]:
 (s-2 is allowed where l'[s] is not blank and differs from l'[s-2]). A sequence stops at its own
 input length; its loss is -logsumexp(alpha[T-1, end], alpha[T-1, end-1]). The log-sum-exp keeps
 exact -inf for impossible states with zero gradient there (an impossible alignment gives an
-infinite loss, as torch's; zero_infinity zeroes it and its gradient). One step is some twenty
+infinite loss, as torch's; zero_infinity zeroes it and its gradient). torch's gradient with
+respect to log_probs adds exp(log_probs) on every frame within a sequence's input length (the same
+gradient for the logits when log_probs = log_softmax(logits), as CTC is used); a zero-valued term
+adds it here, so the gradients equal torch's for any input. One step is some twenty
 elementwise kernels, so a long input is slow but exact; registered above autograd (eager mode).
 """
 from __future__ import annotations
@@ -85,6 +88,9 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     before = alpha.gather(1, (ends - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     before = torch.where(ends > 0, before, torch.full_like(before, _NEG_INF))
     loss = -_lse3(last, before, torch.full_like(last, _NEG_INF))
+    frames = (torch.arange(T, device=dev).unsqueeze(1) < running.squeeze(1).unsqueeze(0)).to(lp.dtype)  # (T, N)
+    mass = (lp.exp() * frames.unsqueeze(2)).sum((0, 2))
+    loss = loss + (mass - mass.detach())  # + 0, with gradient exp(log_probs): torch's
     loss = torch.where(running.squeeze(1) > 0, loss, torch.where(ends > 0, torch.full_like(loss, float("inf")),
                                                                    torch.zeros_like(loss)))
     if zero_infinity:
