@@ -113,6 +113,20 @@ def test_avg_pool3d(kw, batched):
     _grads_match(lambda v: F.avg_pool3d(v, **kw), _VOL if batched else _VOL[0])
 
 
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=(3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1)),
+                                dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+                                dict(kernel_size=2, dilation=(2, 1, 2))], ids=str)
+@pytest.mark.parametrize("batched", [True, False])
+def test_max_pool3d(kw, batched):
+    v = _VOL if batched else _VOL[0]
+    _grads_match(lambda x: F.max_pool3d(x, **kw), v)
+    got, want = F.max_pool3d(v.to("tvk"), return_indices=True, **kw), F.max_pool3d(v, return_indices=True, **kw)
+    torch.testing.assert_close(got[1].cpu(), want[1])
+    ties = torch.zeros(1, 1, 4, 4, 4)  # every window all equal: torch's first index in (d, h, w) order
+    torch.testing.assert_close(F.max_pool3d(ties.to("tvk"), 2, return_indices=True)[1].cpu(),
+                               F.max_pool3d(ties, 2, return_indices=True)[1])
+
+
 @pytest.mark.parametrize("size", [(1, 1, 1), (3, 4, 5), (7, 6, 9), (4, 3, 2)])
 def test_adaptive_avg_pool3d(size):
     _grads_match(lambda v: F.adaptive_avg_pool3d(v, size), _VOL)
@@ -145,7 +159,7 @@ def test_a_3d_model_trains_compiled():
             self.mix = torch.nn.Bilinear(4, 4, 3)
 
         def forward(self, x):
-            y = F.avg_pool3d(torch.relu(self.conv(x)), 2, ceil_mode=True)
+            y = F.avg_pool3d(torch.relu(self.conv(x)), 2, ceil_mode=True) + F.max_pool3d(self.conv(x), 2, ceil_mode=True)
             y = F.interpolate(y, scale_factor=2, mode="trilinear", align_corners=False)
             y = F.adaptive_avg_pool3d(y, 1).flatten(1)
             return self.mix(y, y)

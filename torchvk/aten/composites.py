@@ -2,7 +2,7 @@
 
 `cdist`, `_weight_norm` and `embedding_bag` are composite ops whose CPU/CUDA paths end in kernels
 with their own backward ops (`_cdist_forward`/`_cdist_backward`, `_weight_norm_interface`,
-`_embedding_bag`); 3-d average pooling and trilinear upsampling are separable, so they are two
+`_embedding_bag`); 3-d average and max pooling and trilinear upsampling are separable, so they are two
 passes of the 2-d ops (boxes and linear weights factor per axis, padding and ceil_mode included);
 F.bilinear is one einsum; bicubic upsampling and grid_sample gather the input's pixels with weights
 computed on the device (so autograd differentiates the grid too). Here each is written once with differentiable ops and registered for the
@@ -124,6 +124,26 @@ def avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False, count_incl
     return back(y if divisor_override is None else y / divisor_override)
 
 
+def max_pool3d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """max_pool2d over (H, W) with D as channels, then over D: a box's maximum is the maximum of
+    its slices' maxima, and the first along D of the slices' first maxima is torch's first in
+    (d, h, w) order; indices into each D*H*W volume, as torch's."""
+    v, back = _volumes(x)
+    (kd, kh, kw), (sd, sh, sw) = _triple(kernel_size), _triple(stride, kernel_size)
+    (pd, ph, pw), (dd, dh, dw) = _triple(padding), _triple(dilation)
+    N, C, D, H, W = v.shape
+    y, at_hw = F.max_pool2d(v.reshape(N * C, D, H, W), (kh, kw), (sh, sw), (ph, pw), (dh, dw), ceil_mode,
+                            return_indices=True)
+    Ho, Wo = y.shape[-2:]
+    z, at_d = F.max_pool2d(y.reshape(N * C, 1, D, Ho * Wo), (kd, 1), (sd, 1), (pd, 0), (dd, 1), ceil_mode,
+                           return_indices=True)
+    Do = z.shape[2]
+    d = (at_d // (Ho * Wo)).reshape(N * C, Do, Ho * Wo)  # each output's slice
+    hw = at_hw.reshape(N * C, D, Ho * Wo).gather(1, d)  # its position within that slice
+    index = (d * (H * W) + hw).reshape(N, C, Do, Ho, Wo)
+    return back(z.reshape(N, C, Do, Ho, Wo)), back(index)
+
+
 def adaptive_avg_pool3d(x, output_size):
     """adaptive_avg_pool2d over (H, W) with D as channels, then over D (adaptive windows are boxes)."""
     v, back = _volumes(x)
@@ -232,6 +252,7 @@ COMPOSED = {  # op -> composition (compile/whole_ops.py traces these too)
     aten.embedding_bag.default: _embedding_bag_plain,
     aten.avg_pool3d.default: avg_pool3d,
     aten._adaptive_avg_pool3d.default: adaptive_avg_pool3d,
+    aten.max_pool3d_with_indices.default: max_pool3d_with_indices,
     aten.upsample_trilinear3d.default: upsample_trilinear3d,
     aten.bilinear.default: bilinear,
     aten.upsample_bicubic2d.default: upsample_bicubic2d,
