@@ -10,7 +10,7 @@ from . import copies, factories, views  # noqa: F401
 
 GROUPS = ("elementwise", "matmul", "reductions", "softmax", "losses", "embedding", "conv", "rnn", "rnn_layers", "norm", "pool", "rng",
           "misc", "sorting", "indexing", "one_hot", "resample", "attention", "shape_ops",
-          "adaptive_max_pool", "amp", "foreach", "composites", "counting", "ctc", "distributions")
+          "adaptive_max_pool", "amp", "foreach", "composites", "counting", "ctc", "distributions", "linalg")
 unavailable: dict = {}
 
 for _name in GROUPS:

@@ -1,0 +1,60 @@
+"""torch.linalg.solve / inv / det on tvk (torchvk/aten/linalg.py): values and gradients against the
+CPU, batched and broadcast, singular matrices as torch reports them."""
+import pytest
+import torch
+
+import torchvk
+
+g = torch.Generator().manual_seed(0)
+A = torch.randn(3, 5, 5, generator=g) + 3 * torch.eye(5)
+A[1] = A[1][[2, 0, 1, 4, 3]]  # pivoting needed, odd permutation: the determinant's sign
+B = torch.randn(3, 5, 2, generator=g)
+
+
+def _match(fn, *inputs, tol=1e-4):
+    cpu = [x.clone().requires_grad_() for x in inputs]
+    dev = [x.to("tvk").requires_grad_() for x in inputs]
+    torchvk.reset_op_counts()
+    want, got = fn(*cpu), fn(*dev)
+    torch.testing.assert_close(got.cpu(), want.detach(), rtol=tol, atol=tol)
+    cot = torch.randn(want.shape, generator=torch.Generator().manual_seed(1))
+    want.backward(cot)
+    got.backward(cot.to("tvk"))
+    for c, d in zip(cpu, dev):
+        torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=tol, atol=tol)
+    assert torchvk.op_counts()["cpu"] == {}
+
+
+@pytest.mark.parametrize("case", ["batched", "broadcast", "vector", "right"])
+def test_solve(case):
+    if case == "batched":
+        _match(torch.linalg.solve, A, B)
+    elif case == "broadcast":
+        _match(torch.linalg.solve, A[0], B)
+    elif case == "vector":
+        _match(torch.linalg.solve, A, B[..., 0])
+    else:
+        _match(lambda a, b: torch.linalg.solve(a, b, left=False), A, B.mT)
+
+
+def test_inv_and_det():
+    _match(torch.linalg.inv, A)
+    _match(torch.linalg.det, A)
+    _match(torch.linalg.det, A[1])
+    assert torch.linalg.det(A[1]).item() * torch.linalg.det(A[1].to("tvk")).item() > 0  # same sign
+    empty = torch.zeros(2, 0, 0).to("tvk").requires_grad_()
+    d = torch.linalg.det(empty)
+    assert d.requires_grad and d.cpu().tolist() == [1.0, 1.0]
+
+
+def test_singular_matrices():
+    S = A.clone()
+    S[2, :, 1] = S[2, :, 0]  # batch element 2 is singular
+    with pytest.raises(torch.linalg.LinAlgError, match="Batch element 2"):
+        torch.linalg.inv(S.to("tvk"))
+    with pytest.raises(torch.linalg.LinAlgError, match="singular"):
+        torch.linalg.solve(S[2].to("tvk"), B[2].to("tvk"))
+    _, info = torch.linalg.solve_ex(S.to("tvk"), B.to("tvk"))
+    assert info.cpu().tolist()[:2] == [0, 0] and info.cpu()[2] > 0
+    assert abs(torch.linalg.det(S[2].to("tvk")).item()) < 1e-4
+    torch.testing.assert_close(torch.linalg.inv(A.to("tvk")).cpu(), torch.linalg.inv(A), rtol=1e-4, atol=1e-4)
