@@ -58,3 +58,30 @@ def test_singular_matrices():
     assert info.cpu().tolist()[:2] == [0, 0] and info.cpu()[2] > 0
     assert abs(torch.linalg.det(S[2].to("tvk")).item()) < 1e-4
     torch.testing.assert_close(torch.linalg.inv(A.to("tvk")).cpu(), torch.linalg.inv(A), rtol=1e-4, atol=1e-4)
+
+
+def test_slogdet_and_logdet():
+    _match(lambda a: torch.linalg.slogdet(a)[1], A)
+    torch.testing.assert_close(torch.linalg.slogdet(A.to("tvk"))[0].cpu(), torch.linalg.slogdet(A)[0])
+    P = A @ A.mT  # positive determinant
+    _match(torch.logdet, P)
+    assert torch.isnan(torch.logdet(A[1].to("tvk"))).item() == torch.isnan(torch.logdet(A[1])).item()
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky(upper):
+    P = A @ A.mT + torch.eye(5)
+    _match(lambda a: torch.linalg.cholesky(a, upper=upper), P)
+    N = P.clone()
+    N[1] = -N[1]
+    with pytest.raises(torch.linalg.LinAlgError, match="Batch element 1"):
+        torch.linalg.cholesky(N.to("tvk"))
+    assert torch.linalg.cholesky_ex(N.to("tvk")).info.cpu().tolist() == torch.linalg.cholesky_ex(N).info.tolist()
+
+
+@pytest.mark.parametrize("upper,left,unit", [(False, True, False), (True, True, False), (True, False, True),
+                                              (False, False, False)])
+def test_solve_triangular(upper, left, unit):
+    T = A.triu() if upper else A.tril()
+    rhs = B if left else B.mT
+    _match(lambda a, b: torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit), T, rhs)

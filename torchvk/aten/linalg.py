@@ -1,12 +1,16 @@
-"""torch.linalg.solve, inv and det on tvk: Gauss-Jordan elimination with partial pivoting as tvk ops,
-registered above autograd (autograd differentiates the elimination; the pivot choice is discrete).
+"""torch.linalg.solve, inv, det, slogdet, cholesky and solve_triangular on tvk, as tvk ops registered
+above autograd (autograd differentiates them; pivot choices are discrete).
+
+solve, inv, det and slogdet: Gauss-Jordan elimination with partial pivoting.
 
 Each of the n steps picks the largest remaining entry of the column as pivot (a row swap by a
 gather), scales the pivot row and eliminates the column from every other row: about a dozen
 kernels a step, batched over the leading dims, so it suits the small systems models solve in a
 training step (tens to a few hundred unknowns), not large factorizations. A zero pivot marks the
 matrix singular: info (the first such step, 1-based) as torch reports it, and linalg.inv / solve
-raise torch.linalg.LinAlgError as on CUDA.
+raise torch.linalg.LinAlgError as on CUDA. cholesky: column by column (info: the first column
+whose diagonal is not positive); solve_triangular: substitution row by row. All are n steps of a
+few kernels each.
 """
 from __future__ import annotations
 
@@ -16,27 +20,31 @@ aten = torch.ops.aten
 
 
 def _eliminate(A, B):
-    """(A^-1 B, det A, info) for A (..., n, n) and B (..., n, k) of the same batch dims."""
+    """(A^-1 B, (det A, its sign, log |det A|), info) for A (..., n, n) and B (..., n, k) of the same
+    batch dims. det is the pivots' product (exact signs and zeros), the log a sum of logs (no overflow)."""
     n = A.shape[-1]
     M = torch.cat([A, B], -1)
     batch = M.shape[:-2]
     rows = torch.arange(n, device=A.device)
     det = torch.ones(batch, dtype=A.dtype, device=A.device)
+    sign = torch.ones(batch, dtype=A.dtype, device=A.device)
+    logabs = torch.zeros(batch, dtype=A.dtype, device=A.device)
     info = torch.zeros(batch, dtype=torch.int32, device=A.device)
     for k in range(n):
         p = M[..., k:, k].abs().argmax(-1) + k  # the pivot row
         swap = torch.where(rows == k, p.unsqueeze(-1), torch.where(rows == p.unsqueeze(-1), k, rows))
         M = M.gather(-2, swap.unsqueeze(-1).expand(M.shape))
-        det = torch.where(p != k, -det, det)
+        det, sign = torch.where(p != k, -det, det), torch.where(p != k, -sign, sign)
         piv = M[..., k, k]
         singular = piv == 0
         info = torch.where(singular & (info == 0), torch.full_like(info, k + 1), info)
-        det = det * piv
+        det, sign = det * piv, sign * torch.sign(piv)
+        logabs = logabs + piv.abs().log()
         row = M[..., k, :] / torch.where(singular, torch.ones_like(piv), piv).unsqueeze(-1)
         factor = torch.where(rows == k, torch.zeros_like(M[..., :, k]), M[..., :, k])
         M = M - factor.unsqueeze(-1) * row.unsqueeze(-2)
         M = torch.where((rows == k).unsqueeze(-1), row.unsqueeze(-2).expand(M.shape), M)
-    return M[..., :, n:], det, info
+    return M[..., :, n:], (det, sign, logabs), info
 
 
 def _square(A, op):
@@ -98,14 +106,87 @@ def linalg_inv(A):
     return X
 
 
+def linalg_slogdet(A):
+    _square(A, "linalg.slogdet")
+    if A.shape[-1] == 0:  # det 1, still a function of A for autograd (as torch's)
+        zero = A.sum((-2, -1))
+        return zero + 1, zero
+    return _eliminate(A, A[..., :, :0])[1][1:]
+
+
 def linalg_det(A):
     _square(A, "linalg.det")
-    if A.shape[-1] == 0:  # 1, still a function of A for autograd (as torch's)
+    if A.shape[-1] == 0:
         return A.sum((-2, -1)) + 1
-    return _eliminate(A, A[..., :, :0])[1]
+    return _eliminate(A, A[..., :, :0])[1][0]
+
+
+def logdet(A):
+    sign, logabs = linalg_slogdet(A)
+    return torch.where(sign < 0, torch.full_like(logabs, float("nan")), torch.where(sign == 0, torch.full_like(
+        logabs, float("-inf")), logabs))
+
+
+def linalg_cholesky_ex(A, *, upper=False, check_errors=False):
+    """L with A = L L^H (the lower triangle of A is read), column by column."""
+    _square(A, "linalg.cholesky")
+    # the symmetric matrix of A's lower triangle, with torch's symmetric gradient (half to (i, j), half to (j, i))
+    half = (A + A.mT) / 2
+    A = (A.tril() + A.tril(-1).mT).detach() + (half - half.detach())
+    n = A.shape[-1]
+    rows = torch.arange(n, device=A.device)
+    L = torch.zeros_like(A) if n else A.clone()  # empty: still a function of A for autograd (as torch's)
+    info = torch.zeros(A.shape[:-2], dtype=torch.int32, device=A.device)
+    for j in range(n):
+        d = A[..., j, j] - (L[..., j, :j] ** 2).sum(-1)
+        bad = ~(d > 0)
+        info = torch.where(bad & (info == 0), torch.full_like(info, j + 1), info)
+        root = torch.where(bad, torch.ones_like(d), d).sqrt()
+        col = (A[..., :, j] - (L[..., :, :j] * L[..., j, :j].unsqueeze(-2)).sum(-1)) / root.unsqueeze(-1)
+        col = torch.where(rows > j, col, torch.where(rows == j, root.unsqueeze(-1).expand(col.shape), torch.zeros_like(col)))
+        L = torch.where(rows == j, col.unsqueeze(-1), L)
+    if check_errors:
+        _raise_not_positive_definite(info, "linalg.cholesky_ex")
+    return (L.mT if upper else L), info
+
+
+def _raise_not_positive_definite(info, op):
+    bad = torch.nonzero(info.reshape(-1)).reshape(-1)
+    if bad.numel():
+        first = int(bad[0])
+        where = f"(Batch element {first}): " if info.dim() else ""
+        raise torch.linalg.LinAlgError(
+            f"{op}: {where}The factorization could not be completed because the input is not positive-definite "
+            f"(the leading minor of order {int(info.reshape(-1)[first])} is not positive-definite).")
+
+
+def linalg_cholesky(A, *, upper=False):
+    L, info = linalg_cholesky_ex(A, upper=upper)
+    _raise_not_positive_definite(info, "linalg.cholesky")
+    return L
+
+
+def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False):
+    """X with A X = B (left) or X A = B, A triangular: substitution, one row of X a step."""
+    _square(A, "linalg.solve_triangular")
+    if not left:  # X A = B  <=>  A^T X^T = B^T, A^T triangular the other way
+        return linalg_solve_triangular(A.mT, B.mT, upper=not upper, unitriangular=unitriangular).mT
+    n = A.shape[-1]
+    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    A, B = A.expand(*batch, n, n), B.expand(*batch, *B.shape[-2:])
+    rows = torch.arange(n, device=A.device)
+    X = torch.zeros_like(B)
+    for i in (range(n - 1, -1, -1) if upper else range(n)):
+        r = B[..., i, :] - (A[..., i, :].unsqueeze(-1) * X).sum(-2)  # X's unsolved rows are still 0
+        if not unitriangular:
+            r = r / A[..., i, i].unsqueeze(-1)
+        X = torch.where((rows == i).unsqueeze(-1), r.unsqueeze(-2), X)
+    return X
 
 
 _lib = torch.library.Library("aten", "IMPL")
 for _name, _fn in (("linalg_solve_ex", linalg_solve_ex), ("linalg_solve", linalg_solve), ("linalg_inv_ex", linalg_inv_ex),
-                   ("linalg_inv", linalg_inv), ("linalg_det", linalg_det)):
+                   ("linalg_inv", linalg_inv), ("linalg_det", linalg_det), ("linalg_slogdet", linalg_slogdet),
+                   ("logdet", logdet), ("linalg_cholesky_ex", linalg_cholesky_ex), ("linalg_cholesky", linalg_cholesky),
+                   ("linalg_solve_triangular", linalg_solve_triangular)):
     _lib.impl(_name, _fn, "AutogradPrivateUse1")
