@@ -242,3 +242,20 @@ def test_a_resampling_model_trains_compiled():
         want.backward()
         torch.testing.assert_close(m.theta.grad.cpu(), ref.theta.grad, rtol=1e-4, atol=1e-5)
         assert torchvk.op_counts()["cpu"] == {}, mode
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, float("inf")])
+def test_pdist_renorm_multi_margin(p):
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(6, 4, generator=g)
+    _grads_match(lambda v: F.pdist(v, p), x)
+    _grads_match(lambda v: torch.renorm(v, p, 0, 1.5), x)
+    target = torch.tensor([0, 3, 1, 2, 3, 0])
+    w = torch.rand(4, generator=g)
+    for power in (1, 2):
+        _grads_match(lambda v: F.multi_margin_loss(v, target.to(v.device), p=power, margin=0.7, weight=w.to(v.device),
+                                                   reduction="none"), x)
+
+
+def test_logspace():
+    torch.testing.assert_close(torch.logspace(-1, 2, 7, base=3.0, device="tvk").cpu(), torch.logspace(-1, 2, 7, base=3.0))

@@ -244,6 +244,37 @@ def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
     return out
 
 
+def pdist(x, p=2.0):
+    """The p-norm distance of every pair of rows i < j, in torch's order (row-major upper triangle)."""
+    n = x.shape[0]
+    i, j = torch.triu_indices(n, n, 1).to(x.device).unbind(0)
+    return torch.linalg.vector_norm(x[i] - x[j], ord=p, dim=-1)
+
+
+def renorm(x, p, dim, maxnorm):
+    """Each slice along `dim` scaled down to p-norm maxnorm where its norm exceeds it (torch's 1e-7 guard)."""
+    dims = [d for d in range(x.dim()) if d != dim % x.dim()]
+    norm = torch.linalg.vector_norm(x, ord=p, dim=dims, keepdim=True)
+    return x * torch.where(norm > maxnorm, maxnorm / (norm + 1e-7), torch.ones_like(norm))
+
+
+def multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=1):
+    """sum over classes c != y of max(0, margin - x[y] + x[c])^p (weighted by weight[y]) / C."""
+    if p not in (1, 2):
+        raise ValueError("only p == 1 and p == 2 supported")
+    rows = x.reshape(-1, x.shape[-1]) if x.dim() > 1 else x.reshape(1, -1)  # 0-d, 1-d: one sample
+    y = target.reshape(-1, 1).to(torch.int64)
+    gap = (margin - rows.gather(1, y) + rows).clamp(min=0)
+    if p == 2:
+        gap = gap * gap
+    if weight is not None:
+        gap = gap * weight[y]
+    others = torch.ones_like(gap).scatter(1, y, 0.0)
+    loss = (gap * others).sum(1) / rows.shape[1]
+    loss = loss.reshape(target.shape) if x.dim() > 1 else loss.reshape(())
+    return loss.mean() if reduction == 1 else loss.sum() if reduction == 2 else loss
+
+
 aten = torch.ops.aten
 COMPOSED = {  # op -> composition (compile/whole_ops.py traces these too)
     aten.cdist.default: cdist,
@@ -257,6 +288,9 @@ COMPOSED = {  # op -> composition (compile/whole_ops.py traces these too)
     aten.bilinear.default: bilinear,
     aten.upsample_bicubic2d.default: upsample_bicubic2d,
     aten.grid_sampler_2d.default: grid_sampler_2d,
+    aten.pdist.default: pdist,
+    aten.renorm.default: renorm,
+    aten.multi_margin_loss.default: multi_margin_loss,
 }
 _lib = torch.library.Library("aten", "IMPL")
 for _op, _fn in COMPOSED.items():

@@ -114,3 +114,8 @@ def arange_start_out(start, end, step=1, *, out):
 @register(aten.linspace.out)
 def linspace_out(start, end, steps, *, out):
     return copy_into(out, torch.linspace(start, end, steps, dtype=out.dtype))
+
+
+@register(aten.logspace.out)
+def logspace_out(start, end, steps, base=10.0, *, out):
+    return copy_into(out, torch.logspace(start, end, steps, base, dtype=out.dtype))
