@@ -85,3 +85,12 @@ def test_solve_triangular(upper, left, unit):
     T = A.triu() if upper else A.tril()
     rhs = B if left else B.mT
     _match(lambda a, b: torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit), T, rhs)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_solve_and_inverse(upper):
+    P = A @ A.mT + torch.eye(5)
+    L = torch.linalg.cholesky(P, upper=upper)
+    _match(lambda b, f: torch.cholesky_solve(b, f, upper=upper), B, L)
+    _match(lambda f: torch.cholesky_inverse(f[0], upper=upper), L)
+    _match(lambda p: torch.cholesky(p, upper=upper), P)

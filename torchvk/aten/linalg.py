@@ -1,4 +1,5 @@
-"""torch.linalg.solve, inv, det, slogdet, cholesky and solve_triangular on tvk, as tvk ops registered
+"""torch.linalg.solve, inv, det, slogdet, cholesky and solve_triangular (and cholesky_solve /
+cholesky_inverse, two triangular solves) on tvk, as tvk ops registered
 above autograd (autograd differentiates them; pivot choices are discrete).
 
 solve, inv, det and slogdet: Gauss-Jordan elimination with partial pivoting.
@@ -184,9 +185,49 @@ def linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False):
     return X
 
 
+def _cholesky_solve(B, L, upper):
+    """X with A X = B for A = L L^H (or U^H U): two triangular solves."""
+    if upper:
+        return linalg_solve_triangular(L, linalg_solve_triangular(L.mT, B, upper=False), upper=True)
+    return linalg_solve_triangular(L.mT, linalg_solve_triangular(L, B, upper=False), upper=True)
+
+
+class _CholeskySolve(torch.autograd.Function):
+    """torch's gradient for the factor: the whole of L (it reads one triangle, its backward does not)."""
+
+    @staticmethod
+    def forward(ctx, B, L, upper):
+        X = _cholesky_solve(B, L, upper)
+        ctx.save_for_backward(L, X)
+        ctx.upper = upper
+        return X
+
+    @staticmethod
+    def backward(ctx, G):
+        L, X = ctx.saved_tensors
+        grad_B = _cholesky_solve(G, L, ctx.upper)
+        common = grad_B @ X.mT
+        common = common + common.mT
+        return grad_B, -(L @ common if ctx.upper else common @ L), None
+
+
+def cholesky_solve(B, L, upper=False):
+    return _CholeskySolve.apply(B, L, upper)
+
+
+def cholesky_inverse(L, upper=False):
+    eye = torch.eye(L.shape[-1], dtype=L.dtype, device=L.device).expand(L.shape)
+    return cholesky_solve(eye, L, upper)
+
+
+def cholesky(A, upper=False):  # the deprecated torch.cholesky
+    return linalg_cholesky(A, upper=upper)
+
+
 _lib = torch.library.Library("aten", "IMPL")
 for _name, _fn in (("linalg_solve_ex", linalg_solve_ex), ("linalg_solve", linalg_solve), ("linalg_inv_ex", linalg_inv_ex),
                    ("linalg_inv", linalg_inv), ("linalg_det", linalg_det), ("linalg_slogdet", linalg_slogdet),
                    ("logdet", logdet), ("linalg_cholesky_ex", linalg_cholesky_ex), ("linalg_cholesky", linalg_cholesky),
-                   ("linalg_solve_triangular", linalg_solve_triangular)):
+                   ("linalg_solve_triangular", linalg_solve_triangular), ("cholesky_solve", cholesky_solve),
+                   ("cholesky_inverse", cholesky_inverse), ("cholesky", cholesky)):
     _lib.impl(_name, _fn, "AutogradPrivateUse1")
