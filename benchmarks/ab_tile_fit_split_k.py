@@ -28,6 +28,26 @@ del a
 fit = search_space("matmul")["tile_fit"]
 ORDER = list(fit["order"])
 out = {"gemm": [], "conv": [], "coop": [], "prefetch": []}
+
+
+def geomean(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
+def alternating_best(g, dt, modes):
+    """The GEMM timed in every mode (name -> a function that sets it up), twice, the second time in
+    reverse order so clock drift favours none; the better result of each mode."""
+    res = {}
+    for rep in range(2):
+        for name in (list(modes) if rep == 0 else list(modes)[::-1]):
+            modes[name]()
+            mm._prepared.clear()
+            r = gemm_sweep._tvk_one(dev, g, dt, 10, False)
+            if name not in res or r["tvk_s"] < res[name]["tvk_s"]:
+                res[name] = r
+    return res
+
+
 parts = sys.argv[1:] or ["gemm", "conv"]
 if "gemm" in parts:
     gemms = gemm_sweep.sample()
@@ -36,14 +56,8 @@ if "gemm" in parts:
     i = 0
     for g in gemms:
         for dt in dts:
-            res = {}
-            for rep in range(2):
-                for name, order in ((("fit", ORDER), ("nofit", [])) if rep == 0 else (("nofit", []), ("fit", ORDER))):
-                    fit["order"] = order
-                    mm._prepared.clear()
-                    r = gemm_sweep._tvk_one(dev, g, dt, 10, False)
-                    if name not in res or r["tvk_s"] < res[name]["tvk_s"]:
-                        res[name] = r
+            res = alternating_best(g, dt, {"fit": lambda: fit.update(order=ORDER),
+                                           "nofit": lambda: fit.update(order=[])})
             c = cuda[i] if cuda else None
             i += 1
             row = {"label": gemm_sweep._label(g), "dtype": dt, "cuda_s": c}
@@ -58,7 +72,7 @@ if "gemm" in parts:
     for dt in dts:
         for name in ("nofit", "fit"):
             xs = [r[name]["x"] for r in out["gemm"] if r["dtype"] == dt and r[name]["x"]]
-            print("GEMM", dt, name, "geomean", round(math.exp(sum(map(math.log, xs)) / len(xs)), 3),
+            print("GEMM", dt, name, "geomean", round(geomean(xs), 3),
                   "over2x", sum(x > 2 for x in xs), flush=True)
 if "conv" in parts:
     from tvk_kernels.kernels import conv
@@ -90,7 +104,7 @@ if "conv" in parts:
     setmode(True)
     for name in ("nosplit", "split"):
         xs = [r[name] for r in out["conv"]]
-        print("CONV", name, "geomean", round(math.exp(sum(map(math.log, xs)) / len(xs)), 3), "over2x",
+        print("CONV", name, "geomean", round(geomean(xs), 3), "over2x",
               sum(x > 2 for x in xs), flush=True)
 if "coop" in parts:
     from tvk_kernels.kernels import matmul_coopmat as coopmat
@@ -100,19 +114,19 @@ if "coop" in parts:
     def unsplit(fam, tile, M, N, K, batch, sa, sb, sc, esize, split_k, *rest):
         return plan0(fam, tile, M, N, K, batch, sa, sb, sc, esize, 1, *rest)
 
-    MODES = {"split": (plan0, usable0), "nosplit": (unsplit, usable0), "tiled": (plan0, lambda self, M, N, K: False)}
+    PATCHES = {"split": (plan0, usable0), "nosplit": (unsplit, usable0), "tiled": (plan0, lambda self, M, N, K: False)}
+
+    def patched(name):
+        def setup():
+            coopmat.plan_launch, coopmat.CoopMatmul.usable = PATCHES[name]
+        return setup
+
+    MODES = {name: patched(name) for name in PATCHES}
     gemms = [g for g in gemm_sweep.sample() if coop is not None and coop.usable(g["M"], g["N"], g["K"])]
     cuda = gemm_sweep.cuda_times(gemms, ["float16"], 10)
     for i, g in enumerate(gemms):
-        res = {}
-        for rep in range(2):
-            for name in (list(MODES) if rep == 0 else list(MODES)[::-1]):
-                coopmat.plan_launch, coopmat.CoopMatmul.usable = MODES[name]
-                mm._prepared.clear()
-                r = gemm_sweep._tvk_one(dev, g, "float16", 10, False)
-                if name not in res or r["tvk_s"] < res[name]["tvk_s"]:
-                    res[name] = r
-        coopmat.plan_launch, coopmat.CoopMatmul.usable = MODES["split"]
+        res = alternating_best(g, "float16", MODES)
+        MODES["split"]()
         c = cuda[i] if cuda else None
         row = {"label": gemm_sweep._label(g), "dtype": "float16", "cuda_s": c}
         for name, r in res.items():
@@ -124,7 +138,7 @@ if "coop" in parts:
     for name in MODES:
         xs = [r[name]["x"] for r in out["coop"] if r[name]["x"]]
         if xs:
-            print("COOP", name, "geomean", round(math.exp(sum(map(math.log, xs)) / len(xs)), 3), "over2x",
+            print("COOP", name, "geomean", round(geomean(xs), 3), "over2x",
                   sum(x > 2 for x in xs), flush=True)
 if "prefetch" in parts:
     defines0 = mm.defines
@@ -138,14 +152,8 @@ if "prefetch" in parts:
     i = 0
     for g in gemms:
         for dt in dts:
-            res = {}
-            for rep in range(2):
-                for name in (("off", "on") if rep == 0 else ("on", "off")):
-                    mm.defines = forced(1 if name == "on" else 0)
-                    mm._prepared.clear()
-                    r = gemm_sweep._tvk_one(dev, g, dt, 10, False)
-                    if name not in res or r["tvk_s"] < res[name]["tvk_s"]:
-                        res[name] = r
+            res = alternating_best(g, dt, {"off": lambda: setattr(mm, "defines", forced(0)),
+                                           "on": lambda: setattr(mm, "defines", forced(1))})
             mm.defines = defines0
             c = cuda[i] if cuda else None
             i += 1
@@ -161,12 +169,12 @@ if "prefetch" in parts:
     for dt in dts:
         for name in ("off", "on"):
             xs = [r[name]["x"] for r in out["prefetch"] if r["dtype"] == dt and r[name]["x"]]
-            print("PREFETCH", dt, name, "geomean", round(math.exp(sum(map(math.log, xs)) / len(xs)), 3),
+            print("PREFETCH", dt, name, "geomean", round(geomean(xs), 3),
                   "over2x", sum(x > 2 for x in xs), flush=True)
     by_bucket = {}
     for r in out["prefetch"]:
         by_bucket.setdefault(r["bucket"], []).append(r["on"]["s"] / r["off"]["s"])
     for b, xs in sorted(by_bucket.items()):
-        print("PREFETCH bucket", b, "on/off time geomean", round(math.exp(sum(map(math.log, xs)) / len(xs)), 3),
+        print("PREFETCH bucket", b, "on/off time geomean", round(geomean(xs), 3),
               "rows", len(xs), flush=True)
 json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "ab2.json"), "w"))

@@ -9,21 +9,31 @@ import torch
 import torch.nn.functional as F
 
 import torchvk
+from cpu_reference import grads_match
 
 
-def _grads_match(fn, *cpu_inputs, rtol=1e-5, atol=1e-5):
-    cpu = [x.clone().requires_grad_(x.is_floating_point()) for x in cpu_inputs]
-    tvk = [x.to("tvk").requires_grad_(x.is_floating_point()) for x in cpu_inputs]
-    torchvk.reset_op_counts()
-    want, got = fn(*cpu), fn(*tvk)
-    torch.testing.assert_close(got.cpu(), want.detach(), rtol=rtol, atol=atol)
-    cot = torch.randn(want.shape, generator=torch.Generator().manual_seed(3))
-    want.backward(cot)
-    got.backward(cot.to("tvk"))
-    for c, t in zip(cpu, tvk):
-        if c.grad is not None:
-            torch.testing.assert_close(t.grad.cpu(), c.grad, rtol=rtol, atol=atol)
-    assert torchvk.op_counts()["cpu"] == {}
+def _trains_like_cpu(ref, x, target, loss_fn, grads=()):
+    """One training step of `ref` on tvk in eager mode, torchvk.compile and torch.compile: the loss
+    (and the grads of the parameters named in `grads`) as on the CPU, and 0 CPU ops."""
+    for mode in ("eager", "torchvk.compile", "torch.compile"):
+        m = copy.deepcopy(ref).to("tvk")
+        if mode == "torchvk.compile":
+            run = torchvk.compile(m, loss_fn=loss_fn)
+        else:
+            net = torch.compile(m, backend="tvk") if mode == "torch.compile" else m
+            run = lambda a, b: loss_fn(net(a), b)  # noqa: E731
+        torchvk.reset_op_counts()
+        loss = run(x.to("tvk"), target.to("tvk"))
+        loss.backward()
+        want = loss_fn(ref(x), target)
+        torch.testing.assert_close(loss.cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+        if grads:
+            ref.zero_grad()
+            want.backward()
+            mine, theirs = dict(m.named_parameters()), dict(ref.named_parameters())
+            for name in grads:
+                torch.testing.assert_close(mine[name].grad.cpu(), theirs[name].grad, rtol=1e-4, atol=1e-5)
+        assert torchvk.op_counts()["cpu"] == {}, mode
 
 
 @pytest.mark.parametrize("p", [1.0, 2.0, 3.0, float("inf")])
@@ -31,7 +41,7 @@ def _grads_match(fn, *cpu_inputs, rtol=1e-5, atol=1e-5):
 def test_cdist(p, rows):
     g = torch.Generator().manual_seed(0)
     x1, x2 = torch.randn(2, rows, 3, generator=g), torch.randn(1, 4, 3, generator=g)  # batch broadcast
-    _grads_match(lambda a, b: torch.cdist(a, b, p=p), x1, x2)
+    grads_match(lambda a, b: torch.cdist(a, b, p=p), x1, x2)
 
 
 @pytest.mark.parametrize("dim", [0, 1, -1])
@@ -39,7 +49,7 @@ def test_weight_norm(dim):
     g = torch.Generator().manual_seed(0)
     v = torch.randn(4, 3, generator=g)
     gain = torch.rand((4, 1) if dim == 0 else (1, 3) if dim == 1 else (), generator=g) + 0.5
-    _grads_match(lambda a, b: torch._weight_norm(a, b, dim), v, gain)
+    grads_match(lambda a, b: torch._weight_norm(a, b, dim), v, gain)
 
 
 @pytest.mark.parametrize("mode,case", [(m, c) for m in ("sum", "mean", "max")
@@ -68,7 +78,7 @@ def test_embedding_bag(mode, case):
         return F.embedding_bag(idx.to(w.device), w, None if offsets is None else offsets.to(w.device), **extra)
 
     inputs = (weight,) + ((kw["per_sample_weights"],) if "per_sample_weights" in kw else ())
-    _grads_match(run, *inputs)
+    grads_match(run, *inputs)
 
 
 def test_models_with_them_train_compiled():
@@ -84,20 +94,7 @@ def test_models_with_them_train_compiled():
 
     torch.manual_seed(0)
     ref = Net()
-    x, y = torch.randint(0, 20, (4, 5)), torch.tensor([0, 2, 1, 0])
-    for mode in ("eager", "torchvk.compile", "torch.compile"):
-        m = copy.deepcopy(ref).to("tvk")
-        if mode == "torchvk.compile":
-            run = torchvk.compile(m, loss_fn=F.cross_entropy)
-        else:
-            net = torch.compile(m, backend="tvk") if mode == "torch.compile" else m
-            run = lambda a, b: F.cross_entropy(net(a), b)  # noqa: E731
-        torchvk.reset_op_counts()
-        loss = run(x.to("tvk"), y.to("tvk"))
-        loss.backward()
-        want = F.cross_entropy(ref(x), y)
-        torch.testing.assert_close(loss.cpu(), want.detach(), rtol=1e-5, atol=1e-6)
-        assert torchvk.op_counts()["cpu"] == {}, mode
+    _trains_like_cpu(ref, torch.randint(0, 20, (4, 5)), torch.tensor([0, 2, 1, 0]), F.cross_entropy)
 
 
 _VOL = torch.randn(2, 3, 7, 6, 9, generator=torch.Generator().manual_seed(5))
@@ -110,7 +107,7 @@ _VOL = torch.randn(2, 3, 7, 6, 9, generator=torch.Generator().manual_seed(5))
                                 dict(kernel_size=2, divisor_override=3)], ids=str)
 @pytest.mark.parametrize("batched", [True, False])
 def test_avg_pool3d(kw, batched):
-    _grads_match(lambda v: F.avg_pool3d(v, **kw), _VOL if batched else _VOL[0])
+    grads_match(lambda v: F.avg_pool3d(v, **kw), _VOL if batched else _VOL[0])
 
 
 @pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=(3, 2, 3), stride=(2, 1, 2), padding=(1, 0, 1)),
@@ -119,7 +116,7 @@ def test_avg_pool3d(kw, batched):
 @pytest.mark.parametrize("batched", [True, False])
 def test_max_pool3d(kw, batched):
     v = _VOL if batched else _VOL[0]
-    _grads_match(lambda x: F.max_pool3d(x, **kw), v)
+    grads_match(lambda x: F.max_pool3d(x, **kw), v)
     got, want = F.max_pool3d(v.to("tvk"), return_indices=True, **kw), F.max_pool3d(v, return_indices=True, **kw)
     torch.testing.assert_close(got[1].cpu(), want[1])
     ties = torch.zeros(1, 1, 4, 4, 4)  # every window all equal: torch's first index in (d, h, w) order
@@ -129,7 +126,7 @@ def test_max_pool3d(kw, batched):
 
 @pytest.mark.parametrize("size", [(1, 1, 1), (3, 4, 5), (7, 6, 9), (4, 3, 2)])
 def test_adaptive_avg_pool3d(size):
-    _grads_match(lambda v: F.adaptive_avg_pool3d(v, size), _VOL)
+    grads_match(lambda v: F.adaptive_avg_pool3d(v, size), _VOL)
 
 
 @pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(size=(9, 4, 13)), dict(scale_factor=(1.5, 0.7, 2.3)),
@@ -137,7 +134,7 @@ def test_adaptive_avg_pool3d(size):
                          ids=str)
 def test_trilinear_upsampling(kw):
     kw.setdefault("align_corners", False)
-    _grads_match(lambda v: F.interpolate(v, mode="trilinear", **kw), _VOL)
+    grads_match(lambda v: F.interpolate(v, mode="trilinear", **kw), _VOL)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -146,9 +143,9 @@ def test_bilinear(bias):
     a, b = torch.randn(2, 3, 4, generator=g), torch.randn(2, 3, 5, generator=g)
     w = torch.randn(6, 4, 5, generator=g)
     if bias:
-        _grads_match(lambda x, y, w, c: F.bilinear(x, y, w, c), a, b, w, torch.randn(6, generator=g))
+        grads_match(lambda x, y, w, c: F.bilinear(x, y, w, c), a, b, w, torch.randn(6, generator=g))
     else:
-        _grads_match(lambda x, y, w: F.bilinear(x, y, w), a, b, w)
+        grads_match(lambda x, y, w: F.bilinear(x, y, w), a, b, w)
 
 
 def test_a_3d_model_trains_compiled():
@@ -166,20 +163,7 @@ def test_a_3d_model_trains_compiled():
 
     torch.manual_seed(0)
     ref = Net()
-    x, t = torch.randn(2, 2, 5, 6, 4), torch.randn(2, 3)
-    for mode in ("eager", "torchvk.compile", "torch.compile"):
-        m = copy.deepcopy(ref).to("tvk")
-        if mode == "torchvk.compile":
-            run = torchvk.compile(m, loss_fn=F.mse_loss)
-        else:
-            net = torch.compile(m, backend="tvk") if mode == "torch.compile" else m
-            run = lambda a, b: F.mse_loss(net(a), b)  # noqa: E731
-        torchvk.reset_op_counts()
-        loss = run(x.to("tvk"), t.to("tvk"))
-        loss.backward()
-        want = F.mse_loss(ref(x), t)
-        torch.testing.assert_close(loss.cpu(), want.detach(), rtol=1e-5, atol=1e-6)
-        assert torchvk.op_counts()["cpu"] == {}, mode
+    _trains_like_cpu(ref, torch.randn(2, 2, 5, 6, 4), torch.randn(2, 3), F.mse_loss)
 
 
 _IMG = torch.randn(2, 3, 7, 9, generator=torch.Generator().manual_seed(8))
@@ -190,7 +174,7 @@ _IMG = torch.randn(2, 3, 7, 9, generator=torch.Generator().manual_seed(8))
                          ids=str)
 def test_bicubic_upsampling(kw):
     kw.setdefault("align_corners", False)
-    _grads_match(lambda v: F.interpolate(v, mode="bicubic", **kw), _IMG, atol=1e-5)
+    grads_match(lambda v: F.interpolate(v, mode="bicubic", **kw), _IMG, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
@@ -198,7 +182,7 @@ def test_bicubic_upsampling(kw):
 @pytest.mark.parametrize("align_corners", [False, True])
 def test_grid_sample(mode, padding, align_corners):
     grid = torch.randn(2, 4, 5, 2, generator=torch.Generator().manual_seed(9)) * 0.8  # some outside [-1, 1]
-    _grads_match(lambda v, g: F.grid_sample(v, g, mode=mode, padding_mode=padding, align_corners=align_corners),
+    grads_match(lambda v, g: F.grid_sample(v, g, mode=mode, padding_mode=padding, align_corners=align_corners),
                  _IMG, grid)
 
 
@@ -225,35 +209,19 @@ def test_a_resampling_model_trains_compiled():
 
     torch.manual_seed(0)
     ref = Net()
-    x, t = torch.randn(2, 3, 7, 9), torch.randn(2, 60)
-    for mode in ("eager", "torchvk.compile", "torch.compile"):
-        m = copy.deepcopy(ref).to("tvk")
-        if mode == "torchvk.compile":
-            run = torchvk.compile(m, loss_fn=F.mse_loss)
-        else:
-            net = torch.compile(m, backend="tvk") if mode == "torch.compile" else m
-            run = lambda a, b: F.mse_loss(net(a), b)  # noqa: E731
-        torchvk.reset_op_counts()
-        loss = run(x.to("tvk"), t.to("tvk"))
-        loss.backward()
-        want = F.mse_loss(ref(x), t)
-        torch.testing.assert_close(loss.cpu(), want.detach(), rtol=1e-5, atol=1e-6)
-        ref.zero_grad()
-        want.backward()
-        torch.testing.assert_close(m.theta.grad.cpu(), ref.theta.grad, rtol=1e-4, atol=1e-5)
-        assert torchvk.op_counts()["cpu"] == {}, mode
+    _trains_like_cpu(ref, torch.randn(2, 3, 7, 9), torch.randn(2, 60), F.mse_loss, grads=("theta",))
 
 
 @pytest.mark.parametrize("p", [1.0, 2.0, float("inf")])
 def test_pdist_renorm_multi_margin(p):
     g = torch.Generator().manual_seed(11)
     x = torch.randn(6, 4, generator=g)
-    _grads_match(lambda v: F.pdist(v, p), x)
-    _grads_match(lambda v: torch.renorm(v, p, 0, 1.5), x)
+    grads_match(lambda v: F.pdist(v, p), x)
+    grads_match(lambda v: torch.renorm(v, p, 0, 1.5), x)
     target = torch.tensor([0, 3, 1, 2, 3, 0])
     w = torch.rand(4, generator=g)
     for power in (1, 2):
-        _grads_match(lambda v: F.multi_margin_loss(v, target.to(v.device), p=power, margin=0.7, weight=w.to(v.device),
+        grads_match(lambda v: F.multi_margin_loss(v, target.to(v.device), p=power, margin=0.7, weight=w.to(v.device),
                                                    reduction="none"), x)
 
 

@@ -1,28 +1,19 @@
-"""torch.linalg.solve / inv / det on tvk (torchvk/aten/linalg.py): values and gradients against the
-CPU, batched and broadcast, singular matrices as torch reports them."""
+"""torch.linalg solve, inv, det, slogdet, cholesky, solve_triangular and cholesky_solve on tvk
+(torchvk/aten/linalg.py): values and gradients against the CPU, batched and broadcast, singular
+matrices as torch reports them."""
+import functools
+
 import pytest
 import torch
 
-import torchvk
+import torchvk  # noqa: F401  (the tvk device)
+from cpu_reference import grads_match
 
 g = torch.Generator().manual_seed(0)
 A = torch.randn(3, 5, 5, generator=g) + 3 * torch.eye(5)
 A[1] = A[1][[2, 0, 1, 4, 3]]  # pivoting needed, odd permutation: the determinant's sign
 B = torch.randn(3, 5, 2, generator=g)
-
-
-def _match(fn, *inputs, tol=1e-4):
-    cpu = [x.clone().requires_grad_() for x in inputs]
-    dev = [x.to("tvk").requires_grad_() for x in inputs]
-    torchvk.reset_op_counts()
-    want, got = fn(*cpu), fn(*dev)
-    torch.testing.assert_close(got.cpu(), want.detach(), rtol=tol, atol=tol)
-    cot = torch.randn(want.shape, generator=torch.Generator().manual_seed(1))
-    want.backward(cot)
-    got.backward(cot.to("tvk"))
-    for c, d in zip(cpu, dev):
-        torch.testing.assert_close(d.grad.cpu(), c.grad, rtol=tol, atol=tol)
-    assert torchvk.op_counts()["cpu"] == {}
+_match = functools.partial(grads_match, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("case", ["batched", "broadcast", "vector", "right"])

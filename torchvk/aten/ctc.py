@@ -102,10 +102,6 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     return loss.squeeze(0) if unbatched else loss
 
 
-def ctc_loss_tensor(log_probs, targets, input_lengths, target_lengths, blank=0, reduction=_MEAN, zero_infinity=False):
-    return ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity)
-
-
 _lib = torch.library.Library("aten", "IMPL")
 _lib.impl("ctc_loss.IntList", ctc_loss, "AutogradPrivateUse1")
-_lib.impl("ctc_loss.Tensor", ctc_loss_tensor, "AutogradPrivateUse1")
+_lib.impl("ctc_loss.Tensor", ctc_loss, "AutogradPrivateUse1")  # lengths as tensors: _lengths reads both

@@ -56,14 +56,19 @@ def _square(A, op):
         raise RuntimeError(f"{op}: Expected a floating point tensor as input. Got {A.dtype}")
 
 
-def _raise_if_singular(info, op):
+def _raise_on_info(info, op, why):
+    """torch.linalg.LinAlgError for the first matrix whose info is not 0, as torch words it:
+    why(info value) says what failed."""
     bad = torch.nonzero(info.reshape(-1)).reshape(-1)
     if bad.numel():
         first = int(bad[0])
         where = f"(Batch element {first}): " if info.dim() else ""
-        raise torch.linalg.LinAlgError(
-            f"{op}: {where}The solver failed because the input matrix is singular (diagonal element "
-            f"{int(info.reshape(-1)[first])} of its LU factor is zero).")
+        raise torch.linalg.LinAlgError(f"{op}: {where}{why(int(info.reshape(-1)[first]))}")
+
+
+def _raise_if_singular(info, op):
+    _raise_on_info(info, op, lambda k: f"The solver failed because the input matrix is singular (diagonal element "
+                                       f"{k} of its LU factor is zero).")
 
 
 def _solve(A, B, left):
@@ -152,13 +157,8 @@ def linalg_cholesky_ex(A, *, upper=False, check_errors=False):
 
 
 def _raise_not_positive_definite(info, op):
-    bad = torch.nonzero(info.reshape(-1)).reshape(-1)
-    if bad.numel():
-        first = int(bad[0])
-        where = f"(Batch element {first}): " if info.dim() else ""
-        raise torch.linalg.LinAlgError(
-            f"{op}: {where}The factorization could not be completed because the input is not positive-definite "
-            f"(the leading minor of order {int(info.reshape(-1)[first])} is not positive-definite).")
+    _raise_on_info(info, op, lambda k: f"The factorization could not be completed because the input is not "
+                                       f"positive-definite (the leading minor of order {k} is not positive-definite).")
 
 
 def linalg_cholesky(A, *, upper=False):

@@ -483,40 +483,7 @@ class MatmulTarget:
     }
 
     def prepare(self, device, shape, n_inputs=3, seed=0):
-        import numpy as np
-
-        from ..tune.targets import Case
-
-        M, N, K, batch = shape["M"], shape["N"], shape["K"], shape.get("batch", 1)
-        a_t, b_t = (c == "t" for c in shape.get("layout", "nn"))
-        rng = np.random.default_rng(seed)
-        # a transposed operand is stored transposed and read through its strides
-        host = [(rng.standard_normal((batch, K, M) if a_t else (batch, M, K), dtype=np.float32),
-                 rng.standard_normal((batch, N, K) if b_t else (batch, K, N), dtype=np.float32))
-                for _ in range(n_inputs + 1)]
-        sa = (M * K, 1, M) if a_t else (M * K, K, 1)
-        sb = (K * N, 1, K) if b_t else (K * N, N, 1)
-        bufs = [(device.upload(a), device.upload(b)) for a, b in host]
-        out = device.allocator.alloc(4 * batch * M * N)
-
-        def run(params, i):
-            a, b = bufs[i]
-            matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, a_strides=sa, b_strides=sb,
-                   params=params)
-
-        def check(params):
-            a, b = bufs[-1]
-            matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, a_strides=sa, b_strides=sb,
-                   params=params)
-            got = device.download(out, np.float32, (batch, M, N)).astype(np.float64)
-            A, B = host[-1][0].astype(np.float64), host[-1][1].astype(np.float64)
-            A, B = (np.swapaxes(A, 1, 2) if a_t else A), (np.swapaxes(B, 1, 2) if b_t else B)
-            want = A @ B
-            scale = np.abs(A) @ np.abs(B)
-            err = np.abs(got - want)
-            return bool(np.all(err <= 1e-5 * scale + 1e-6)), float(err.max()) if err.size else 0.0
-
-        return Case(device, shape, run, check, [bufs, out])
+        return gemm_case(device, shape, n_inputs, seed, "float32", lambda want, scale: 1e-5 * scale + 1e-6)
 
     @staticmethod
     def work(shape, params) -> dict:
@@ -545,6 +512,45 @@ class MatmulTarget:
         return [defines(params, mode=mode, dtype_id=code, a_kmajor=ak, b_nmajor=bn, vec_a=vec, vec_b=vec)
                 for mode in (_MODE_GEMM, _MODE_PARTIAL) for code, _ in DTYPES.values()
                 for ak in (True, False) for bn in (True, False) for vec in sorted({params["VEC"], 1})]
+
+
+def gemm_case(device, shape, n_inputs, seed, dtype: str, tolerance, kernel: str | None = None):
+    """The tuner's Case of one GEMM shape (tune/targets.py): random operands of `dtype`, a transposed one
+    stored transposed and read through its strides; the check compares with float64 and allows
+    tolerance(want, |A| @ |B|) per element, and raises InvalidConfigError unless `kernel` ran."""
+    import numpy as np
+
+    from ..tune.targets import Case
+
+    M, N, K, batch = shape["M"], shape["N"], shape["K"], shape.get("batch", 1)
+    a_t, b_t = (c == "t" for c in shape.get("layout", "nn"))
+    npdt = np.float32 if dtype == "float32" else np.float16
+    rng = np.random.default_rng(seed)
+    host = [(rng.standard_normal((batch, K, M) if a_t else (batch, M, K), dtype=np.float32).astype(npdt),
+             rng.standard_normal((batch, N, K) if b_t else (batch, K, N), dtype=np.float32).astype(npdt))
+            for _ in range(n_inputs + 1)]
+    sa = (M * K, 1, M) if a_t else (M * K, K, 1)
+    sb = (K * N, 1, K) if b_t else (K * N, N, 1)
+    bufs = [(device.upload(a), device.upload(b)) for a, b in host]
+    out = device.allocator.alloc(np.dtype(npdt).itemsize * batch * M * N)
+
+    def call(params, i):
+        a, b = bufs[i]
+        return matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, a_strides=sa, b_strides=sb,
+                      dtype=dtype, params=params)
+
+    def check(params):
+        info = call(params, -1)
+        if kernel is not None and info["kernel"] != kernel:
+            raise InvalidConfigError(f"the {kernel} kernel did not run ({info['kernel']})")
+        got = device.download(out, npdt, (batch, M, N)).astype(np.float64)
+        A, B = host[-1][0].astype(np.float64), host[-1][1].astype(np.float64)
+        A, B = (np.swapaxes(A, 1, 2) if a_t else A), (np.swapaxes(B, 1, 2) if b_t else B)
+        want = A @ B
+        err = np.abs(got - want)
+        return bool(np.all(err <= tolerance(want, np.abs(A) @ np.abs(B)))), float(err.max()) if err.size else 0.0
+
+    return Case(device, shape, call, check, [bufs, out])
 
 
 TUNE_TARGET = MatmulTarget()

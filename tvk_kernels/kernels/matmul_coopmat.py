@@ -17,7 +17,7 @@ from ..errors import InvalidConfigError, TVKError
 from ..search_space import param_values, search_space
 from . import activations
 from .launch import Family, family
-from .matmul import _PUSH, DTYPES, Matmul, _contig_choice, _load_widths, matmul, plan_launch
+from .matmul import _PUSH, DTYPES, Matmul, _contig_choice, _load_widths, gemm_case, plan_launch
 
 _warned: set = set()
 
@@ -254,42 +254,9 @@ class CoopMatmulTarget:
         return None
 
     def prepare(self, device, shape, n_inputs=3, seed=0):
-        import numpy as np
-
-        from ..tune.targets import Case
-
-        M, N, K, batch = shape["M"], shape["N"], shape["K"], shape.get("batch", 1)
-        a_t, b_t = (c == "t" for c in shape.get("layout", "nn"))
-        rng = np.random.default_rng(seed)
-        host = [(rng.standard_normal((batch, K, M) if a_t else (batch, M, K)).astype(np.float16),
-                 rng.standard_normal((batch, N, K) if b_t else (batch, K, N)).astype(np.float16))
-                for _ in range(n_inputs + 1)]
-        sa = (M * K, 1, M) if a_t else (M * K, K, 1)
-        sb = (K * N, 1, K) if b_t else (K * N, N, 1)
-        bufs = [(device.upload(a), device.upload(b)) for a, b in host]
-        out = device.allocator.alloc(2 * batch * M * N)
-
-        def run(params, i):
-            a, b = bufs[i]
-            matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, a_strides=sa, b_strides=sb,
-                   dtype="float16", params=params)
-
-        def check(params):
-            a, b = bufs[-1]
-            info = matmul(device, a.address, b.address, out.address, M, N, K, batch=batch, a_strides=sa,
-                          b_strides=sb, dtype="float16", params=params)
-            if info["kernel"] != "coopmat":
-                raise InvalidConfigError(f"the cooperative-matrix kernel did not run ({info['kernel']})")
-            got = device.download(out, np.float16, (batch, M, N)).astype(np.float64)
-            A, B = host[-1][0].astype(np.float64), host[-1][1].astype(np.float64)
-            A, B = (np.swapaxes(A, 1, 2) if a_t else A), (np.swapaxes(B, 1, 2) if b_t else B)
-            want = A @ B
-            # fp32 accumulation, one fp16 rounding of the result: 2^-11 of |C| and a little of the sum's scale
-            tol = 2.0 ** -10 * np.abs(want) + 1e-5 * (np.abs(A) @ np.abs(B)) + 1e-3
-            err = np.abs(got - want)
-            return bool(np.all(err <= tol)), float(err.max()) if err.size else 0.0
-
-        return Case(device, shape, run, check, [bufs, out])
+        # fp32 accumulation, one fp16 rounding of the result: 2^-11 of |C| and a little of the sum's scale
+        return gemm_case(device, shape, n_inputs, seed, "float16",
+                         lambda want, scale: 2.0 ** -10 * abs(want) + 1e-5 * scale + 1e-3, kernel="coopmat")
 
     @staticmethod
     def work(shape, params) -> dict:
