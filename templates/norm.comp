@@ -37,6 +37,8 @@
 #if SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_GOOGLE_include_directive : require
+#include "common/subgroup.glsl"
 #endif
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
@@ -99,23 +101,25 @@ shared float sv[gl_WorkGroupSize.x];
 float seg_sum(float v, uint l, uint t, uint ol) {
     if (T == 1) return v;
 #if SUBGROUP && !COLS
-    v = subgroupAdd(v);
-    const uint SG = gl_SubgroupSize;
-    uint cnt = T / SG;
-    if (cnt == 1) return v;
-    while (cnt > 1) {
-        barrier();
-        if (gl_SubgroupInvocationID == 0 && t / SG < cnt) sv[ol * T + t / SG] = v;
-        barrier();
-        v = t < cnt ? sv[ol * T + t] : 0.0;
+    const uint SG = TVK_SUBGROUP_WIDTH;
+    if (T >= SG) {  // a subgroup wider than T would mix rows: shared memory below
         v = subgroupAdd(v);
-        cnt = (cnt + SG - 1) / SG;
+        uint cnt = T / SG;
+        if (cnt == 1) return v;
+        while (cnt > 1) {
+            barrier();
+            if (gl_SubgroupInvocationID == 0 && t / SG < cnt) sv[ol * T + t / SG] = v;
+            barrier();
+            v = t < cnt ? sv[ol * T + t] : 0.0;
+            v = subgroupAdd(v);
+            cnt = (cnt + SG - 1) / SG;
+        }
+        barrier();
+        if (t == 0) sv[ol * T] = v;
+        barrier();
+        return sv[ol * T];
     }
-    barrier();
-    if (t == 0) sv[ol * T] = v;
-    barrier();
-    return sv[ol * T];
-#else
+#endif
     barrier();
     sv[l] = v;
     barrier();
@@ -124,7 +128,6 @@ float seg_sum(float v, uint l, uint t, uint ol) {
         barrier();
     }
     return sv[SLOT0];
-#endif
 }
 
 #if PHASE <= 1

@@ -6,7 +6,8 @@
 // p.nk kept dims. Each output is reduced by T threads of one workgroup (T, WG powers of
 // two, p.tlog = log2(T), WG / T outputs per workgroup):
 //   COLS == 0: the T threads of one output are adjacent (contiguous reductions), and the
-//              cross-thread step may use subgroup arithmetic (SUBGROUP, needs T >= subgroup size);
+//              cross-thread step may use subgroup arithmetic (SUBGROUP; taken where T covers
+//              whole subgroups of this dispatch, else shared memory);
 //   COLS == 1: adjacent threads own adjacent outputs (reductions over a strided dim whose
 //              kept dims are contiguous), cross-thread step in shared memory.
 // Two-pass: gl_WorkGroupID.z picks a chunk [z*chunk, z*chunk + chunk) of the reduced
@@ -28,6 +29,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_vote : require
+#include "common/subgroup.glsl"
 #endif
 #ifndef IN_F16
 #define IN_F16 TVK_DT_FLOAT32
@@ -210,10 +212,12 @@ void main() {
 
     if (T > 1) {
 #if SUBGROUP
-        if (!COLS) {  // subgroup arithmetic needs the threads of an output adjacent
+        // subgroup arithmetic needs the threads of an output adjacent and covering whole
+        // subgroups (a subgroup wider than T would mix outputs)
+        const uint SG = TVK_SUBGROUP_WIDTH;
+        if (!COLS && T >= SG) {
             // subgroup reduce, then rounds of (one value per subgroup -> shared -> subgroup reduce)
             sg_reduce(acc, ai);
-            const uint SG = gl_SubgroupSize;
             uint cnt = T / SG;
             while (cnt > 1) {
                 barrier();

@@ -4,7 +4,8 @@
 // elements are `inner` apart. T threads reduce one row (T, WG powers of two, p.tlog =
 // log2(T), WG / T rows per workgroup):
 //   COLS == 0: the T threads of a row are adjacent (inner == 1, the last-dim fast path);
-//              cross-thread steps may use subgroup arithmetic (SUBGROUP, T >= subgroup size);
+//              cross-thread steps may use subgroup arithmetic (SUBGROUP; where T covers whole
+//              subgroups of this dispatch, else shared memory);
 //   COLS == 1: adjacent threads own adjacent rows (inner > 1: coalesced), shared memory.
 // Forward: one pass for the row max and the rescaled sum of exp (online), one to write.
 //   softmax:      y = exp(x - max) / sum
@@ -24,6 +25,8 @@
 #if SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_GOOGLE_include_directive : require
+#include "common/subgroup.glsl"
 #endif
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
@@ -77,9 +80,9 @@ float NAME(float v, uint l, uint t, uint ol) {                                  
 #if SUBGROUP
 // subgroup op, then rounds of (one value per subgroup -> shared -> subgroup op); broadcast
 #define SG_PART(SGOP, IDENT)                                                          \
-    if (!COLS) {                                                                      \
+    const uint SG = TVK_SUBGROUP_WIDTH;                                             \
+    if (!COLS && T >= SG) {  /* a subgroup wider than T would mix rows */             \
         v = SGOP(v);                                                                  \
-        const uint SG = gl_SubgroupSize;                                              \
         uint cnt = T / SG;                                                            \
         if (cnt == 1) return v;                                                       \
         while (cnt > 1) {                                                             \

@@ -39,7 +39,10 @@ def load_mnist():
             raw = np.loadtxt(data / f"mnist_{split}.csv", delimiter=",", skiprows=1, dtype=np.uint8)
             arrays[f"x_{split}"], arrays[f"y_{split}"] = raw[:, 1:].reshape(-1, 28, 28), raw[:, 0]
         cached.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(cached, **arrays)
+        # written whole, then renamed: processes loading MNIST at once (pytest workers) never read half a file
+        partial = cached.with_name(f"{cached.stem}.{os.getpid()}.partial.npz")
+        np.savez_compressed(partial, **arrays)
+        os.replace(partial, cached)
     z = np.load(cached)
     scale = lambda x: (x.astype(np.float32) / 255.0)[:, None]  # noqa: E731
     return scale(z["x_train"]), z["y_train"].astype(np.int64), scale(z["x_test"]), z["y_test"].astype(np.int64)

@@ -36,7 +36,7 @@ import math
 import struct
 
 from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape
-from .reduce import reduce, use_subgroups
+from .reduce import reduce, required_subgroup_size, use_subgroups
 
 _PUSH = struct.Struct("<10Q4I3f4I")
 _ADDRS = ("x", "y", "g", "w", "b", "mean", "rstd", "aux0", "aux1", "scratch")
@@ -51,9 +51,11 @@ class Norm(Family):
         return powers_of_two(self.family, params, "WG")
 
     def kernel(self, params: dict, phase: int, items: int, subgroup: bool, relu: bool = False):
-        """One phase's kernel, every phase with the tuned WG and 4 bytes of shared memory per thread."""
+        """One phase's kernel, every phase with the tuned WG and subgroup size, and 4 bytes of shared memory
+        per thread."""
         wg = params["WG"]
-        return self.variant(defines(phase, items, subgroup, relu), wg, _PUSH.size, shared_bytes=4 * wg)
+        return self.variant(defines(phase, items, subgroup, relu), wg, _PUSH.size, shared_bytes=4 * wg,
+                            subgroup_size=required_subgroup_size(params))
 
 
 def defines(phase: int, items: int, subgroup: bool, relu: bool = False) -> dict:
@@ -73,7 +75,7 @@ def _row_launch(device, phase, prm, rows, n, addrs, inner=1, ostride=0, eps=0.0,
     """One row (LN row / BN channel) per T adjacent threads."""
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     t = min(wg, pow2ceil(-(-max(n, 1) // items)))
-    pipe = family(device, Norm).kernel(prm, phase, items, use_subgroups(device, prm, t), relu)
+    pipe = family(device, Norm).kernel(prm, phase, items, use_subgroups(device, prm), relu)
     groups = grid_1d(-(-rows // (wg // t)), device.facts.max_workgroup_count[0])
     push = _pack(addrs, rows, n, inner, ostride, eps, momentum, unbias, flags, t.bit_length() - 1)
     device.stream.dispatch(pipe, groups, push, label)
@@ -171,7 +173,7 @@ def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, relu=Fals
                  nsplit=nsplit, **scalars)
     fam, max_x = family(device, Norm), device.facts.max_workgroup_count[0]
     if nsplit:
-        pipe = fam.kernel(prm, partials, items, use_subgroups(device, prm, wg))
+        pipe = fam.kernel(prm, partials, items, use_subgroups(device, prm))
         device.stream.dispatch(pipe, (c, 1, nsplit), push, label + ".partials")
     pipe = fam.kernel(prm, BN_COMBINE, 1, False)
     device.stream.dispatch(pipe, grid_1d(-(-c // wg), max_x), push, label + ".combine")
@@ -324,7 +326,8 @@ class NormTarget:
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
         """The layer norm forward (the suite's common kernel)."""
-        return defines(LN_FWD, params["ITEMS"], params["SUBGROUP"]), (params["WG"], 1, 1), None
+        return (defines(LN_FWD, params["ITEMS"], params["SUBGROUP"]), (params["WG"], 1, 1),
+                required_subgroup_size(params))
 
     @staticmethod
     def kernel_defines(params) -> list[dict]:

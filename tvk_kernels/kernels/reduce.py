@@ -99,11 +99,17 @@ def defines(params: dict, op: int, reduced_dims: int, cols: bool, subgroup: bool
             "IN_F16": in_code, "IN_IDX": int(in_idx), "IDX64": int(idx64)}
 
 
-def use_subgroups(device, params: dict, t: int) -> bool:
-    """Whether T threads of a row reduce with subgroup arithmetic (SUBGROUP set, the device has it,
-    T covers whole subgroups); else through shared memory. Reduce, norm and softmax rows."""
-    f = device.facts
-    return bool(params.get("SUBGROUP")) and f.features.get("subgroup_arithmetic", False) and t >= f.max_subgroup_size
+def use_subgroups(device, params: dict) -> bool:
+    """Whether a reduce, norm or softmax kernel is built with subgroup arithmetic (SUBGROUP set, the
+    device has it). The kernel itself takes the subgroup path only where a row's threads cover whole
+    subgroups of the dispatch (templates/common/subgroup.glsl), as the width is known only there."""
+    return bool(params.get("SUBGROUP")) and device.facts.features.get("subgroup_arithmetic", False)
+
+
+def required_subgroup_size(params: dict) -> int | None:
+    """The subgroup size a reduce, norm or softmax config asks the pipeline for (SUBGROUP_SIZE; None: the
+    driver's choice). Its search space admits a size only where the device can give it."""
+    return params.get("SUBGROUP_SIZE") or None
 
 
 def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, dims=None, keepdim: bool = False,
@@ -207,10 +213,11 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
         t, g = layout(chunk)
     pair = opc >= 4
 
-    kernel = defines(prm, opc, len(red), cols, not cols and use_subgroups(device, prm, t), in_code, in_idx != 0,
+    kernel = defines(prm, opc, len(red), cols, not cols and use_subgroups(device, prm), in_code, in_idx != 0,
                      idx64 and nsplit == 1)
     # arg ops (OP >= 4) keep an index beside each value
-    pipe = fam.variant(kernel, wg, _PUSH.size, shared_bytes=wg * 4 * (2 if pair else 1))
+    pipe = fam.variant(kernel, wg, _PUSH.size, shared_bytes=wg * 4 * (2 if pair else 1),
+                       subgroup_size=required_subgroup_size(prm))
     tlog = t.bit_length() - 1
     gx, gy, _ = grid_1d(groups, device.facts.max_workgroup_count[0])
     dims = red + kept
@@ -301,7 +308,8 @@ class ReduceTarget:
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
         """A float32 sum over the innermost dim, one pass (what the suite's first shape runs)."""
-        return defines(params, 0, 1, False, params["SUBGROUP"], idx64=True), (params["WG"], 1, 1), None
+        return (defines(params, 0, 1, False, params["SUBGROUP"], idx64=True), (params["WG"], 1, 1),
+                required_subgroup_size(params))
 
     @staticmethod
     def kernel_defines(params) -> list[dict]:

@@ -15,7 +15,7 @@ import math
 import struct
 
 from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape
-from .reduce import use_subgroups
+from .reduce import required_subgroup_size, use_subgroups
 
 _PUSH = struct.Struct("<QQQQIIII")
 
@@ -59,8 +59,8 @@ def _run(device, x, y, g, dx, shape, dim, log, bwd, params):
     else:
         t = min(wg, pow2ceil(-(-n // items)))
         g_rows = wg // t
-    kernel = defines(prm, cols, bool(log), bwd, not cols and use_subgroups(device, prm, t))
-    pipe = fam.variant(kernel, wg, _PUSH.size, shared_bytes=4 * wg)
+    kernel = defines(prm, cols, bool(log), bwd, not cols and use_subgroups(device, prm))
+    pipe = fam.variant(kernel, wg, _PUSH.size, shared_bytes=4 * wg, subgroup_size=required_subgroup_size(prm))
     groups = grid_1d(-(-rows // g_rows), device.facts.max_workgroup_count[0])
     device.stream.dispatch(pipe, groups, _PUSH.pack(x, y, g, dx, rows, n, inner, t.bit_length() - 1),
                            ("log_softmax" if log else "softmax") + ("_backward" if bwd else ""))
@@ -142,7 +142,8 @@ class SoftmaxTarget:
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
         """The last-dim softmax forward (the suite's common path)."""
-        return defines(params, False, False, False, params["SUBGROUP"]), (params["WG"], 1, 1), None
+        return (defines(params, False, False, False, params["SUBGROUP"]), (params["WG"], 1, 1),
+                required_subgroup_size(params))
 
     @staticmethod
     def kernel_defines(params) -> list[dict]:

@@ -35,6 +35,7 @@ LDS_BW = 36 * 128 * CLOCK_HZ
 DRAM_BW = 288e9
 LDS_PER_CU = 65536
 LAUNCH_S = 4e-6
+RADV_COMPUTE_WAVE = 64  # the wave size RADV gives a compute pipeline that requires none (on Navi 10)
 DRIVERS = {  # key name -> (VkDriverId, shared memory per workgroup the driver reports)
     "amd-proprietary": (1, 32768),
     "radv": (3, 65536),
@@ -107,9 +108,14 @@ def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
     facts = dataclasses.replace(device.facts, max_shared_memory=shared_limit)
     bucket = bucket_of(target.family, shapes[0])
     default = default_params(target.family, facts, bucket)
+    wave = wave_param(target.family)
     pool = candidates(target.family, facts)
+    if wave:  # sample the other parameters; each sample is then ranked at every wave size (below)
+        pool = list({tuple(sorted(c.items())): c for c in pool if c[wave] == 0}.values())
     random.Random(seed).shuffle(pool)
     chosen = [default] + [c for c in pool if c != default][: max(trials - 1, 0)]
+    if wave:
+        chosen = [default] + [v for c in chosen for v in wave_variants(target.family, c, facts)]
     scored, rejected = [], []
     for params in chosen:
         defines, local_size, subgroup = target.static_defines(params)
@@ -128,12 +134,41 @@ def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
         if stats.get("LDS size", 0) > shared_limit:
             rejected.append((params, f"LDS {stats['LDS size']} B > {shared_limit} B"))
             continue
-        wave = subgroup or 64
-        preds = [predict_seconds(target.work(s, params), stats, wave) for s in shapes]
+        preds = [predict_seconds(target.work(s, params), stats, subgroup or RADV_COMPUTE_WAVE) for s in shapes]
         score = math.exp(sum(math.log(p["seconds"]) for p in preds) / len(preds))
         scored.append((score, params, stats, preds))
     scored.sort(key=lambda x: x[0])
+    if wave:  # the winner names its wave size: the default (the driver's choice) only sets the baseline
+        scored = [s for s in scored if s[1][wave]] + [s for s in scored if not s[1][wave]]
     return scored, rejected, default
+
+
+def wave_param(family: str) -> str | None:
+    """The family's required-subgroup-size parameter (kind "subgroup_size"), if it has one."""
+    from ..config import search_space
+
+    return next((n for n, v in search_space(family)["params"].items() if v.get("kind") == "subgroup_size"), None)
+
+
+def wave_variants(family: str, params: dict, facts) -> list[dict]:
+    """params at each explicit subgroup size the device can give (Navi 10: 32 and 64) that the family's
+    constraints admit."""
+    from ..config import search_space
+    from ..search_space import violations
+
+    space, name = search_space(family), wave_param(family)
+    sizes = [v for v in space["params"][name]["values"] if v]
+    return [p for p in (dict(params, **{name: v}) for v in sizes) if not violations(space, p, facts)]
+
+
+def best_by_wave(family: str, scored) -> dict:
+    """The best predicted geometric-mean seconds at each wave size ranked ("32", "64")."""
+    name = wave_param(family)
+    best: dict = {}
+    for score, params, _, _ in scored:
+        if name and params[name]:
+            best.setdefault(str(params[name]), score)
+    return best
 
 
 def static_tune(device, families, suite, trials, out_dir):
@@ -169,6 +204,7 @@ def static_tune(device, families, suite, trials, out_dir):
                         "compiler_stats": {k: stats.get(k) for k in keep},
                         "default_predicted_seconds": default_score,
                         "predicted_speedup": (default_score / score) if default_score else None,
+                        "best_predicted_seconds_by_wave": best_by_wave(family, scored),
                         "candidates_compiled": len(scored) + len(rejected), "rejected": len(rejected),
                         "rejected_examples": [r for _, r in rejected[:5]], "shapes": shapes,
                         "shared_memory_limit": shared_limit,
