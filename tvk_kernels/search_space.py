@@ -66,8 +66,17 @@ def violations(space: dict, params: dict, facts) -> list[str]:
     return bad
 
 
-def param_values(space: dict) -> dict:
-    return {name: spec["values"] if isinstance(spec, dict) else list(spec) for name, spec in space["params"].items()}
+def param_values(space: dict, facts=None) -> dict:
+    """Each parameter's values; with a device's facts, a required subgroup size (kind "subgroup_size")
+    only where the device can give it (0, the driver's choice, always): the tuner spends no trial on
+    a size the constraints would refuse."""
+    values = {name: spec["values"] if isinstance(spec, dict) else list(spec) for name, spec in space["params"].items()}
+    if facts is not None:
+        for name, spec in space["params"].items():
+            if isinstance(spec, dict) and spec.get("kind") == "subgroup_size":
+                values[name] = [v for v in values[name] if v == 0 or (
+                    facts.subgroup_size_control and facts.min_subgroup_size <= v <= facts.max_subgroup_size)]
+    return values
 
 
 def candidates(family: str, facts, limit: int | None = None) -> list[dict]:

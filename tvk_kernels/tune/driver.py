@@ -244,7 +244,7 @@ def tune_bucket(device, target, bucket, shapes, trials, deadline, storage, resum
             return None
         reserve = time.perf_counter() - started  # kept for measuring the default again at the end
         study_deadline = None if deadline is None else deadline - reserve
-        values = param_values(search_space(target.family))
+        values = param_values(search_space(target.family), device.facts)
         # start from the default, then the family's known-good seeds (where their values lie in the
         # space; host heuristics may not)
         for start in [defaults, *search_space(target.family).get("seeds", [])]:
