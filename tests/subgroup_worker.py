@@ -3,7 +3,7 @@ their own (the subgroup size of lavapipe is fixed when Vulkan starts: LP_NATIVE_
 print one JSON line of what differs: {"device": ..., "subgroup": ..., "ops": {name: max abs error
 over the output and the input grads, relative to the CPU's largest value}, "losses": {model: [tvk
 losses, cpu losses]}, "cpu_ops": ..., "config_sources": {family: {bucket: where its config came
-from}}}. tests/test_subgroup_sizes.py judges it.
+from}}, "environment": date, driver, torch, commit}. tests/test_subgroup_sizes.py judges it.
 
 Row lengths run from 1 to thousands, so a row's threads (T) are fewer than, equal to and more than a
 subgroup's lanes at every size; rows per workgroup vary with them.
@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 import torchvk
 from tvk_kernels import get_device
+from tvk_kernels.bench.common import environment
 from tvk_kernels.config import lookup, search_space
 
 ROW_LENGTHS = (1, 3, 7, 17, 33, 100, 333, 1000, 4099)
@@ -141,7 +142,8 @@ def main():
     losses = {name: [train_losses(name, "tvk", images, labels), train_losses(name, "cpu", images, labels)]
               for name in MODELS}
     print(json.dumps({"device": facts.name, "subgroup": facts.subgroup_size, "ops": ops, "losses": losses,
-                      "cpu_ops": torchvk.op_counts()["cpu"], "config_sources": sources}))
+                      "cpu_ops": torchvk.op_counts()["cpu"], "config_sources": sources,
+                      "environment": environment(device)}))
     return 0
 
 

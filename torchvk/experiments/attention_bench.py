@@ -2,7 +2,8 @@
 
   sdpa         forward and forward + backward at batch 8, heads 8, seq 1024, head dim 64, fp32 and
                fp16: GPU time of the tvk kernels vs F.scaled_dot_product_attention on CUDA (measured
-               in a process without torchvk: a CUDA backward fails once torchvk is imported)
+               in a process without torchvk: a CUDA backward fails once torchvk is imported; timed by
+               tvk_kernels/bench/cuda_timer.py, whose source the peer script starts with)
   long seq     one training step of a TransformerEncoderLayer at seq 4096 (causal) under
                torchvk.set_memory_limit(2 GiB): it fits because the L x L scores are never stored;
                step time and peak memory
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 import torchvk
+from tvk_kernels.bench import cuda_timer
 from tvk_kernels.bench.common import md_table
 from tvk_kernels.kernels import attention as A
 
@@ -40,23 +42,16 @@ for name, dt in (("float32", torch.float32), ("float16", torch.float16)):
             F.scaled_dot_product_attention(q, k, v)
     def fwd_bwd():
         F.scaled_dot_product_attention(q, k, v).backward(g)
-    res = {}
+    res = {"timing": {}}
     for kind, fn in (("fwd", fwd), ("fwd_bwd", fwd_bwd)):
-        for _ in range(3): fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(10):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); fn(); e.record(); e.synchronize()
-            times.append(s.elapsed_time(e) * 1e-3)
-        res[kind] = sorted(times)[len(times) // 2]
+        res[kind], res["timing"][kind] = time_cuda(fn)
     out[name] = res
 print(json.dumps(out))
 """
 
 
 def _cuda_sdpa(shape) -> dict:
-    code = _CUDA_SDPA % (shape["batch"], shape["heads"], shape["seq"], shape["head"])
+    code = cuda_timer.source() + _CUDA_SDPA % (shape["batch"], shape["heads"], shape["seq"], shape["head"])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if out.returncode != 0:
         return {}
@@ -91,6 +86,7 @@ def sdpa(device, quick, has_cuda, gpu_time) -> list:
         c = cuda.get(dtype, {})
         rows.append({"dtype": dtype, **s, "tvk_fwd_s": t_fwd, "tvk_fwd_bwd_s": t_all,
                      "tvk_fwd_tflops": flops / t_fwd / 1e12, "cuda_fwd_s": c.get("fwd"), "cuda_fwd_bwd_s": c.get("fwd_bwd"),
+                     "cuda_timing": c.get("timing"),
                      "tvk_over_cuda_fwd": t_fwd / c["fwd"] if c else None,
                      "tvk_over_cuda_fwd_bwd": t_all / c["fwd_bwd"] if c else None})
         for buf in (q, k, v, o, g, dq, dk, dv, lse, delta):

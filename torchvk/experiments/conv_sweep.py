@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from tvk_kernels.bench.common import md_table
+from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS
 from tvk_kernels.kernels import conv
 from tvk_kernels.tune.measure import time_candidate
 
@@ -129,7 +130,7 @@ def _tvk_one(device, layer: dict, repeats: int, quick: bool) -> dict:
         for direction, (buf, shape, run) in runs.items():
             # the better of two measurements, the first after a longer warm-up (see gemm_sweep.py)
             t = min(time_candidate(device, run, n_inputs=1, warmup=1, repeats=repeats, warm_seconds=s)
-                    for s in ((0.01, 0.0) if quick else (0.2, None)))
+                    for s in ((0.01, 0.0) if quick else (SPIN_UP_SECONDS, None)))
             got = device.download(buf, np.float32, shape).astype(np.float64)
             ref = refs[direction].numpy()
             out[direction] = (t, float(np.abs(got - ref).max() / max(float(np.abs(ref).max()), 1e-30)))
@@ -159,9 +160,16 @@ print(json.dumps(out))
 """
 
 
+def cuda_timings(layers: list[dict], repeats: int = 10) -> tuple[list[float], list[str]] | None:
+    """(median cuDNN seconds per (layer, direction), layer-major, the timing method of each), from a
+    process without torchvk; None if it fails."""
+    return run_cuda_peer(_CUDA_PEER, [layers, DIRECTIONS, repeats], "conv sweep")
+
+
 def cuda_times(layers: list[dict], repeats: int = 10) -> list[float] | None:
     """Median cuDNN seconds per (layer, direction), layer-major, from a process without torchvk; None if it fails."""
-    return run_cuda_peer(_CUDA_PEER, [layers, DIRECTIONS, repeats], "conv sweep")
+    timings = cuda_timings(layers, repeats)
+    return timings[0] if timings else None
 
 
 def label(layer: dict) -> str:
@@ -177,14 +185,15 @@ def run(device, quick: bool = False, has_cuda: bool = False, layers: list[dict] 
     if layers is None:
         layers = QUICK_LAYERS if quick else LAYERS
     repeats = 3 if quick else 10
-    cuda = cuda_times(layers, repeats) if has_cuda else None
+    cuda, methods = (cuda_timings(layers, repeats) if has_cuda else None) or (None, None)
     rows = []
     for li, layer in enumerate(layers):
         for di, (direction, (t, err)) in enumerate(_tvk_one(device, layer, repeats, quick).items()):
             tc = cuda[li * len(DIRECTIONS) + di] if cuda else None
+            method = methods[li * len(DIRECTIONS) + di] if methods else None
             rows.append({**layer, "label": label(layer), "direction": direction,
                          "gemm_mnk": _gemm_mnk(direction, layer), "tvk_s": t,
-                         "tvk_tflops": flops(layer) / t / 1e12, "cudnn_s": tc,
+                         "tvk_tflops": flops(layer) / t / 1e12, "cudnn_s": tc, "cuda_timing": method,
                          "tvk_over_cudnn_time": t / tc if tc else None, "rel_err": err})
     summary = {"float32": {
         "count": len(rows),

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from tvk_kernels.bench.common import md_table
+from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS
 from tvk_kernels.kernels import matmul as mm
 from tvk_kernels.kernels.matmul import TUNE_TARGET
 from tvk_kernels.tune.measure import time_candidate
@@ -86,7 +87,7 @@ def _tvk_one(device, g: dict, dtype: str, repeats: int, quick: bool) -> dict:
         # the better of two measurements, the first after a longer warm-up: an H200 left idle by host-side
         # work (compiling, the numpy check) runs at a low clock for a while (docs/design-notes.md 11, 17)
         t = min(time_candidate(device, run, n_inputs=1, warmup=1, repeats=repeats, warm_seconds=w)
-                for w in ((0.01, 0.0) if quick else (0.2, None)))
+                for w in ((0.01, 0.0) if quick else (SPIN_UP_SECONDS, None)))
         got = device.download(C, npdt, (batch, M, N)).astype(np.float64)
         av = np.swapaxes(a, 1, 2) if g["layout"][0] == "t" else a
         bv = np.swapaxes(b, 1, 2) if g["layout"][1] == "t" else b
@@ -126,9 +127,16 @@ print(json.dumps(out))
 """
 
 
+def cuda_timings(gemms: list[dict], dtypes: list[str], repeats: int = 10) -> tuple[list[float], list[str]] | None:
+    """(median cuBLAS seconds per (gemm, dtype), gemm-major, the timing method of each), from a process
+    without torchvk; None if it fails."""
+    return run_cuda_peer(_CUDA_PEER, [gemms, dtypes, repeats], "gemm sweep")
+
+
 def cuda_times(gemms: list[dict], dtypes: list[str], repeats: int = 10) -> list[float] | None:
     """Median cuBLAS seconds per (gemm, dtype), gemm-major, from a process without torchvk; None if it fails."""
-    return run_cuda_peer(_CUDA_PEER, [gemms, dtypes, repeats], "gemm sweep")
+    timings = cuda_timings(gemms, dtypes, repeats)
+    return timings[0] if timings else None
 
 
 def _label(g: dict) -> str:
@@ -143,7 +151,7 @@ def run(device, quick: bool = False, has_cuda: bool = False, gemms: list[dict] |
     if gemms is None:
         gemms = sample(**({"seed": SEED} | QUICK)) if quick else sample()
     repeats = 3 if quick else 10
-    cuda = cuda_times(gemms, dtypes, repeats) if has_cuda else None
+    cuda, methods = (cuda_timings(gemms, dtypes, repeats) if has_cuda else None) or (None, None)
     rows = []
     for gi, g in enumerate(gemms):
         for di, dtype in enumerate(dtypes):
@@ -151,6 +159,7 @@ def run(device, quick: bool = False, has_cuda: bool = False, gemms: list[dict] |
             flops = 2 * g["batch"] * g["M"] * g["N"] * g["K"]
             r["tvk_tflops"] = flops / r["tvk_s"] / 1e12
             r["cuda_s"] = cuda[gi * len(dtypes) + di] if cuda else None
+            r["cuda_timing"] = methods[gi * len(dtypes) + di] if methods else None
             r["tvk_over_cuda_time"] = r["tvk_s"] / r["cuda_s"] if r["cuda_s"] else None
             rows.append(r)
     summary = {}

@@ -13,7 +13,8 @@
   per-op host  host time to issue one small op in eager mode: torchvk (deferred) vs torch
                CUDA eager (asynchronous launch), measured in a process without torchvk
 
-GPU times come from Vulkan timestamps / CUDA events, median of repeats after warm-up.
+GPU times come from Vulkan timestamps and, for torch CUDA, from CUDA graph replays (or profiled kernels:
+tvk_kernels/bench/cuda_timer.py), median of repeats after a spin-up before each case.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from tvk_kernels.bench.common import environment, md_table, median, write_result
+from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS, time_cuda
 from tvk_kernels.kernels import conv, norm, reduce, softmax
 from tvk_kernels.kernels import elementwise as ew
 from tvk_kernels.kernels.elementwise import add
@@ -41,25 +43,11 @@ CIFAR_CONVS = [(3, 32, 32), (32, 32, 32), (32, 64, 16), (64, 64, 16), (64, 128, 
 
 
 def _gpu(device, fn, quick=False):
-    """Median GPU seconds of `fn()` (Vulkan timestamps, after warm-up). quick: 3 repeats after one
-    warm-up run (a timed warm-up issues runs for 50 ms: dozens of a conv that takes lavapipe 0.1 s)."""
+    """Median GPU seconds of `fn()` (Vulkan timestamps). The warm-up is the spin-up every timed case
+    starts with (SPIN_UP_SECONDS of this very call, tvk_kernels/bench/cuda_timer.py). quick: 3 repeats
+    after one warm-up run (a timed warm-up issues runs for 0.3 s: dozens of a conv that takes lavapipe 0.1 s)."""
     return time_candidate(device, lambda i: fn(), n_inputs=1, warmup=1, repeats=3 if quick else 10,
-                          warm_seconds=0.0 if quick else None)
-
-
-def _cuda(fn, repeats=10):
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e-3)
-    return median(times)
+                          warm_seconds=0.0 if quick else SPIN_UP_SECONDS)
 
 
 def conv2d(device, batch, has_cuda, quick=False):
@@ -98,11 +86,11 @@ def conv2d(device, batch, has_cuda, quick=False):
             got = device.download(buf, np.float32, tuple(ref.shape))
             ref = ref.detach()
             err = float(np.abs(got - ref.numpy()).max() / max(float(ref.abs().max()), 1e-30))
-            tc = _cuda(cuda[direction]) if cuda else None
+            tc, method = time_cuda(cuda[direction]) if cuda else (None, None)
             flops = 2 * batch * cout * cin * 9 * h * h
             rows.append({"layer": f"{cin}->{cout} {h}x{h}", "direction": direction, "tvk_s": t, "cudnn_s": tc,
-                         "tvk_tflops": flops / t / 1e12, "tvk_over_cudnn_time": (t / tc) if tc else None,
-                         "max_rel_err": err})
+                         "cuda_timing": method, "tvk_tflops": flops / t / 1e12,
+                         "tvk_over_cudnn_time": (t / tc) if tc else None, "max_rel_err": err})
         for b in (X, W, GO, Y, GX, GW):  # noqa: B007
             b.free()
     return rows
@@ -138,9 +126,10 @@ def bandwidth(device, n_rows, n_cols, has_cuda, quick=False):
     rows = []
     for name, (run, nbytes, torch_fn) in ops.items():
         t = _gpu(device, run, quick)
-        tc = _cuda(lambda: torch_fn(ct)) if has_cuda else None
+        tc, method = time_cuda(lambda: torch_fn(ct)) if has_cuda else (None, None)
         rows.append({"op": name, "n": n, "tvk_s": t, "tvk_gbps": nbytes / t / 1e9, "cuda_s": tc,
-                     "cuda_gbps": nbytes / tc / 1e9 if tc else None, "tvk_over_cuda_bandwidth": (tc / t) if tc else None})
+                     "cuda_timing": method, "cuda_gbps": nbytes / tc / 1e9 if tc else None,
+                     "tvk_over_cuda_bandwidth": (tc / t) if tc else None})
     for b in (X, Y, R, row):
         b.free()
     return rows

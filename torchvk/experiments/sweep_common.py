@@ -7,40 +7,38 @@ import math
 import subprocess
 import sys
 
+from tvk_kernels.bench import cuda_timer
+
 # Python source the peer scripts start with: they run in a process of their own without torchvk.
-CUDA_TIMER = r'''
+# The timer is tvk_kernels/bench/cuda_timer.py's; median_seconds also keeps the method of each timing,
+# in call order, for run_cuda_peer to hand back beside the times.
+CUDA_TIMER = cuda_timer.source() + r'''
 import json, sys, torch
+
+TIMING_METHODS = []
 
 
 def median_seconds(fn, repeats):
-    """Median GPU seconds of one fn() call. Back-to-back launches per timing, so a small kernel's
-    time is its own, not the launch latency (the tvk side reads Vulkan timestamps of the dispatches)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record(); fn(); e.record(); e.synchronize()
-    inner = max(1, min(100, int(1e-3 / max(s.elapsed_time(e) * 1e-3, 1e-7))))
-    ts = []
-    for _ in range(repeats):
-        s.record()
-        for _ in range(inner):
-            fn()
-        e.record(); e.synchronize()
-        ts.append(s.elapsed_time(e) * 1e-3 / inner)
-    ts.sort()
-    return ts[len(ts) // 2]
+    """Median GPU seconds of one fn() call (time_cuda: CUDA graph replays, or profiled kernels)."""
+    seconds, method = time_cuda(fn, repeats)
+    TIMING_METHODS.append(method)
+    return seconds
 '''
 
+# printed after the peer script's own last line: the methods of its timings, in call order
+_METHODS_FOOTER = "\nprint(json.dumps(TIMING_METHODS))\n"
 
-def run_cuda_peer(script: str, payload, what: str) -> list | None:
-    """The JSON list a peer script prints for `payload` (given on stdin), or None if it failed."""
-    proc = subprocess.run([sys.executable, "-c", CUDA_TIMER + script], input=json.dumps(payload),
+
+def run_cuda_peer(script: str, payload, what: str) -> tuple[list, list[str]] | None:
+    """(the JSON list a peer script prints for `payload` (given on stdin), the timing method of each
+    median_seconds call it made), or None if it failed."""
+    proc = subprocess.run([sys.executable, "-c", CUDA_TIMER + script + _METHODS_FOOTER], input=json.dumps(payload),
                           capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"{what}: the CUDA peer failed: {proc.stderr.strip()[-800:]}", file=sys.stderr)
         return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    *_, result, methods = proc.stdout.strip().splitlines()
+    return json.loads(result), json.loads(methods)
 
 
 def geomean(ratios) -> float | None:

@@ -1,16 +1,18 @@
 """Experiment 2: square matmul 128..4096, fp32 and fp16 (and bf16 where the device has it).
 
-TFLOP/s from Vulkan timestamps (median after warm-up, inputs rotated), relative error
+TFLOP/s from Vulkan timestamps (median after a spin-up, inputs rotated), relative error
 (Frobenius) against a float64 product of the same inputs, side by side with torch CPU
 and, where present, torch CUDA (fp32 with TF32 off, and fp16) measured in the same run.
 """
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
 
 from .common import environment, md_table, median, write_result
+from .cuda_timer import SPIN_UP_SECONDS, spin_up, time_cuda
 
 DEFAULT_SIZES = [128, 256, 512, 1024, 2048, 4096]
 
@@ -30,7 +32,8 @@ def _from_storage(x: np.ndarray, dtype: str) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def measure_tvk(device, n: int, dtype: str, repeats: int, n_inputs: int = 2) -> dict:
+def measure_tvk(device, n: int, dtype: str, repeats: int, n_inputs: int = 2,
+                spin_seconds: float = SPIN_UP_SECONDS) -> dict:
     from ..kernels.matmul import matmul
 
     rng = np.random.default_rng(n)
@@ -44,9 +47,13 @@ def measure_tvk(device, n: int, dtype: str, repeats: int, n_inputs: int = 2) -> 
     a64, b64 = (_from_storage(h, dtype).astype(np.float64) for h in hosts[0])
     ref = a64 @ b64
     rel_err = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
-    for i in range(2):
-        matmul(device, bufs[i % n_inputs][0].address, bufs[i % n_inputs][1].address, out.address, n, n, n, dtype=dtype)
-    device.synchronize()
+    calls = itertools.count()
+
+    def warm_call():  # the spin-up before this case, rotating the inputs as the timed calls do
+        a, b = bufs[next(calls) % n_inputs]
+        matmul(device, a.address, b.address, out.address, n, n, n, dtype=dtype)
+
+    spin_up(warm_call, device.synchronize, spin_seconds)
     gpu = []
     with device.stream.profiling() as records:
         for i in range(repeats):
@@ -65,34 +72,33 @@ def measure_tvk(device, n: int, dtype: str, repeats: int, n_inputs: int = 2) -> 
             "config_source": info.get("source") if isinstance(info, dict) else None}
 
 
-def measure_torch(n: int, dtype: str, device: str, repeats: int):
+def _torch_operands(n: int, dtype: str, device: str):
     import torch
 
     tdtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
-    a = torch.randn(n, n, device=device).to(tdtype)
-    b = torch.randn(n, n, device=device).to(tdtype)
-    if device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        for _ in range(3):
-            a @ b
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(repeats):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            a @ b
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e-3)
-        return median(times)
+    return torch.randn(n, n, device=device).to(tdtype), torch.randn(n, n, device=device).to(tdtype)
+
+
+def measure_torch_cpu(n: int, dtype: str, repeats: int) -> float | None:
+    """Median wall seconds of one torch CPU product."""
     if dtype != "float32" or n > 2048:
         return None  # CPU half matmul and huge CPU products say nothing useful
+    a, b = _torch_operands(n, dtype, "cpu")
     times = []
     for _ in range(max(2, repeats // 5)):
         t0 = time.perf_counter()
         a @ b
         times.append(time.perf_counter() - t0)
     return median(times)
+
+
+def measure_torch_cuda(n: int, dtype: str, repeats: int) -> tuple[float, str]:
+    """(GPU seconds of one torch CUDA product, TF32 off; the timing method), from cuda_timer.py."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a, b = _torch_operands(n, dtype, "cuda")
+    return time_cuda(lambda: a @ b, repeats)
 
 
 def run(device, out_dir, sizes=None, progress=True, dtypes=None) -> dict:
@@ -117,15 +123,16 @@ def run(device, out_dir, sizes=None, progress=True, dtypes=None) -> dict:
     for dtype, n in jobs:
         repeats = 20 if n <= 1024 else 10
         r = {"n": n, "dtype": dtype, **measure_tvk(device, n, dtype, repeats)}
-        r["torch_cpu_s"] = measure_torch(n, dtype, "cpu", repeats) if torch is not None else None
-        r["torch_cuda_s"] = measure_torch(n, dtype, "cuda", repeats) if has_cuda else None
+        r["torch_cpu_s"] = measure_torch_cpu(n, dtype, repeats) if torch is not None else None
+        r["torch_cuda_s"], r["cuda_timing"] = measure_torch_cuda(n, dtype, repeats) if has_cuda else (None, None)
         r["torch_cuda_tflops"] = 2 * n ** 3 / r["torch_cuda_s"] / 1e12 if r["torch_cuda_s"] else None
         r["tvk_vs_cuda"] = r["tflops"] / r["torch_cuda_tflops"] if r["torch_cuda_tflops"] and r["tflops"] else None
         results.append(r)
         rows.append([dtype, n, r["kernel"], r["gpu_s"] and r["gpu_s"] * 1e3, r["tflops"], r["rel_err"],
                      r["torch_cpu_s"] and r["torch_cpu_s"] * 1e3, r["torch_cuda_tflops"], r["tvk_vs_cuda"]])
     payload = {"experiment": "matmul", "environment": environment(device), "results": results,
-               "notes": "torch CUDA fp32 with TF32 off; GPU times from Vulkan timestamps and CUDA events"}
+               "notes": "torch CUDA fp32 with TF32 off; GPU times from Vulkan timestamps and, for torch CUDA, "
+                        "CUDA graph replays (cuda_timing says where profiled kernels stood in)"}
     table = md_table(["dtype", "n", "kernel", "tvk ms", "tvk TFLOP/s", "rel err vs fp64", "torch CPU ms",
                       "torch CUDA TFLOP/s", "tvk/CUDA"], rows)
     write_result(out_dir, "matmul", payload, table)

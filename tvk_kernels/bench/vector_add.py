@@ -1,10 +1,10 @@
 """Experiment 1: vector add, 1k..10M float32 elements (100M on request).
 
 For every size: the result is checked against numpy, GPU time comes from Vulkan
-timestamps (median of repeats after warm-up), wall time is one add recorded, submitted
+timestamps (median of repeats after a spin-up), wall time is one add recorded, submitted
 and waited for. Bandwidth counts 3 x 4 bytes per element (two reads, one write).
-The same run measures torch CPU and, where present, torch CUDA, and the host cost of
-one queued dispatch and the cold start from `import tvk_kernels` to a verified add.
+The same run measures torch CPU and, where present, torch CUDA (GPU time only: cuda_timer.py),
+and the host cost of one queued dispatch and the cold start from `import tvk_kernels` to a verified add.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from .common import environment, md_table, median, write_result
+from .cuda_timer import SPIN_UP_SECONDS, spin_up, time_cuda
 
 DEFAULT_SIZES = [1_000, 10_000, 100_000, 1_000_000, 10_000_000]
 
@@ -25,7 +26,7 @@ def _repeats(n: int) -> int:
     return 50 if n <= 1_000_000 else 20
 
 
-def measure_tvk(device, n: int, warmup: int = 3):
+def measure_tvk(device, n: int, spin_seconds: float = SPIN_UP_SECONDS):
     from ..kernels.elementwise import add
 
     rng = np.random.default_rng(n)
@@ -36,11 +37,9 @@ def measure_tvk(device, n: int, warmup: int = 3):
     got = device.download(C, np.float32, (n,))
     max_err = float(np.max(np.abs(got - (a + b)))) if n else 0.0
     correct = bool(np.array_equal(got, a + b))
-    for _ in range(warmup):
-        add(device, A, B, C, n)
-    device.synchronize()
     gpu = None
     if device.stream.timestamps:
+        spin_up(lambda: add(device, A, B, C, n), device.synchronize, spin_seconds)
         with device.stream.profiling() as records:
             for _ in range(_repeats(n)):
                 add(device, A, B, C, n)
@@ -56,32 +55,29 @@ def measure_tvk(device, n: int, warmup: int = 3):
     return {"gpu_s": gpu, "wall_s": median(walls), "correct": correct, "max_abs_err": max_err}
 
 
-def measure_torch(n: int, device: str):
+def measure_torch_cpu(n: int) -> float:
+    """Median wall seconds of one torch CPU add."""
     import torch
 
-    a = torch.randn(n, device=device)
-    b = torch.randn(n, device=device)
+    a, b = torch.randn(n), torch.randn(n)
     c = torch.empty_like(a)
-    reps = _repeats(n)
     for _ in range(3):
         torch.add(a, b, out=c)
-    if device == "cuda":
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            torch.add(a, b, out=c)
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) * 1e-3)
-        return median(times)
     times = []
-    for _ in range(reps):
+    for _ in range(_repeats(n)):
         t0 = time.perf_counter()
         torch.add(a, b, out=c)
         times.append(time.perf_counter() - t0)
     return median(times)
+
+
+def measure_torch_cuda(n: int) -> tuple[float, str]:
+    """(GPU seconds of one torch CUDA add, the timing method), from cuda_timer.py."""
+    import torch
+
+    a, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    c = torch.empty_like(a)
+    return time_cuda(lambda: torch.add(a, b, out=c), _repeats(n))
 
 
 def host_cost_per_dispatch(device, count: int = 10_000) -> dict:
@@ -166,8 +162,8 @@ def run(device, out_dir, sizes=None, progress=True) -> dict:
     for n in it:
         r = {"n": n, **measure_tvk(device, n)}
         r["tvk_gbps"] = 12 * n / r["gpu_s"] / 1e9 if r["gpu_s"] else None
-        r["torch_cpu_s"] = measure_torch(n, "cpu") if torch is not None else None
-        r["torch_cuda_s"] = measure_torch(n, "cuda") if has_cuda else None
+        r["torch_cpu_s"] = measure_torch_cpu(n) if torch is not None else None
+        r["torch_cuda_s"], r["cuda_timing"] = measure_torch_cuda(n) if has_cuda else (None, None)
         r["torch_cuda_gbps"] = 12 * n / r["torch_cuda_s"] / 1e9 if r["torch_cuda_s"] else None
         r["tvk_vs_cuda_bandwidth"] = (r["tvk_gbps"] / r["torch_cuda_gbps"]) if r["torch_cuda_gbps"] and r["tvk_gbps"] else None
         results.append(r)
