@@ -30,6 +30,7 @@ def limits(facts) -> dict:
         "min_subgroup_size": facts.min_subgroup_size,
         "max_subgroup_size": facts.max_subgroup_size,
         "subgroup_size_control": facts.subgroup_size_control,
+        "max_compute_workgroup_subgroups": facts.max_compute_workgroup_subgroups,
         "max_push_constants": facts.max_push_constants,
         "cooperative_matrix": facts.features.get("cooperative_matrix", False),
         "shader_float16": facts.features.get("shader_float16", False),

@@ -98,6 +98,9 @@ class Family:
             raise
         if p is None or self._generation != generation():
             base = self.params(bucket)[0]
+            if explicit:  # a required subgroup size belongs to the tuned workgroup: an explicit candidate
+                # that does not name one runs at the driver's choice
+                base = {**base, **{name: 0 for name in subgroup_size_params(self.family) if name not in explicit}}
             merged = {**base, **explicit} if explicit else dict(base)
             if explicit:
                 merged = self.validate(merged)
@@ -159,6 +162,12 @@ class Family:
             p = self._pipelines[key] = pipelines.get(template or self.template, defines, local_size=local_size,
                                                      push_size=push_size, spec=spec, subgroup_size=subgroup_size)
         return p
+
+
+def subgroup_size_params(family: str) -> list[str]:
+    """The family's parameters that require a subgroup size (kind "subgroup_size" in its search space)."""
+    return [name for name, spec in search_space(family)["params"].items()
+            if isinstance(spec, dict) and spec.get("kind") == "subgroup_size"]
 
 
 _families: dict = {}

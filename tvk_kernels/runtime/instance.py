@@ -145,6 +145,8 @@ class DeviceFacts:
     min_subgroup_size: int
     max_subgroup_size: int
     subgroup_size_control: bool
+    # a workgroup that requires a subgroup size holds at most this many subgroups of it
+    max_compute_workgroup_subgroups: int
     max_shared_memory: int
     max_workgroup_invocations: int
     max_workgroup_size: tuple
@@ -235,6 +237,7 @@ class PhysicalDevice:
             subgroup_size=v11.subgroupSize,
             min_subgroup_size=sgc.minSubgroupSize or v11.subgroupSize, max_subgroup_size=sgc.maxSubgroupSize or v11.subgroupSize,
             subgroup_size_control=features["subgroup_size_control"],
+            max_compute_workgroup_subgroups=sgc.maxComputeWorkgroupSubgroups,
             max_shared_memory=lim.maxComputeSharedMemorySize,
             max_workgroup_invocations=lim.maxComputeWorkGroupInvocations,
             max_workgroup_size=tuple(lim.maxComputeWorkGroupSize), max_workgroup_count=tuple(lim.maxComputeWorkGroupCount),

@@ -152,6 +152,9 @@ class PipelineCache:
         if subgroup_size is not None and not (f.subgroup_size_control and f.min_subgroup_size <= subgroup_size <= f.max_subgroup_size):
             problems.append(f"subgroup size {subgroup_size} not selectable (device allows "
                             f"{f.min_subgroup_size}..{f.max_subgroup_size}, control={f.subgroup_size_control})")
+        elif subgroup_size is not None and invocations > subgroup_size * f.max_compute_workgroup_subgroups:
+            problems.append(f"{invocations} invocations per workgroup > {f.max_compute_workgroup_subgroups} subgroups of "
+                            f"the required size {subgroup_size}")
         if problems:
             raise InvalidConfigError(f"kernel parameters do not fit {f.name}: " + "; ".join(problems))
 

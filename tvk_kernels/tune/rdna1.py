@@ -145,9 +145,9 @@ def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
 
 def wave_param(family: str) -> str | None:
     """The family's required-subgroup-size parameter (kind "subgroup_size"), if it has one."""
-    from ..config import search_space
+    from ..kernels.launch import subgroup_size_params
 
-    return next((n for n, v in search_space(family)["params"].items() if v.get("kind") == "subgroup_size"), None)
+    return next(iter(subgroup_size_params(family)), None)
 
 
 def wave_variants(family: str, params: dict, facts) -> list[dict]:
