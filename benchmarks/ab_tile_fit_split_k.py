@@ -52,7 +52,7 @@ parts = sys.argv[1:] or ["gemm", "conv"]
 if "gemm" in parts:
     gemms = gemm_sweep.sample()
     dts = ["float32", "float16"]
-    cuda = gemm_sweep.cuda_times(gemms, dts, 10)
+    cuda, _ = gemm_sweep.cuda_times(gemms, dts, 10) or (None, None)
     i = 0
     for g in gemms:
         for dt in dts:
@@ -79,7 +79,7 @@ if "conv" in parts:
     import functools
     fwd0, bi0 = conv.conv2d_forward, conv.conv2d_backward_input
     layers = conv_sweep.LAYERS
-    cuda = conv_sweep.cuda_times(layers, 10)
+    cuda, _ = conv_sweep.cuda_times(layers, 10) or (None, None)
     DIRS = ["fwd", "bwd_input", "bwd_weight"]
     def setmode(on):
         conv.conv2d_forward = fwd0 if on else functools.partial(fwd0, split_k=1)
@@ -123,7 +123,7 @@ if "coop" in parts:
 
     MODES = {name: patched(name) for name in PATCHES}
     gemms = [g for g in gemm_sweep.sample() if coop is not None and coop.usable(g["M"], g["N"], g["K"])]
-    cuda = gemm_sweep.cuda_times(gemms, ["float16"], 10)
+    cuda, _ = gemm_sweep.cuda_times(gemms, ["float16"], 10) or (None, None)
     for i, g in enumerate(gemms):
         res = alternating_best(g, "float16", MODES)
         MODES["split"]()
@@ -148,7 +148,7 @@ if "prefetch" in parts:
 
     gemms = gemm_sweep.sample()
     dts = ["float32", "float16"]
-    cuda = gemm_sweep.cuda_times(gemms, dts, 10)
+    cuda, _ = gemm_sweep.cuda_times(gemms, dts, 10) or (None, None)
     i = 0
     for g in gemms:
         for dt in dts:

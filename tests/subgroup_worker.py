@@ -3,7 +3,8 @@ their own (the subgroup size of lavapipe is fixed when Vulkan starts: LP_NATIVE_
 print one JSON line of what differs: {"device": ..., "subgroup": ..., "ops": {name: max abs error
 over the output and the input grads, relative to the CPU's largest value}, "losses": {model: [tvk
 losses, cpu losses]}, "cpu_ops": ..., "config_sources": {family: {bucket: where its config came
-from}}, "environment": date, driver, torch, commit}. tests/test_subgroup_sizes.py judges it.
+from}}, "lanes": {reported, spanned, width}: gl_SubgroupSize beside the lanes a subgroup operation
+really covers, "environment": date, driver, torch, commit}. tests/test_subgroup_sizes.py judges it.
 
 Row lengths run from 1 to thousands, so a row's threads (T) are fewer than, equal to and more than a
 subgroup's lanes at every size; rows per workgroup vary with them.
@@ -128,6 +129,25 @@ def train_losses(name, device, images, labels, steps=4, batch=64):
     return losses
 
 
+def subgroup_lanes(device, workgroup: int = 256) -> dict:
+    """{"reported": gl_SubgroupSize, "spanned": the most lanes one subgroup operation covered, "width":
+    the width the kernels use} in a dispatch of one workgroup (tests/shaders/subgroup_width.comp)."""
+    import struct
+    from pathlib import Path
+
+    import numpy as np
+
+    from tvk_kernels.runtime.compiler import compile_file
+
+    spirv = compile_file(Path(__file__).parent / "shaders" / "subgroup_width.comp")
+    pipe = device.pipelines.from_spirv(spirv, (workgroup, 1, 1), 8)
+    out = device.upload(np.zeros(3 * workgroup, np.uint32))
+    device.stream.dispatch(pipe, (1, 1, 1), struct.pack("<Q", out.address))
+    device.synchronize()
+    got = device.download(out, np.uint32, (workgroup, 3))
+    return {"reported": int(got[:, 0].max()), "spanned": int(got[:, 1].max()), "width": int(got[:, 2].max())}
+
+
 def main():
     from torchvk.experiments.data import load_mnist
 
@@ -142,7 +162,7 @@ def main():
     losses = {name: [train_losses(name, "tvk", images, labels), train_losses(name, "cpu", images, labels)]
               for name in MODELS}
     print(json.dumps({"device": facts.name, "subgroup": facts.subgroup_size, "ops": ops, "losses": losses,
-                      "cpu_ops": torchvk.op_counts()["cpu"], "config_sources": sources,
+                      "cpu_ops": torchvk.op_counts()["cpu"], "config_sources": sources, "lanes": subgroup_lanes(device),
                       "environment": environment(device)}))
     return 0
 

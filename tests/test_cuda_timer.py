@@ -61,12 +61,14 @@ def test_spin_up_makes_one_call_when_one_call_outlasts_it():
     assert clock.now == 5.0
 
 
-def test_device_seconds_counts_only_device_events():
-    def event(device, us):
-        return types.SimpleNamespace(device_type=types.SimpleNamespace(name=device),
-                                     time_range=types.SimpleNamespace(elapsed_us=lambda: us))
+def profiler_event(us, device="CUDA"):
+    """A torch.profiler event as the timer reads it: its device and its duration."""
+    return types.SimpleNamespace(device_type=types.SimpleNamespace(name=device),
+                                 time_range=types.SimpleNamespace(elapsed_us=lambda: us))
 
-    events = [event("CUDA", 30.0), event("CPU", 1000.0), event("CUDA", 12.0)]
+
+def test_device_seconds_counts_only_device_events():
+    events = [profiler_event(30.0), profiler_event(1000.0, "CPU"), profiler_event(12.0)]
     assert cuda_timer.device_seconds(events) == pytest.approx(42e-6)
 
 
@@ -176,13 +178,8 @@ def test_long_calls_get_a_graph_of_fewer_calls(fake_torch):
     assert [g.calls for g in graphs] == [cuda_timer.calls_per_graph(20e-3)] == [2]
 
 
-def _kernel_event(us):
-    return types.SimpleNamespace(device_type=types.SimpleNamespace(name="CUDA"),
-                                 time_range=types.SimpleNamespace(elapsed_us=lambda: us))
-
-
 def test_capture_failure_falls_back_to_profiled_kernels(fake_torch):
-    events = [_kernel_event(6.0)] * cuda_timer.PROFILED_CALLS  # one 6 us kernel per profiled call
+    events = [profiler_event(6.0)] * cuda_timer.PROFILED_CALLS  # one 6 us kernel per profiled call
     cuda = fake_torch(FakeCuda(capture_fails=True), events)
     seconds, method = cuda_timer.time_cuda(cuda.call, repeats=5, spin_seconds=0.0)
     assert method == cuda_timer.PROFILER_KERNELS

@@ -38,6 +38,8 @@ def run_worker(width: str, config_dir: Path | None = None) -> dict:
 
 def check(result: dict, subgroup: int):
     assert result["subgroup"] == subgroup, result["device"]
+    lanes = result["lanes"]  # the kernels' width is the lanes a subgroup op spans, whatever is reported
+    assert lanes["reported"] == subgroup and lanes["width"] == lanes["spanned"] <= subgroup, lanes
     wrong = {name: err for name, err in result["ops"].items() if not err <= OP_TOLERANCE}
     assert not wrong, f"at subgroup size {subgroup}: {wrong}"
     for model, (tvk, cpu) in result["losses"].items():

@@ -75,8 +75,7 @@ def param_values(space: dict, facts=None) -> dict:
     if facts is not None:
         for name, spec in space["params"].items():
             if isinstance(spec, dict) and spec.get("kind") == "subgroup_size":
-                values[name] = [v for v in values[name] if v == 0 or (
-                    facts.subgroup_size_control and facts.min_subgroup_size <= v <= facts.max_subgroup_size)]
+                values[name] = [v for v in values[name] if v == 0 or facts.gives_subgroup_size(v)]
     return values
 
 

@@ -160,16 +160,10 @@ print(json.dumps(out))
 """
 
 
-def cuda_timings(layers: list[dict], repeats: int = 10) -> tuple[list[float], list[str]] | None:
+def cuda_times(layers: list[dict], repeats: int = 10) -> tuple[list[float], list[str]] | None:
     """(median cuDNN seconds per (layer, direction), layer-major, the timing method of each), from a
     process without torchvk; None if it fails."""
     return run_cuda_peer(_CUDA_PEER, [layers, DIRECTIONS, repeats], "conv sweep")
-
-
-def cuda_times(layers: list[dict], repeats: int = 10) -> list[float] | None:
-    """Median cuDNN seconds per (layer, direction), layer-major, from a process without torchvk; None if it fails."""
-    timings = cuda_timings(layers, repeats)
-    return timings[0] if timings else None
 
 
 def label(layer: dict) -> str:
@@ -185,7 +179,7 @@ def run(device, quick: bool = False, has_cuda: bool = False, layers: list[dict] 
     if layers is None:
         layers = QUICK_LAYERS if quick else LAYERS
     repeats = 3 if quick else 10
-    cuda, methods = (cuda_timings(layers, repeats) if has_cuda else None) or (None, None)
+    cuda, methods = (cuda_times(layers, repeats) if has_cuda else None) or (None, None)
     rows = []
     for li, layer in enumerate(layers):
         for di, (direction, (t, err)) in enumerate(_tvk_one(device, layer, repeats, quick).items()):

@@ -127,16 +127,10 @@ print(json.dumps(out))
 """
 
 
-def cuda_timings(gemms: list[dict], dtypes: list[str], repeats: int = 10) -> tuple[list[float], list[str]] | None:
+def cuda_times(gemms: list[dict], dtypes: list[str], repeats: int = 10) -> tuple[list[float], list[str]] | None:
     """(median cuBLAS seconds per (gemm, dtype), gemm-major, the timing method of each), from a process
     without torchvk; None if it fails."""
     return run_cuda_peer(_CUDA_PEER, [gemms, dtypes, repeats], "gemm sweep")
-
-
-def cuda_times(gemms: list[dict], dtypes: list[str], repeats: int = 10) -> list[float] | None:
-    """Median cuBLAS seconds per (gemm, dtype), gemm-major, from a process without torchvk; None if it fails."""
-    timings = cuda_timings(gemms, dtypes, repeats)
-    return timings[0] if timings else None
 
 
 def _label(g: dict) -> str:
@@ -151,7 +145,7 @@ def run(device, quick: bool = False, has_cuda: bool = False, gemms: list[dict] |
     if gemms is None:
         gemms = sample(**({"seed": SEED} | QUICK)) if quick else sample()
     repeats = 3 if quick else 10
-    cuda, methods = (cuda_timings(gemms, dtypes, repeats) if has_cuda else None) or (None, None)
+    cuda, methods = (cuda_times(gemms, dtypes, repeats) if has_cuda else None) or (None, None)
     rows = []
     for gi, g in enumerate(gemms):
         for di, dtype in enumerate(dtypes):

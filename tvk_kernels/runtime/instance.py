@@ -166,6 +166,10 @@ class DeviceFacts:
     def driver_label(self) -> str:
         return DRIVER_NAMES.get(self.driver_id, f"driver id {self.driver_id}")
 
+    def gives_subgroup_size(self, size: int) -> bool:
+        """Whether a pipeline may require this subgroup size here (VK_EXT_subgroup_size_control)."""
+        return self.subgroup_size_control and self.min_subgroup_size <= size <= self.max_subgroup_size
+
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k != "extensions"}
         d["driver_label"] = self.driver_label

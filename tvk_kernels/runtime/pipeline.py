@@ -149,7 +149,7 @@ class PipelineCache:
             problems.append(f"{shared_bytes} B shared memory > device limit {f.max_shared_memory}")
         if push_size > f.max_push_constants:
             problems.append(f"{push_size} B push constants > device limit {f.max_push_constants}")
-        if subgroup_size is not None and not (f.subgroup_size_control and f.min_subgroup_size <= subgroup_size <= f.max_subgroup_size):
+        if subgroup_size is not None and not f.gives_subgroup_size(subgroup_size):
             problems.append(f"subgroup size {subgroup_size} not selectable (device allows "
                             f"{f.min_subgroup_size}..{f.max_subgroup_size}, control={f.subgroup_size_control})")
         elif subgroup_size is not None and invocations > subgroup_size * f.max_compute_workgroup_subgroups:

@@ -111,7 +111,7 @@ def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
     wave = wave_param(target.family)
     pool = candidates(target.family, facts)
     if wave:  # sample the other parameters; each sample is then ranked at every wave size (below)
-        pool = list({tuple(sorted(c.items())): c for c in pool if c[wave] == 0}.values())
+        pool = [c for c in pool if c[wave] == 0]
     random.Random(seed).shuffle(pool)
     chosen = [default] + [c for c in pool if c != default][: max(trials - 1, 0)]
     if wave:
