@@ -1,6 +1,8 @@
 # One session's measurements on the lent H200 (see ../shared/device-vulkan.md):
 #   A: tvk-tune, vector-add, matmul      B: mnist, cifar10, low-vram, ablations (with A's configs)
 #   T: the device tests under the machine's torch (2.11)
+#   E: issue 28's correctness tests (device limits and big tensors, small integer dtypes, type promotion, memory
+#      overlap, bad inputs, Ctrl-C) and the softmax/norm/scan tests, under the machine's torch (junit XML kept)
 #   K: tuning of conv2d, pool, norm, then kernel benchmarks vs cuDNN/torch CUDA (tvk-bench kernels)
 #   C: compiled-mode tests under the machine's torch   M: mnist, cifar10   L: low-vram, ablations (M + L = B)
 #   P: host-time profile of a compiled and an eager MNIST CNN step (printed only)
@@ -27,6 +29,10 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,utilization.gpu --format=csv,noheader
 for phase in "$@"; do
   case $phase in
     T) step python3 -m pytest -q -p no:cacheprovider tests/test_torchvk_device.py tests/test_torchvk_train.py tests/test_runtime.py ;;
+    E) mkdir -p $R/correctness
+       step bash -c "python3 -m pytest -q -p no:cacheprovider --junitxml=$R/correctness/junit.xml tests/test_device_limits.py \
+         tests/test_small_int_dtypes.py tests/test_type_promotion.py tests/test_memory_overlap.py tests/test_bad_inputs.py \
+         tests/test_interrupts.py tests/test_softmax.py tests/test_norm.py tests/test_sort_scan.py 2>&1 | tail -40 > $R/correctness/pytest.txt" ;;
     A) step python3 -m tvk_kernels.tune.cli --device 0 --ops elementwise,matmul,reduce,softmax --trials 25 --time-budget 150 --out $TVK_CONFIG_DIR --no-progress
        step python3 -m tvk_kernels.bench.cli vector-add --sizes 1000,10000,100000,1000000,10000000,100000000 --out $R --no-progress
        step python3 -m tvk_kernels.bench.cli matmul --out $R --no-progress ;;

@@ -11,7 +11,8 @@
 // Defines from the host:
 //   NT              tensor inputs (0..3); tensor slot NT is the output
 //   DT0 DT1 DT2 DTO storage dtype codes (common/dtypes.glsl): float32, float16, int64, int32,
-//                   bool (uint8), bfloat16 (raw 16-bit words, computed in float32)
+//                   bool (uint8), bfloat16 (raw 16-bit words, computed in float32), uint8, int8,
+//                   int16 (loaded zero- or sign-extended, stored by truncation: torch's wraparound)
 //   CT_KIND         compute type: 0 float, 1 int, 2 int64_t
 //   NS              scalars in push constants, of the compute type, read as S(k)
 //   IN_A IN_B IN_C  what the op sees as a, b, c: x0/x1/x2 (tensor slot values) or S(k)
@@ -88,12 +89,17 @@ layout(constant_id = 3) const uint ITEMS = 1u;  // vector loads (CONTIG=1) or el
 #else
 #define CT int64_t
 #endif
+#if CT_KIND == 2
+#define CT_BITS 64
+#else
+#define CT_BITS 32
+#endif
 
 // ---------------------------------------------------------------- dtype tables
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 // Indexed by dtype code (common/dtypes.glsl: 0 float32, 1 float16, 2 int64, 3 int32, 4 bool,
-// 5 bfloat16); token pasting needs the numbers.
+// 5 bfloat16, 6 uint8, 7 int8, 8 int16); token pasting needs the numbers.
 // storage scalar type, storage vector prefix, wide (32/64-bit) scalar, wide vector prefix, bytes
 #define ST_0 float
 #define ST_1 float16_t
@@ -101,30 +107,45 @@ layout(constant_id = 3) const uint ITEMS = 1u;  // vector loads (CONTIG=1) or el
 #define ST_3 int
 #define ST_4 uint8_t
 #define ST_5 uint16_t
+#define ST_6 uint8_t
+#define ST_7 int8_t
+#define ST_8 int16_t
 #define SV_0 vec
 #define SV_1 f16vec
 #define SV_2 i64vec
 #define SV_3 ivec
 #define SV_4 u8vec
 #define SV_5 u16vec
+#define SV_6 u8vec
+#define SV_7 i8vec
+#define SV_8 i16vec
 #define W_0 float
 #define W_1 float
 #define W_2 int64_t
 #define W_3 int
 #define W_4 uint
 #define W_5 float
+#define W_6 uint
+#define W_7 int
+#define W_8 int
 #define WV_0 vec
 #define WV_1 vec
 #define WV_2 i64vec
 #define WV_3 ivec
 #define WV_4 uvec
 #define WV_5 vec
+#define WV_6 uvec
+#define WV_7 ivec
+#define WV_8 ivec
 #define ES_0 4
 #define ES_1 2
 #define ES_2 8
 #define ES_3 4
 #define ES_4 1
 #define ES_5 2
+#define ES_6 1
+#define ES_7 1
+#define ES_8 2
 // compute value -> wide value of the storage type (bool: nonzero -> 1)
 #define TOW_0(r) float(r)
 #define TOW_1(r) float(r)
@@ -132,6 +153,9 @@ layout(constant_id = 3) const uint ITEMS = 1u;  // vector loads (CONTIG=1) or el
 #define TOW_3(r) int(r)
 #define TOW_4(r) ((r) != CT(0) ? 1u : 0u)
 #define TOW_5(r) float(r)
+#define TOW_6(r) uint(TVK_LOW_BITS(r, 256.0))
+#define TOW_7(r) TVK_LOW_BITS(r, 256.0)
+#define TOW_8(r) TVK_LOW_BITS(r, 65536.0)
 // storage value(s) -> wide value(s) of type W (U: the unsigned type of the same width); bfloat16
 // is the high half of a float32, so its bits are shifted, not converted (common/bf16.glsl)
 #define LDW_0(W, U, v) W(v)
@@ -140,6 +164,9 @@ layout(constant_id = 3) const uint ITEMS = 1u;  // vector loads (CONTIG=1) or el
 #define LDW_3(W, U, v) W(v)
 #define LDW_4(W, U, v) W(v)
 #define LDW_5(W, U, v) tvk_bf16_float(U(v))
+#define LDW_6(W, U, v) W(v)
+#define LDW_7(W, U, v) W(v)
+#define LDW_8(W, U, v) W(v)
 // wide value(s) -> storage type T; bfloat16 rounds to nearest even, NaN stays NaN
 #define STW_0(T, w) T(w)
 #define STW_1(T, w) T(w)
@@ -147,6 +174,9 @@ layout(constant_id = 3) const uint ITEMS = 1u;  // vector loads (CONTIG=1) or el
 #define STW_3(T, w) T(w)
 #define STW_4(T, w) T(w)
 #define STW_5(T, w) T(tvk_bf16_bits(w))
+#define STW_6(T, w) T(w)
+#define STW_7(T, w) T(w)
+#define STW_8(T, w) T(w)
 
 #define STYPE(dt) CAT(ST_, dt)
 #define WTYPE(dt) CAT(W_, dt)
@@ -227,7 +257,7 @@ float tvk_pow(float x, float y) {  // torch semantics: negative bases with integ
     else if (isinf(ax)) r = y < 0.0 ? 0.0 : TVK_INF;
     else r = pow(ax, y);
     if (x < 0.0) {
-        if (floor(y) != y) return TVK_NAN;
+        if (floor(y) != y) return isinf(x) ? r : TVK_NAN;  // C's pow(-inf, 2.5) is inf, pow(-inf, -2.5) 0
         if (mod(y, 2.0) == 1.0) r = -r;
     }
     return r;
@@ -643,14 +673,18 @@ float tvk_logit(float x, float eps) {  // eps < 0: none
     float z = isnan(x) ? x : (x < eps ? eps : (x > 1.0 - eps ? 1.0 - eps : x));  // no clamp: it drops nan
     return log(z / (1.0 - z));
 }
-float tvk_fmod_f(float a, float b) {  // exact, as C's fmod: reduce |a| by |b| with fused steps
+float tvk_fmod_f(float a, float b) {  // exact, as C's fmod: long division by |b| * 2^k, each step exact
     if (isnan(a) || isnan(b) || isinf(a) || b == 0.0) return TVK_NAN;
-    if (isinf(b)) return a;
     float ab = abs(b), r = abs(a);
-    [[dont_unroll]] for (int i = 0; i < 12 && r >= ab; ++i) {
-        float q = trunc(r / ab);
-        r = fma(-q, ab, r);
-        if (r < 0.0) r += ab;
+    if (r < ab || isinf(b)) return a;
+    int er, eb;
+    frexp(r, er);
+    frexp(ab, eb);
+    float d = ldexp(ab, er - eb);  // |b| * 2^k within a factor 2 of r (fma is not fused everywhere: lavapipe)
+    if (d > r) d *= 0.5;
+    [[dont_unroll]] while (d >= ab) {
+        if (r >= d) r -= d;  // d <= r < 2d: exact (Sterbenz)
+        d *= 0.5;
     }
     return tvk_copysign(r, a);
 }
@@ -699,6 +733,23 @@ CT apply(CT x0, CT x1, CT x2) {
     CT c = IN_C;
     return CT(OP_EXPR);
 }
+
+// --------------------------------------------------------------- small-integer outputs
+// A compute value -> an int whose low bits are the uint8/int8/int16 result (the store truncates).
+// From float, torch's cast: toward zero, then the low bits of that integer (torch goes through
+// int64); exact in float for every finite value; nan and inf give 0, as torch on x86.
+#if DTO == TVK_DT_UINT8 || DTO == TVK_DT_INT8 || DTO == TVK_DT_INT16
+#if CT_KIND == 0
+int tvk_low_bits(float r, float m) {  // m = 2^bits
+    if (isnan(r) || isinf(r)) return 0;
+    float t = trunc(r);
+    return int(t - m * floor(t / m));  // t mod m, in [0, m)
+}
+#define TVK_LOW_BITS(r, m) tvk_low_bits(r, m)
+#else
+#define TVK_LOW_BITS(r, m) int(r)
+#endif
+#endif
 
 // --------------------------------------------------------------- element kernels
 void element(uint o[NT + 1]) {

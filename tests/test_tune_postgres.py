@@ -255,5 +255,5 @@ def test_storage_errors_say_what_to_do(device, pg_url, monkeypatch, capsys):
     url = "postgresql+psycopg://tvk:hunter2@/tvk?host=/nonexistent-folder"
     assert cli.main(["--ops", "elementwise", "--no-progress", "--storage", url, "--resume"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("tvk-tune: cannot open study storage postgresql+psycopg://tvk:***@") and "hunter2" not in err
+    assert err.startswith("tvk-tune: error: cannot open study storage postgresql+psycopg://tvk:***@") and "hunter2" not in err
     assert "Check that the server runs" in err and "Traceback" not in err, err

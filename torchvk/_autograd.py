@@ -15,6 +15,10 @@ torch's device guard for a Python backend calls into Python while the error is s
 aborts the process ("terminate called without an active exception") or makes run_backward
 return NULL with no exception. So the op keeps its error for the run and returns None, on which
 torch stops the node with a C++ error of its own; the run raises the op's error instead.
+
+Ctrl-C. Python would raise KeyboardInterrupt inside a node (in whatever Python code runs there),
+which aborts as above: the run defers it (tvk_kernels/runtime/interrupts.py) and raises it when
+the backward returns, as torch on the CPU does when Ctrl-C comes during its C++ backward.
 """
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ import threading
 
 import torch
 import torch.autograd.graph
+
+from tvk_kernels.runtime.interrupts import deferred
 
 log = logging.getLogger("torchvk")
 
@@ -35,7 +41,7 @@ def run_backward(t_outputs, *args, **kwargs):
     outer = getattr(_runs, "errors", None)  # a backward inside a backward node (reentrant checkpoint)
     errors = _runs.errors = []
     try:
-        with torch.autograd.set_multithreading_enabled(False):
+        with deferred(), torch.autograd.set_multithreading_enabled(False):
             try:
                 result = _torch_run_backward(t_outputs, *args, **kwargs)
             except Exception:

@@ -18,10 +18,12 @@ registered with torch.library in `torchvk/aten/factories.py` and also land in st
 from __future__ import annotations
 
 import logging
-import os
 from collections import defaultdict
 
 import torch
+
+from tvk_kernels.env_flags import env_flag
+from tvk_kernels.runtime.interrupts import raise_pending, state as _interrupts
 
 from ._autograd import in_backward_node, stop_node
 from ._checks import check_call
@@ -31,7 +33,7 @@ from ._tensor import TVKTensor, from_cpu, to_cpu
 log = logging.getLogger("torchvk")
 
 _counts = {"vulkan": defaultdict(int), "cpu": defaultdict(int)}
-_fallback = [os.environ.get("TVK_CPU_FALLBACK", "").strip().lower() in ("1", "true", "yes", "on")]
+_fallback = [env_flag("TVK_CPU_FALLBACK")]
 _logged: set = set()
 
 
@@ -76,8 +78,11 @@ _Tensor = torch.Tensor
 
 def dispatch(func, args, kwargs):
     try:
-        return _dispatch(func, args, kwargs)
-    except Exception as e:
+        out = _dispatch(func, args, kwargs)
+        if _interrupts.caught:  # a Ctrl-C that came during the op: raised once it is whole (runtime/interrupts.py)
+            raise_pending()
+        return out
+    except BaseException as e:  # KeyboardInterrupt too
         if in_backward_node():  # raising here would abort the process: _autograd.py
             return stop_node(func, e)
         raise
@@ -103,7 +108,7 @@ def _dispatch(func, args, kwargs):
         impl = TABLE.get(func.overloadpacket)
     if impl is not None:
         cross = func in NO_DEVICE_CHECK or func.overloadpacket in NO_DEVICE_CHECK
-        check_call(func, args, kwargs, None if cross else check_devices)
+        args, kwargs = check_call(func, args, kwargs, None if cross else check_devices)
         name = _names.get(func)
         if name is None:
             name = _names[func] = str(func)
@@ -115,7 +120,7 @@ def _dispatch(func, args, kwargs):
     if decomp is None:
         decomp = _composite(func)
     if decomp is not None:
-        check_call(func, args, kwargs, check_devices)
+        args, kwargs = check_call(func, args, kwargs, check_devices)
         return decomp(*args, **kwargs)
     return missing(func, args, kwargs)
 

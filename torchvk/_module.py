@@ -1,6 +1,8 @@
 """`torch.tvk`: the device module torch looks up for the `tvk` backend, plus the hooks."""
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from tvk_kernels import list_devices
@@ -22,8 +24,10 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
 
 
 class _Guard(torch._C._acc.DeviceGuard):
-    def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
+    # torch calls type_ from C++ functions that may not throw (the guards around every op and
+    # autograd node): a Python function there would let a Ctrl-C raise at its first line, and
+    # abort the process. A C callable returning the constant runs no bytecode: nothing raises.
+    type_ = staticmethod(itertools.repeat(torch._C._autograd.DeviceType.PrivateUse1).__next__)
 
 
 class TVKModule:

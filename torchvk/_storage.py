@@ -44,14 +44,17 @@ def supported_dtypes(device: Device | None = None) -> tuple:
     f = dev.facts.features
     out = [torch.float32, torch.int64, torch.bool, torch.int32]
     if f.get("storage_16bit"):  # 16-bit words in memory, computed in float32 (no fp16/bf16 arithmetic needed)
-        out += [torch.float16, torch.bfloat16]
+        out += [torch.float16, torch.bfloat16, torch.int16]  # int16: computed in int32
+    if f.get("storage_8bit"):  # bytes in memory, computed in int32
+        out += [torch.uint8, torch.int8]
     return tuple(out)
 
 
 _checked: dict = {}
 
 
-_STORAGE_ONLY = (torch.uint8,)  # may exist (torch makes empty uint8 buffers internally), no kernels use it
+# may exist where the device lacks 8-bit storage (torch makes empty uint8 buffers internally); kernels refuse it there
+_STORAGE_ONLY = (torch.uint8,)
 
 
 def check_dtype(dtype, op: str):
@@ -139,8 +142,8 @@ def upload_bytes(storage: Storage, src: np.ndarray, byte_offset: int = 0):
     dev = storage.device
     staging = dev.staging.alloc(n)
     ffi.memmove(ffi.cast("char*", staging.block.mapped) + staging.offset, ffi.from_buffer(src), n)
+    dev.stream.keep_alive(staging)  # before the copy: a Ctrl-C between must not free what the copy reads
     dev.stream.copy(staging, storage.buffer, n, 0, byte_offset)
-    dev.stream.keep_alive(staging)
 
 
 def download_bytes(storage: Storage, byte_offset: int, nbytes: int) -> np.ndarray:
@@ -150,10 +153,10 @@ def download_bytes(storage: Storage, byte_offset: int, nbytes: int) -> np.ndarra
     if nbytes:
         dev = storage.device
         staging = dev.staging.alloc(nbytes)
-        try:
-            dev.stream.copy(storage.buffer, staging, nbytes, byte_offset, 0)
-            dev.stream.synchronize()
-            ffi.memmove(ffi.from_buffer(out), ffi.cast("char*", staging.block.mapped) + staging.offset, nbytes)
-        finally:
-            staging.free()
+        # held by the stream until the copy has run: freed sooner (a Ctrl-C in the wait), the next
+        # upload would write its data there and the copy overwrite it
+        dev.stream.keep_alive(staging)
+        dev.stream.copy(storage.buffer, staging, nbytes, byte_offset, 0)
+        dev.stream.synchronize()
+        ffi.memmove(ffi.from_buffer(out), ffi.cast("char*", staging.block.mapped) + staging.offset, nbytes)
     return out

@@ -18,7 +18,7 @@ class _Backends(types.ModuleType):
 
     @benchmark.setter
     def benchmark(self, on: bool):
-        benchmark_mode.set_enabled(bool(on))
+        benchmark_mode.set_enabled(on)
 
     @staticmethod
     def benchmark_stats() -> dict:

@@ -1,6 +1,7 @@
 """Memory API: the device allocator's counters, its cap and its cache."""
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -19,11 +20,17 @@ def _alloc(device=None):
 def set_memory_limit(nbytes=None, device=None):
     """Cap the bytes TorchVK reserves from the driver (None: no cap). Also TVK_MEMORY_LIMIT."""
     if isinstance(nbytes, str):
-        nbytes = parse_bytes(nbytes)
+        try:
+            nbytes = parse_bytes(nbytes)
+        except ValueError as e:
+            raise ValueError(f"set_memory_limit: {e}, or None for no cap") from None
     if nbytes is not None:
         if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Real):
             raise TypeError(f"set_memory_limit takes a byte count, a size like '512M', or None for no cap; "
                             f"got {nbytes!r}")
+        if not math.isfinite(nbytes):  # int() of it would fail with a message that names no limit
+            raise ValueError(f"set_memory_limit: a memory limit must be a finite byte count, not {nbytes}; "
+                             f"pass None for no cap")
         if nbytes < 0:
             raise ValueError(f"set_memory_limit: a memory limit cannot be negative (got {nbytes} bytes); "
                              f"pass a byte count >= 0, or None for no cap")

@@ -20,13 +20,14 @@ import os
 import time
 
 from .config import default_params, device_key_name
+from .env_flags import env_flag
 from .errors import InvalidConfigError
 from .paths import cache_dir
 from .runtime import cache_file
 from .search_space import search_space
 
 def _from_environment() -> bool:
-    return os.environ.get("TVK_BENCHMARK", "0") not in ("", "0")
+    return env_flag("TVK_BENCHMARK")
 
 
 _enabled = _from_environment()  # read once: enabled() is on every matmul's host path
@@ -40,7 +41,9 @@ def enabled() -> bool:
 def set_enabled(on: bool | None):
     """True or False; None goes back to TVK_BENCHMARK."""
     global _enabled
-    _enabled = _from_environment() if on is None else bool(on)
+    if on is not None and not isinstance(on, bool):  # torch.backends.cudnn.benchmark's check and message
+        raise RuntimeError(f"torchvk.backends.benchmark expects a bool, but got {type(on).__name__}")
+    _enabled = _from_environment() if on is None else on
 
 
 def stats() -> dict:
@@ -125,8 +128,5 @@ def best(fam, key: tuple, shape: dict, run) -> dict:
     names = search_space(fam.family).get("params", {})
     record = {"family": fam.family, "key": repr(key), "params": {k: winner[k] for k in names if k in winner},
               "candidates": len(candidates), "seconds": times, "decide_s": spent}
-    try:
-        cache_file.write(path, entry_key, json.dumps(record).encode())
-    except OSError:  # a read-only or full cache: the winner still holds for this process
-        pass
+    cache_file.store(path, entry_key, json.dumps(record).encode())  # a cache that cannot be written: this process only
     return winner

@@ -11,7 +11,9 @@ next level is used. Each gets one warning naming the file (and family, bucket) a
 """
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import re
 import warnings
@@ -317,7 +319,44 @@ def lookup(device, family: str, shape: dict | str = "*", checksum: str | None = 
                    f"TorchVK ignores the {family} config for bucket {key!r} in {path}: {'; '.join(problems)}. Fix or "
                    f"delete that entry, or re-run `tvk-tune --device N --ops {family}`; the next matching config "
                    f"(else the default) is used meanwhile.")
+    if constraint_problems(family, defaults, facts):  # a small device (Vulkan's minimum limits): the nearest fit
+        defaults = nearest_fitting(family, defaults, facts, check)
     return (check(defaults) if check is not None else defaults), "default"
+
+
+def nearest_fitting(family: str, params: dict, facts, check=None, depth: int = 3) -> dict:
+    """The parameters nearest `params` that keep the family's constraints on this device: one,
+    then two, then `depth` parameters changed to other values of the search space, the fewest
+    and smallest changes first (log2 steps). Raises InvalidConfigError naming the device's
+    limits when none within `depth` changes fits."""
+    space = search_space(family)
+    choices = {name: sorted(set(spec["values"] if isinstance(spec, dict) else spec))
+               for name, spec in space.get("params", {}).items() if name in params}
+
+    def distance(name, value):
+        return abs(math.log2(max(value, 1)) - math.log2(max(params[name], 1)))
+
+    def fits(candidate):
+        if constraint_problems(family, candidate, facts):
+            return False
+        try:
+            check is None or check(candidate)
+        except InvalidConfigError:
+            return False
+        return True
+
+    for changed in range(1, depth + 1):
+        options = []
+        for names in itertools.combinations(choices, changed):
+            for values in itertools.product(*[[v for v in choices[n] if v != params[n]] for n in names]):
+                options.append((sum(distance(n, v) for n, v in zip(names, values)), names, values))
+        for _, names, values in sorted(options):
+            candidate = {**params, **dict(zip(names, values))}
+            if fits(candidate):
+                return candidate
+    raise InvalidConfigError(f"no {family} parameters within {depth} changes of {params} fit {facts.name} "
+                             f"(shared memory {facts.max_shared_memory} B, {facts.max_workgroup_invocations} "
+                             f"invocations a workgroup); pass parameters that fit")
 
 
 def generation() -> int:

@@ -33,6 +33,10 @@ class InvalidConfigError(TVKError, ValueError):
     """A kernel parameter set that the device cannot run (too much shared memory, ...)."""
 
 
+class DeviceLimitError(TVKError):
+    """A launch past a device limit (maxComputeWorkGroupCount ...): a bug in a kernel's launch plan."""
+
+
 class FreedBufferError(TVKError):
     """Use of a device buffer after it was freed."""
 

@@ -6,6 +6,7 @@ import json
 import sys
 
 from .errors import TVKError
+from .runtime.device_limits import limits_profile
 
 
 def _size(n) -> str:
@@ -29,6 +30,10 @@ def describe(f) -> str:
         f"count {f.max_workgroup_count}",
         f"    max allocation   : {_size(f.max_memory_allocation)}; push constants {f.max_push_constants} B",
     ]
+    if f.max_loop_iterations:
+        lines.append(f"    loop budget      : {f.max_loop_iterations} iterations an invocation (the driver ends loops after)")
+    if limits_profile() != "device":
+        lines.append(f"    limits profile   : {limits_profile()} (TVK_DEVICE_LIMITS: the limits above are lowered to it)")
     for h in f.heaps:
         budget = f", budget {_size(h['budget'])}, used {_size(h['usage'])}" if h["budget"] is not None else ""
         lines.append(f"    heap {h['index']}           : {_size(h['size'])}{' device-local' if h['device_local'] else ''}{budget}")

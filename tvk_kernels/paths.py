@@ -16,12 +16,12 @@ def data_dir(name: str) -> Path:
 
 
 def cache_dir() -> Path:
+    """The cache folder: TVK_CACHE_DIR, else the user's cache folder. Not created here: writers
+    create what they write (runtime/cache_file.py), and a folder that cannot be written costs
+    only rebuild time."""
     root = os.environ.get("TVK_CACHE_DIR")
     if root:
-        path = Path(root)
-    elif os.name == "nt":
-        path = Path(os.environ.get("LOCALAPPDATA", Path.home())) / "torchvk" / "cache"
-    else:
-        path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "torchvk"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+        return Path(root)
+    if os.name == "nt":
+        return Path(os.environ.get("LOCALAPPDATA", Path.home())) / "torchvk" / "cache"
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "torchvk"

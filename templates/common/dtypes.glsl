@@ -8,4 +8,7 @@
 #define TVK_DT_INT32 3
 #define TVK_DT_BOOL 4
 #define TVK_DT_BFLOAT16 5
+#define TVK_DT_UINT8 6
+#define TVK_DT_INT8 7
+#define TVK_DT_INT16 8
 #endif

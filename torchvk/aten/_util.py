@@ -23,7 +23,8 @@ def empty(size, dtype, device, op="aten") -> TVKTensor:
 
 
 _EW_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.int64: "int64", torch.int32: "int32",
-              torch.bool: "bool", torch.bfloat16: "bfloat16"}
+              torch.bool: "bool", torch.bfloat16: "bfloat16", torch.uint8: "uint8", torch.int8: "int8",
+              torch.int16: "int16"}
 
 
 def operand(t: TVKTensor) -> E.Operand:

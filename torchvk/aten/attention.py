@@ -22,6 +22,7 @@ import math
 import torch
 
 from tvk_kernels.kernels import attention as _A
+from tvk_kernels.runtime.device import get_device
 
 from .. import _rng
 from .._glue import register
@@ -56,6 +57,8 @@ def fused_supported(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
             torch.broadcast_shapes(tuple(attn_mask.shape), (b, hq, lq, key.shape[2]))
         except RuntimeError:
             return False
+    if not _A.fits(get_device(query.device.index), b, hq, max(lq, key.shape[2]), d):  # fake tensors too
+        return False
     return 0.0 <= dropout_p <= 1.0
 
 

@@ -13,6 +13,7 @@ from .._storage import alloc_storage, check_dtype, get_device, span_elements
 from .._tensor import (is_dense, TVKTensor, contiguous_strides, from_cpu, itemsize, new_tensor, to_cpu,
                        upload_into)
 from ._util import operand
+from .promotion import fill_value
 
 aten = torch.ops.aten
 
@@ -189,6 +190,9 @@ def _pattern(value, dtype):
     if dtype in (torch.bool, torch.uint8, torch.int8):
         b = (int(bool(value)) if dtype == torch.bool else int(value)) & 0xFF
         return b * 0x01010101
+    if dtype == torch.int16:
+        h = int(value) & 0xFFFF
+        return h | (h << 16)
     if dtype in (torch.float16, torch.bfloat16):
         h = torch.tensor([float(value)], dtype=dtype).view(torch.int16).item() & 0xFFFF
         return h | (h << 16)
@@ -205,12 +209,7 @@ def fill(t: TVKTensor, value):
         return t
     if isinstance(value, torch.Tensor):
         value = value.item()
-    if t.dtype.is_floating_point:
-        value = float(value)
-    elif t.dtype == torch.bool:
-        value = bool(value)
-    else:
-        value = int(value)
+    value = fill_value(value, t.dtype)  # torch's conversion: checked (300 into uint8 raises), half types rounded
     nbytes = t.numel() * itemsize(t.dtype)
     rng = _range(t) if t.is_contiguous() else None
     pat = _pattern(value, t.dtype)
@@ -230,7 +229,7 @@ def fill_scalar(self, value):
 def fill_tensor(self, value):
     if isinstance(value, TVKTensor):
         return device_copy(self, value.expand(self.shape) if value.dim() else value.reshape([1] * self.dim()).expand(self.shape))
-    return fill(self, value.item())
+    return fill(self, value.to(self.dtype).item())  # a tensor converts as a copy does: wrapping
 
 
 @register(aten.zero_.default)

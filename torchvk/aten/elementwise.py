@@ -1,14 +1,14 @@
 """Pointwise ops on tvk_kernels.kernels.elementwise: N-d strided, broadcasting, mixed dtypes.
 
-Type promotion follows torch (torch._prims_common.elementwise_dtypes on dtype-only
-stand-ins, cached); the kernel computes in float when any input is floating, else in
-int64/int32, and casts to the output dtype. 0-dim CPU tensors and Python numbers go in
-as push-constant scalars.
+Type promotion is torch's, one way for every op (promotion.py): run() computes an op in torch's
+common dtype of its operands (in that dtype's compute type), casting the Python numbers and
+0-dim CPU tensors among them into it as torch does (they go in as push-constant scalars). The
+ops with scalar parameters (alpha, clamp's bounds, pow's exponent ...) convert them with torch's
+checks, and raise what torch raises for their operand types (refuse_as_cpu).
 """
 from __future__ import annotations
 
 import torch
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as _KIND, elementwise_dtypes as _edt
 
 from tvk_kernels.kernels import activations
 from tvk_kernels.kernels import elementwise as E
@@ -18,47 +18,11 @@ from .._storage import alloc_storage, check_dtype
 from .._tensor import TVKTensor, new_tensor
 from ._layout import result_strides
 from ._util import operand
-from .copies import clone
+from .copies import cast as cast_tensor
+from .promotion import (COMPUTE, DEFAULT, INT_TO_FLOAT, UNROUNDED_SECOND, cast, checked, common_dtype, fill_value,
+                        loads_exactly, number, opmath, promote, refuse_as_cpu, torch_name)
 
 aten = torch.ops.aten
-DEFAULT, INT_TO_FLOAT, ALWAYS_BOOL = _KIND.DEFAULT, _KIND.INT_TO_FLOAT, _KIND.ALWAYS_BOOL
-
-
-def _value(x):
-    """tvk tensor -> itself; CPU 0-dim tensor -> Python number; number -> number."""
-    if isinstance(x, TVKTensor):
-        return x
-    if isinstance(x, torch.Tensor):
-        return x.item()
-    return x
-
-
-def _kernel_arg(x):
-    return operand(x) if isinstance(x, TVKTensor) else x
-
-
-_promo_cache: dict = {}
-
-
-def _key(x):
-    if isinstance(x, torch.Tensor):
-        return (x.dtype, x.dim() == 0)
-    return type(x)
-
-
-def promote(args, kind=DEFAULT):
-    """torch's result dtype of an elementwise op over args (tensors or numbers)."""
-    key = (kind,) + tuple(_key(x) for x in args)
-    r = _promo_cache.get(key)
-    if r is None:
-        stand = []
-        for x in args:
-            if isinstance(x, torch.Tensor):
-                stand.append(torch.empty(() if x.dim() == 0 else (1,), dtype=x.dtype, device="meta"))
-            else:
-                stand.append(x)
-        r = _promo_cache[key] = _edt(*stand, type_promotion_kind=kind)[1]
-    return r
 
 
 def _shape(args):
@@ -78,19 +42,56 @@ def _device(args):
     raise RuntimeError("no tvk tensor among the operands")
 
 
-def run(kop, args, *, out=None, dtype=None, kind=DEFAULT, scalars=(), compute=None, contiguous=False):
-    """out = kop(*args) (new tensor of the promoted dtype unless out/dtype given), laid out as torch
-    lays out the op's result: like its inputs (aten/_layout.py), or contiguous where torch's op is."""
+def _number_operand(kop, slot, v, common):
+    """A number operand (slot: its place among the operands) as torch casts it into the common dtype."""
+    if slot == 1 and kop in UNROUNDED_SECOND and common.is_floating_point:
+        return float(v)
+    return cast(v, common)
+
+
+# llvmpipe (LLVM 15) miscompiles comparisons of sign-extended values in int64 kernels (int64 ** int32
+# and int64 % int32 come out wrong in some lanes): narrower signed integers go into those cast first
+_SIGN_EXTENDED = (torch.int32, torch.int16, torch.int8)
+
+
+def _operands(kop, args, common):
+    """(the operands as the kernel takes them, whether every tensor went in as it is): numbers
+    cast into the common dtype, a tensor whose load would not be torch's cast into it cast first."""
+    vals, as_is = [], True
+    for slot, a in enumerate(args):
+        if isinstance(a, TVKTensor):
+            if not loads_exactly(a.dtype, common) or (common == torch.int64 and a.dtype in _SIGN_EXTENDED):
+                a, as_is = cast_tensor(a, common), False
+            vals.append(a)
+        else:
+            vals.append(_number_operand(kop, slot, number(a), common))
+    return vals, as_is
+
+
+def _compute(kop, common):
+    """The kernel's compute type: the common dtype's, float32 for an op the kernel computes in float only."""
+    return torch.float32 if E.OPS[kop].float_only else COMPUTE[common]
+
+
+def run(kop, args, *, out=None, dtype=None, common=None, kind=DEFAULT, scalars=(), contiguous=False):
+    """out = kop(*args) (a new tensor of `dtype`, by default the common dtype, unless out is given),
+    laid out as torch lays out the op's result: like its inputs (aten/_layout.py), or contiguous
+    where torch's op is. args: tvk tensors, 0-dim CPU tensors and numbers; common: the dtype torch
+    computes the op in (by default promoted from args by `kind`); scalars: the op's own, converted
+    by the caller."""
     if out is None:
-        key = (kop, dtype, kind, compute, len(scalars), contiguous) + tuple(map(_signature, args))
+        key = (kop, dtype, common, kind, len(scalars), contiguous) + tuple(map(_signature, args))
         launch = _launches.get(key)
         if launch is not None:
             return launch(args, scalars)
-    vals = [_value(a) for a in args]
+    if common is None:
+        common = promote(args, kind)
+    check_dtype(common, "aten." + kop)
+    vals, as_is = _operands(kop, args, common)
     fresh = out is None
     if fresh:
         if dtype is None:
-            dtype = promote(args, kind)
+            dtype = common
         check_dtype(dtype, "aten." + kop)
         shape = _shape(vals)
         layout = None if contiguous else result_strides(shape, [v for v in vals if type(v) is TVKTensor])
@@ -98,10 +99,12 @@ def run(kop, args, *, out=None, dtype=None, kind=DEFAULT, scalars=(), compute=No
     if out.numel() == 0:
         return out
     device = _device(vals)
-    inputs, out_op = tuple(_kernel_arg(v) for v in vals), operand(out)
-    if fresh and len(_launches) < _MAX_LAUNCHES:
+    compute = _compute(kop, common)
+    inputs = tuple(operand(v) if isinstance(v, TVKTensor) else v for v in vals)
+    out_op = operand(out)
+    if fresh and as_is and len(_launches) < _MAX_LAUNCHES:
         fam, plan = E.planned(device, kop, inputs, out_op, compute)
-        _launches[key] = _Launch(kop, device, fam, plan, out)
+        _launches[key] = _Launch(kop, device, fam, plan, out, common)
     E.elementwise(device, kop, inputs, out_op, scalars, compute)
     return out
 
@@ -125,40 +128,37 @@ def _signature(x):
 
 
 class _Launch:
-    __slots__ = ("kop", "device", "fam", "plan", "shape", "stride", "dtype", "nbytes")
+    __slots__ = ("kop", "device", "fam", "plan", "shape", "stride", "dtype", "nbytes", "common")
 
-    def __init__(self, kop, device, fam, plan, out):
-        self.kop, self.device, self.fam, self.plan = kop, device, fam, plan
+    def __init__(self, kop, device, fam, plan, out, common):
+        self.kop, self.device, self.fam, self.plan, self.common = kop, device, fam, plan, common
         self.shape, self.stride, self.dtype = list(out.shape), list(out.stride()), out.dtype
         self.nbytes = out._tvk.nbytes
 
     def __call__(self, args, scalars):
         out = TVKTensor(alloc_storage(self.nbytes, self.device), self.shape, self.stride, 0, self.dtype)
         addrs, numbers = [], []
-        for a in args:
+        for slot, a in enumerate(args):
             if type(a) is TVKTensor:
                 addrs.append(a.tvk_address)
             else:
-                numbers.append(a.item() if isinstance(a, torch.Tensor) else a)
+                numbers.append(_number_operand(self.kop, slot, number(a), self.common))
         addrs.append(out.tvk_address)
         E.launch(self.device, self.fam, self.plan, self.kop, addrs, scalars, numbers)
         return out
 
 
-def run_(kop, self, args, *, kind=DEFAULT, scalars=(), compute=None, opname=""):
+def run_(kop, self, args, *, common=None, kind=DEFAULT, scalars=()):
     """In place into self (self is the first operand unless args says otherwise)."""
-    dtype = promote(args, kind)
-    if not _can_cast(dtype, self.dtype):
-        raise RuntimeError(f"result type {str(dtype).replace('torch.', '').capitalize()} can't be cast to the "
-                           f"desired output type {str(self.dtype).replace('torch.', '').capitalize()} ({opname})")
-    shape = _shape([_value(a) for a in args])
+    if common is None:
+        common = promote(args, kind)
+    if not torch.can_cast(common, self.dtype):
+        raise RuntimeError(f"result type {torch_name(common)} can't be cast to the desired output type "
+                           f"{torch_name(self.dtype)}")
+    shape = _shape(args)
     if tuple(torch.broadcast_shapes(shape, tuple(self.shape))) != tuple(self.shape):
         raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(shape)}")
-    return run(kop, args, out=self, scalars=scalars, compute=compute)
-
-
-def _can_cast(src, dst) -> bool:
-    return torch.can_cast(src, dst)
+    return run(kop, args, out=self, common=common, scalars=scalars)
 
 
 # ------------------------------------------------------------------ helpers for other modules
@@ -180,100 +180,112 @@ def ew(kop, *args, dtype=None, kind=DEFAULT, scalars=()):
 # ------------------------------------------------------------------ binary arithmetic
 @register(aten.add.Tensor, aten.add.Scalar)
 def add(self, other, *, alpha=1):
-    return run("add", (self, other), scalars=(alpha,))
+    common = common_dtype(aten.add, self, other, alpha=alpha)  # alpha's type too: 0.5 for integers
+    return run("add", (self, other), common=common, scalars=(checked(alpha, common),))
 
 
 @register(aten.add_.Tensor, aten.add_.Scalar)
 def add_(self, other, *, alpha=1):
-    return run_("add", self, (self, other), scalars=(alpha,), opname="add_")
+    common = common_dtype(aten.add_, self, other, alpha=alpha)
+    return run_("add", self, (self, other), common=common, scalars=(checked(alpha, common),))
 
 
 @register(aten.sub.Tensor, aten.sub.Scalar)
 def sub(self, other, *, alpha=1):
-    if self.dtype == torch.bool if isinstance(self, torch.Tensor) else False:
-        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported.")
-    return run("sub", (self, other), scalars=(alpha,))
+    common = common_dtype(aten.sub, self, other, alpha=alpha)  # bool operands too
+    return run("sub", (self, other), common=common, scalars=(checked(alpha, common),))
 
 
 @register(aten.sub_.Tensor, aten.sub_.Scalar)
 def sub_(self, other, *, alpha=1):
-    return run_("sub", self, (self, other), scalars=(alpha,), opname="sub_")
+    common = common_dtype(aten.sub_, self, other, alpha=alpha)
+    return run_("sub", self, (self, other), common=common, scalars=(checked(alpha, common),))
 
 
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
-def rsub(self, other, *, alpha=1):
-    return run("sub", (other, self), scalars=(alpha,)) if isinstance(other, TVKTensor) else \
-        run("sub", (_as_scalar_operand(other), self), scalars=(alpha,))
-
-
-def _as_scalar_operand(x):
-    return x.item() if isinstance(x, torch.Tensor) else x
+def rsub(self, other, *, alpha=1):  # other - alpha * self: `2 - x`
+    common = common_dtype(aten.rsub, self, other, alpha=alpha)
+    return run("sub", (other, self), common=common, scalars=(checked(alpha, common),))
 
 
 @register(aten.mul.Tensor, aten.mul.Scalar)
 def mul(self, other):
-    return run("mul", (self, other))
+    return run("mul", (self, other), common=common_dtype(aten.mul, self, other))
 
 
 @register(aten.mul_.Tensor, aten.mul_.Scalar)
 def mul_(self, other):
-    return run_("mul", self, (self, other), opname="mul_")
+    return run_("mul", self, (self, other), common=common_dtype(aten.mul_, self, other))
 
 
 @register(aten.div.Tensor, aten.div.Scalar)
 def div(self, other):
-    return run("div", (self, other), kind=INT_TO_FLOAT)
+    return run("div", (self, other), common=common_dtype(aten.div, self, other, kind=INT_TO_FLOAT))
 
 
 @register(aten.div_.Tensor, aten.div_.Scalar)
 def div_(self, other):
-    return run_("div", self, (self, other), kind=INT_TO_FLOAT, opname="div_")
+    return run_("div", self, (self, other), common=common_dtype(aten.div_, self, other, kind=INT_TO_FLOAT))
 
 
 @register(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div_mode(self, other, *, rounding_mode=None):
     if rounding_mode is None:
         return div(self, other)
-    if rounding_mode not in ("floor", "trunc"):
-        raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
-                         f"'{rounding_mode}'")
-    return _int_division("floor_divide" if rounding_mode == "floor" else "trunc_divide", self, other)
+    common = common_dtype(aten.div, self, other, rounding_mode=rounding_mode)  # an unknown mode too
+    return _int_division("floor_divide" if rounding_mode == "floor" else "trunc_divide", self, other, common)
 
 
 @register(aten.maximum.default)
 def maximum(self, other):
-    return run("maximum", (self, other))
+    return run("maximum", (self, other), common=common_dtype(aten.maximum, self, other))
 
 
 @register(aten.minimum.default)
 def minimum(self, other):
-    return run("minimum", (self, other))
+    return run("minimum", (self, other), common=common_dtype(aten.minimum, self, other))
+
+
+def _exponent(self, exponent, dtype):
+    """pow's number exponent as torch takes it: refused as a negative integer for an integer (or
+    bool) tensor, checked into the result dtype."""
+    if not self.dtype.is_floating_point and not isinstance(exponent, float) and exponent < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    return checked(exponent, dtype)
+
+
+_POWERS = {2: "square", 1: "copy", 0.5: "sqrt"}  # exponents with a kernel op of their own
 
 
 @register(aten.pow.Tensor_Scalar)
 def pow_ts(self, exponent):
-    if exponent == 2:
-        return run("square", (self,), dtype=promote((self, exponent)))
-    if exponent == 1:
-        return clone(self)
-    if exponent == 0.5:
-        return run("sqrt", (self,), dtype=promote((self, exponent)))
-    return run("pow_scalar", (self,), dtype=promote((self, exponent)), scalars=(exponent,))
+    dtype = common_dtype(aten.pow, self, exponent)
+    exponent = _exponent(self, exponent, dtype)
+    kop = _POWERS.get(exponent, "pow_scalar")
+    return run(kop, (self,), common=dtype, scalars=(exponent,) if kop == "pow_scalar" else ())
 
 
 @register(aten.pow_.Scalar)
 def pow_ts_(self, exponent):
-    return run("pow_scalar", (self,), out=self, scalars=(exponent,))
+    refuse_as_cpu(aten.pow_, self, exponent)
+    exponent = _exponent(self, exponent, self.dtype)
+    return run_("pow_scalar", self, (self,), scalars=(exponent,))
 
 
 @register(aten.pow.Scalar)
-def pow_st(self, exponent):
-    return run("rpow_scalar", (exponent,), dtype=promote((self, exponent)), scalars=(self,))
+def pow_st(self, exponent):  # a number to a tensor's powers: `2 ** x`; the base is an operand
+    dtype = common_dtype(aten.pow, self, exponent)
+    return run("rpow_scalar", (exponent,), common=dtype, scalars=(cast(self, dtype),))
 
 
 @register(aten.pow.Tensor_Tensor)
 def pow_tt(self, exponent):
-    return run("pow", (self, exponent))
+    return run("pow", (self, exponent), common=common_dtype(aten.pow, self, exponent))
+
+
+@register(aten.pow_.Tensor)
+def pow_tt_(self, exponent):
+    return run_("pow", self, (self, exponent), common=common_dtype(aten.pow_, self, exponent))
 
 
 # ------------------------------------------------------------------ unary
@@ -282,7 +294,7 @@ def _unary(kop, kind=DEFAULT):
         return run(kop, (self,), kind=kind)
 
     def impl_(self):
-        return run_(kop, self, (self,), kind=kind, opname=kop + "_")
+        return run_(kop, self, (self,), kind=kind)
 
     return impl, impl_
 
@@ -298,7 +310,7 @@ for _name, _kop, _kind in [("neg", "neg", DEFAULT), ("abs", "abs", DEFAULT), ("e
 
 @register(aten.square.default)
 def square(self):
-    return run("square", (self,), dtype=promote((self, 2)))
+    return run("square", (self,), common=promote((self, 2)))  # as self ** 2: bools square to int64
 
 
 # ------------------------------------------------------------------ activations: from their table
@@ -324,8 +336,7 @@ def _activation_inplace(name):
             require_floating(name + "_", self)
         elif act.ints == "keep" and self.dtype == torch.bool:
             raise RuntimeError(f"Boolean inputs not supported for {name}")
-        return run_(act.name, self, (self,), kind=INT_TO_FLOAT if act.ints == "float" else DEFAULT,
-                    opname=name + "_")
+        return run_(act.name, self, (self,), kind=INT_TO_FLOAT if act.ints == "float" else DEFAULT)
 
     return forward_
 
@@ -359,11 +370,13 @@ def threshold_backward(grad_output, self, threshold):
 
 @register(aten.leaky_relu.default)
 def leaky_relu(self, negative_slope=0.01):
+    require_floating("leaky_relu", self)
     return run("leaky_relu", (self,), dtype=self.dtype, scalars=(negative_slope,))
 
 
 @register(aten.leaky_relu_.default)
 def leaky_relu_(self, negative_slope=0.01):
+    require_floating("leaky_relu", self)
     return run("leaky_relu", (self,), out=self, scalars=(negative_slope,))
 
 
@@ -372,56 +385,86 @@ def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
     return run("leaky_relu_backward", (grad_output, self), dtype=grad_output.dtype, scalars=(negative_slope,))
 
 
-def _clamp_args(self, lo, hi):
-    return (None if lo is None else _as_scalar_operand(lo)), (None if hi is None else _as_scalar_operand(hi))
+def _clamp(self, min, max):
+    """clamp to number bounds (the caller asked torch whether it refuses the types): the result dtype
+    takes them in (an integer tensor clamped to 4.5 gives floats) and they are checked into it."""
+    dtype = promote(tuple(x for x in (self, min, max) if x is not None))
+    bounds = tuple(None if b is None else checked(b, dtype) for b in (min, max))
+    return run("clamp", (self,), common=dtype, scalars=bounds)
+
+
+def _clamp_(self, min, max):
+    return run_("clamp", self, (self,), scalars=tuple(None if b is None else checked(b, self.dtype) for b in (min, max)))
 
 
 @register(aten.clamp.default)
 def clamp(self, min=None, max=None):
-    lo, hi = _clamp_args(self, min, max)
-    args = (self,) + tuple(x for x in (lo, hi) if x is not None)
-    return run("clamp", (self,), dtype=promote(args), scalars=(lo, hi))
+    refuse_as_cpu(aten.clamp, self, min, max)  # no bound at all too
+    return _clamp(self, min, max)
 
 
 @register(aten.clamp_.default)
 def clamp_(self, min=None, max=None):
-    lo, hi = _clamp_args(self, min, max)
-    return run("clamp", (self,), out=self, scalars=(lo, hi))
+    refuse_as_cpu(aten.clamp_, self, min, max)  # a bound that makes the result another dtype too
+    return _clamp_(self, min, max)
 
 
 @register(aten.clamp_min.default)
 def clamp_min(self, min):
-    return clamp(self, min, None)
+    refuse_as_cpu(aten.clamp_min, self, min)
+    return _clamp(self, min, None)
 
 
 @register(aten.clamp_max.default)
 def clamp_max(self, max):
-    return clamp(self, None, max)
+    refuse_as_cpu(aten.clamp_max, self, max)
+    return _clamp(self, None, max)
 
 
 @register(aten.clamp_min_.default)
 def clamp_min_(self, min):
-    return clamp_(self, min, None)
+    refuse_as_cpu(aten.clamp_min_, self, min)
+    return _clamp_(self, min, None)
 
 
 @register(aten.clamp_max_.default)
 def clamp_max_(self, max):
-    return clamp_(self, None, max)
+    refuse_as_cpu(aten.clamp_max_, self, max)
+    return _clamp_(self, None, max)
+
+
+def _clamp_t(self, min, max):
+    """clamp to tensor bounds (tvk tensors, 0-dim CPU ones), in the common dtype of all three."""
+    dtype = promote(tuple(x for x in (self, min, max) if x is not None))
+    out = self
+    if min is not None:
+        out = run("maximum", (out, min), common=dtype)
+    if max is not None:
+        out = run("minimum", (out, max), common=dtype)
+    return out
 
 
 @register(aten.clamp.Tensor)
 def clamp_t(self, min=None, max=None):
-    out = self
-    if min is not None:
-        out = maximum(out, min)
-    if max is not None:
-        out = minimum(out, max)
-    return out if out is not self else run("copy", (self,), dtype=self.dtype)
+    refuse_as_cpu(aten.clamp, self, min, max)
+    return _clamp_t(self, min, max)
+
+
+@register(aten.clamp_min.Tensor)
+def clamp_min_t(self, min):
+    refuse_as_cpu(aten.clamp_min, self, min)
+    return _clamp_t(self, min, None)
+
+
+@register(aten.clamp_max.Tensor)
+def clamp_max_t(self, max):
+    refuse_as_cpu(aten.clamp_max, self, max)
+    return _clamp_t(self, None, max)
 
 
 @register(aten.hardtanh.default)
 def hardtanh(self, min_val=-1, max_val=1):
-    return run("clamp", (self,), dtype=self.dtype, scalars=(min_val, max_val))
+    return run("clamp", (self,), scalars=(checked(min_val, self.dtype), checked(max_val, self.dtype)))
 
 
 @register(aten.hardtanh_backward.default)
@@ -432,21 +475,23 @@ def hardtanh_backward(grad_output, self, min_val, max_val):
 
 @register(aten.sign.default, aten.sgn.default)
 def sign(self):
-    return run("sub", (gt(self, 0), lt(self, 0)), dtype=self.dtype, compute="int32" if not self.dtype.is_floating_point else None) \
-        if self.dtype != torch.bool else run("copy", (self,), dtype=torch.bool)
+    return run("sub", (gt(self, 0), lt(self, 0)), dtype=self.dtype) if self.dtype != torch.bool else \
+        run("copy", (self,))
 
 
 # ------------------------------------------------------------------ comparisons and logic
 def _cmp(kop):
     """Registers aten.<kop> and aten.<kop>_ (Tensor and Scalar overloads); returns the out-of-place one."""
+    op, op_ = getattr(aten, kop), getattr(aten, kop + "_")
+
     def impl(self, other):
-        return run(kop, (self, other), dtype=torch.bool)
+        return run(kop, (self, other), dtype=torch.bool, common=common_dtype(op, self, other))
 
     def impl_(self, other):
-        return run(kop, (self, other), out=self)
+        return run(kop, (self, other), out=self, common=common_dtype(op_, self, other))
 
-    register(getattr(aten, kop).Tensor, getattr(aten, kop).Scalar)(impl)
-    register(getattr(aten, kop + "_").Tensor, getattr(aten, kop + "_").Scalar)(impl_)
+    register(op.Tensor, op.Scalar)(impl)
+    register(op_.Tensor, op_.Scalar)(impl_)
     return impl
 
 
@@ -462,33 +507,22 @@ def logical_not(self):
 def logical_and(self, other):
     return run("mul", (ne(self, 0) if self.dtype != torch.bool else self,
                        ne(other, 0) if isinstance(other, TVKTensor) and other.dtype != torch.bool else other),
-               dtype=torch.bool, compute="int32")
+               dtype=torch.bool)
 
 
 @register(aten.logical_or.default)
 def logical_or(self, other):
     return run("maximum", (ne(self, 0) if self.dtype != torch.bool else self,
                            ne(other, 0) if isinstance(other, TVKTensor) and other.dtype != torch.bool else other),
-               dtype=torch.bool, compute="int32")
-
-
-_INTS = (torch.int32, torch.int64)
+               dtype=torch.bool)
 
 
 def _bitwise(name, self, other=None):
-    """An integer bitwise op (the kernel's compute type is the promoted integer type). Floats are
-    refused with torch's exception type, NotImplementedError."""
+    """An integer bitwise op, in the common integer dtype; floats torch refuses (NotImplementedError)."""
     args = (self,) if other is None else (self, other)
-    dtype = promote(args)
-    if dtype not in _INTS or any(isinstance(a, torch.Tensor) and a.dtype not in _INTS + (torch.bool,) for a in args):
-        dtypes = ", ".join(str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args)
-        raise NotImplementedError(f"TorchVK has no Vulkan implementation of aten.{name} for {dtypes} (int32 and "
-                                  f"int64 tensors, or bool ones); compute it on the CPU (.cpu())")
-    return run(name, args, dtype=dtype)
+    return run(name, args, common=common_dtype(getattr(aten, name), *args))
 
 
-# NotImplementedError, not TypeError, for what is missing: Tensor.__and__ turns a TypeError into
-# NotImplemented, and the user would see Python's generic message instead of this one.
 @register(aten.bitwise_not.default)
 def bitwise_not(self):
     if self.dtype == torch.bool:
@@ -518,61 +552,112 @@ def bitwise_xor(self, other):
     return _bitwise("bitwise_xor", self, other)
 
 
+@register(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
+          aten.bitwise_left_shift.Scalar_Tensor, aten.__lshift__.Tensor, aten.__lshift__.Scalar)
+def bitwise_left_shift(self, other):
+    return _bitwise("bitwise_left_shift", self, other)
+
+
+@register(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+          aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor, aten.__rshift__.Scalar)
+def bitwise_right_shift(self, other):
+    return _bitwise("bitwise_right_shift", self, other)
+
+
+@register(aten.__ilshift__.Scalar, aten.__ilshift__.Tensor)
+def ilshift(self, other):  # x <<= n: torch's in-place shifts go by the operators' names
+    return run_("copy", self, (bitwise_left_shift(self, other),))
+
+
+@register(aten.__irshift__.Scalar, aten.__irshift__.Tensor)
+def irshift(self, other):
+    return run_("copy", self, (bitwise_right_shift(self, other),))
+
+
 # ------------------------------------------------------------------ ternary
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def where(condition, self, other):
+    refuse_as_cpu(aten.where, condition, self, other)  # a condition that is not bool too
     dtype = promote((self, other))
-    return run("where", (condition, self, other), dtype=dtype)
+    self, other = (fill_value(v, dtype) if isinstance(v, (bool, int, float)) else v for v in (self, other))
+    return run("where", (condition, self, other), common=dtype)
+
+
+def _masked_value(self, value):
+    """masked_fill's value: a number (or a 0-dim CPU tensor's) checked into self's dtype; a tvk tensor
+    is an operand."""
+    return value if isinstance(value, TVKTensor) else checked(number(value), self.dtype)
 
 
 @register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def masked_fill(self, mask, value):  # torch fills a contiguous clone
-    return run("where", (mask, _as_scalar_operand(value), self), dtype=self.dtype, contiguous=True)
+    refuse_as_cpu(aten.masked_fill, self, mask, value)
+    return run("where", (mask, _masked_value(self, value), self), common=self.dtype, contiguous=True)
 
 
 @register(aten.masked_fill_.Scalar, aten.masked_fill_.Tensor)
 def masked_fill_(self, mask, value):
-    return run("where", (mask, _as_scalar_operand(value), self), out=self)
+    refuse_as_cpu(aten.masked_fill_, self, mask, value)
+    return run("where", (mask, _masked_value(self, value), self), out=self, common=self.dtype)
+
+
+def _addc(op, kop, self, tensor1, tensor2, value, into=None):
+    """self + value * tensor1 * tensor2 (addcmul) or / tensor2 (addcdiv), value checked in the math type."""
+    args = (self, tensor1, tensor2)
+    common = common_dtype(op, *args, value=value)  # integer tensors for addcdiv too
+    scalars = (checked(value, opmath(common)),)
+    return run(kop, args, common=common, scalars=scalars) if into is None else \
+        run_(kop, into, args, common=common, scalars=scalars)
 
 
 @register(aten.addcmul.default)
 def addcmul(self, tensor1, tensor2, *, value=1):
-    return run("addcmul", (self, tensor1, tensor2), scalars=(value,))
+    return _addc(aten.addcmul, "addcmul", self, tensor1, tensor2, value)
 
 
 @register(aten.addcmul_.default)
 def addcmul_(self, tensor1, tensor2, *, value=1):
-    return run("addcmul", (self, tensor1, tensor2), out=self, scalars=(value,))
+    return _addc(aten.addcmul_, "addcmul", self, tensor1, tensor2, value, into=self)
 
 
 @register(aten.addcdiv.default)
 def addcdiv(self, tensor1, tensor2, *, value=1):
-    return run("addcdiv", (self, tensor1, tensor2), scalars=(value,))
+    return _addc(aten.addcdiv, "addcdiv", self, tensor1, tensor2, value)
 
 
 @register(aten.addcdiv_.default)
 def addcdiv_(self, tensor1, tensor2, *, value=1):
-    return run("addcdiv", (self, tensor1, tensor2), out=self, scalars=(value,))
+    return _addc(aten.addcdiv_, "addcdiv", self, tensor1, tensor2, value, into=self)
 
 
 @register(aten.lerp.Scalar)
 def lerp(self, end, weight):
-    return run("lerp_scalar", (self, end), scalars=(_as_scalar_operand(weight),))
+    refuse_as_cpu(aten.lerp, self, end, weight)  # integers, and an end of another dtype
+    return run("lerp_scalar", (self, end), scalars=(checked(weight, opmath(self.dtype)),))
 
 
 @register(aten.lerp_.Scalar)
 def lerp_(self, end, weight):
-    return run("lerp_scalar", (self, end), out=self, scalars=(_as_scalar_operand(weight),))
+    refuse_as_cpu(aten.lerp_, self, end, weight)
+    return run_("lerp_scalar", self, (self, end), scalars=(checked(weight, opmath(self.dtype)),))
+
+
+def _lerp_t(op, self, end, weight, into=None):
+    """self + weight * (end - self), a tensor weight promoting with the others (bool ends lerp in float16
+    by a float16 weight)."""
+    common = common_dtype(op, self, end, weight)
+    args = (self, weight, run("sub", (end, self), common=common))
+    return run("addcmul", args, common=common) if into is None else run_("addcmul", into, args, common=common)
 
 
 @register(aten.lerp.Tensor)
 def lerp_t(self, end, weight):
-    return run("addcmul", (self, weight, sub(end, self)))
+    return _lerp_t(aten.lerp, self, end, weight)
 
 
 @register(aten.lerp_.Tensor)
 def lerp_t_(self, end, weight):
-    return run("addcmul", (self, weight, sub(end, self)), out=self)
+    return _lerp_t(aten.lerp_, self, end, weight, into=self)
 
 
 # ------------------------------------------------------------------ math: one kernel op each (OPS)
@@ -613,6 +698,8 @@ for _name in ("ceil", "floor", "trunc", "round"):
 
 @register(aten.round.decimals)
 def round_decimals(self, *, decimals):
+    if decimals != 0:
+        require_floating("round_cpu", self)  # torch rounds integers to decimals=0 only
     if decimals == 0 or not self.dtype.is_floating_point:
         return run("round" if self.dtype.is_floating_point else "copy", (self,), dtype=self.dtype)
     return run("round_decimals", (self,), dtype=self.dtype, scalars=(10.0 ** abs(decimals), decimals < 0))
@@ -643,12 +730,12 @@ def nan_to_num(self, nan=None, posinf=None, neginf=None):
 def polygamma(n, self):
     if n < 0:
         raise RuntimeError("polygamma(n, x) does not support negative n.")
-    return run("polygamma", (self,), dtype=promote((self,), INT_TO_FLOAT), scalars=(n,))
+    return run("polygamma", (self,), kind=INT_TO_FLOAT, scalars=(n,))
 
 
 @register(aten.polygamma_.default)
 def polygamma_(self, n):
-    return run_("polygamma", self, (self,), kind=INT_TO_FLOAT, scalars=(n,), opname="polygamma_")
+    return run_("polygamma", self, (self,), kind=INT_TO_FLOAT, scalars=(n,))
 
 
 @register(aten.logit.default)
@@ -665,10 +752,7 @@ def require_floating(opname, *tensors):
     """torch's error for an op that has no integer kernel."""
     for t in tensors:
         if isinstance(t, TVKTensor) and not t.dtype.is_floating_point:
-            raise NotImplementedError(f'"{opname}" not implemented for \'{_TORCH_NAMES.get(t.dtype, t.dtype)}\'')
-
-
-_TORCH_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.bool: "Bool"}
+            raise NotImplementedError(f'"{opname}" not implemented for \'{torch_name(t.dtype)}\'')
 
 
 # binary: aten packet -> (kernel op, promotion); every overload of the packet (Tensor, Scalar, ...)
@@ -688,7 +772,7 @@ def _binary(name, kop, kind):
         return run(kop, (self, other), kind=kind)
 
     def impl_(self, other):
-        return run_(kop, self, (self, other), kind=kind, opname=name + "_")
+        return run_(kop, self, (self, other), kind=kind)
 
     return impl, impl_
 
@@ -702,45 +786,45 @@ for _name, (_kop, _kind) in _BINARY.items():
         register(*(getattr(_pk_, o) for o in _pk_.overloads()))(_f_)
 
 
-def _int_division(kop, self, other):
-    """floor/trunc division and remainders."""
-    dtype = promote((self, other))
-    _check_divisor(dtype, other)
-    return run(kop, (self, other), dtype=dtype)
+def _int_division(kop, self, other, common):
+    """floor/trunc division and remainders in the common dtype (common_dtype: torch judged the types)."""
+    _check_divisor(common, other)
+    return run(kop, (self, other), common=common)
 
 
-def _check_divisor(dtype, other):
-    """An integer zero divisor raises, as on CPU (the GPU's integer division by 0 is undefined);
-    a tensor divisor costs a sync."""
-    if dtype.is_floating_point or dtype == torch.bool:
+def _check_divisor(common, other):
+    """An integer zero divisor raises, as on the CPU (the GPU's integer division by 0 is undefined):
+    zero as the common dtype holds it (2**40 is 0 in int32); a tensor divisor costs a sync."""
+    if common.is_floating_point or common == torch.bool:
         return
     if isinstance(other, TVKTensor):
-        zero = aten.any.default(eq(other, 0)).item()
+        zero = aten.any.default(run("eq", (other, 0), dtype=torch.bool, common=common)).item()
     else:
-        zero = _as_scalar_operand(other) == 0
+        zero = cast(number(other), common) == 0
     if zero:
         raise RuntimeError("ZeroDivisionError")
 
 
 @register(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
-def remainder(self, other):
-    return _int_division("remainder", self, other)
+def remainder(self, other):  # `2 % x` too
+    return _int_division("remainder", self, other, common_dtype(aten.remainder, self, other))
 
 
 @register(aten.fmod.Tensor, aten.fmod.Scalar)
 def fmod(self, other):
-    return _int_division("fmod", self, other)
+    return _int_division("fmod", self, other, common_dtype(aten.fmod, self, other))
 
 
 @register(aten.floor_divide.default, aten.floor_divide.Scalar)
-def floor_divide(self, other):
-    return _int_division("floor_divide", self, other)
+def floor_divide(self, other):  # `2 // x` too
+    return _int_division("floor_divide", self, other, common_dtype(aten.floor_divide, self, other))
 
 
 @register(aten.floor_divide_.Tensor, aten.floor_divide_.Scalar)
 def floor_divide_(self, other):
-    _check_divisor(promote((self, other)), other)
-    return run_("floor_divide", self, (self, other), opname="floor_divide_")
+    common = common_dtype(aten.floor_divide_, self, other)
+    _check_divisor(common, other)
+    return run_("floor_divide", self, (self, other), common=common)
 
 
 @register(aten.heaviside.default)
@@ -750,21 +834,11 @@ def heaviside(self, values):
     return run("heaviside", (self, values))
 
 
-@register(aten.clamp_min.Tensor)
-def clamp_min_t(self, min):
-    return maximum(self, min)
-
-
-@register(aten.clamp_max.Tensor)
-def clamp_max_t(self, max):
-    return minimum(self, max)
-
-
 @register(aten.logical_xor.default)
 def logical_xor(self, other):
     return run("ne", (ne(self, 0) if self.dtype != torch.bool else self,
                       ne(other, 0) if isinstance(other, TVKTensor) and other.dtype != torch.bool else other),
-               dtype=torch.bool, compute="int32")
+               dtype=torch.bool)
 
 
 # ------------------------------------------------------------------ activations and their backward ops
@@ -818,13 +892,17 @@ def shrink_backward(grad_out, self, lambd):
 
 
 @register(aten.threshold.default)
-def threshold(self, threshold, value):
-    return run("threshold", (self,), scalars=(threshold, value), dtype=promote((self, threshold, value)))
+def threshold(self, threshold, value):  # self's dtype: the numbers do not promote it
+    return run("threshold", (self,), scalars=_thresholds(self, threshold, value))
 
 
 @register(aten.threshold_.default)
 def threshold_(self, threshold, value):
-    return run("threshold", (self,), out=self, scalars=(threshold, value))
+    return run("threshold", (self,), out=self, scalars=_thresholds(self, threshold, value))
+
+
+def _thresholds(self, threshold, value):
+    return checked(threshold, opmath(self.dtype)), checked(value, self.dtype)
 
 
 @register(aten.log_sigmoid_forward.default)
@@ -841,6 +919,7 @@ def log_sigmoid_backward(grad_output, self, buffer):
 
 @register(aten._prelu_kernel.default)
 def prelu_kernel(self, weight):
+    require_floating("prelu", self)
     return run("prelu", (self, weight))
 
 

@@ -26,7 +26,8 @@ from .misc import index_vector
 aten = torch.ops.aten
 # dtypes moved as raw bits; narrower ones travel as int32 or float32 (exact both ways)
 _ELEM_BYTES = {torch.float32: 4, torch.int32: 4, torch.int64: 8}
-_WIDEN = {torch.bool: torch.int32, torch.float16: torch.float32}
+_WIDEN = {torch.bool: torch.int32, torch.uint8: torch.int32, torch.int8: torch.int32, torch.int16: torch.int32,
+          torch.float16: torch.float32}
 
 
 def _movable(t, op):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 
 from tvk_kernels.kernels import reduce as _R
+from tvk_kernels.kernels import scan as _Sc
 
 from .._glue import register, register_decomposition
 from .._tensor import TVKTensor, new_tensor
 from ._util import addr, dev, norm_dims
-from .copies import cast, device_copy, fill
+from .copies import cast, contig, device_copy, fill
 from .elementwise import ew, ne
 
 aten = torch.ops.aten
@@ -45,6 +46,9 @@ def _refuse_empty(name, self, dim):
 
 def _reduce(op, self, dims, keepdim, out_dtype=None, empty_result=None):
     dims = norm_dims(self.dim(), dims)
+    if op == "sum" and not self.dtype.is_floating_point:
+        res = _int_sum(self, dims, keepdim)
+        return res if out_dtype in (None, res.dtype) else cast(res, out_dtype)
     x = _input(self)
     shape = list(self.shape)
     out_shape = [1 if i in dims else s for i, s in enumerate(shape)] if keepdim else \
@@ -66,10 +70,32 @@ def _reduce(op, self, dims, keepdim, out_dtype=None, empty_result=None):
     return res
 
 
+def _int_sum(self, dims, keepdim):
+    """An integer or bool sum, exact in int64 (float32 partial sums lose digits past 2**24): the
+    reduced dims moved last into an int64 copy, one scan along them, its last column."""
+    dims = dims if self.dim() else []
+    kept = [d for d in range(self.dim()) if d not in dims]
+    out_shape = [1 if d in dims else s for d, s in enumerate(self.shape)] if keepdim else \
+        [self.shape[d] for d in kept]
+    n = 1
+    for d in dims:
+        n *= self.shape[d]
+    res = new_tensor(out_shape, torch.int64, dev(self))
+    if res.numel() == 0:
+        return res
+    if n == 0:
+        return fill(res, 0)
+    x = contig(cast(self.permute(kept + dims), torch.int64))
+    rows = res.numel()
+    scanned = new_tensor([rows, n], torch.int64, dev(self))
+    _Sc.scan(dev(self), "sum", addr(x), addr(scanned), rows, n, 1, dtype="int64")
+    return device_copy(res, scanned[:, n - 1].view(res.shape))
+
+
 def _sum_dtype(self, dtype):
     if dtype is not None:
         return dtype
-    if self.dtype in (torch.bool, torch.int32, torch.int64):
+    if not self.dtype.is_floating_point:  # bool and every integer dtype, as torch
         return torch.int64
     return self.dtype
 
@@ -183,14 +209,18 @@ def count_nonzero(self, dim):
     return _reduce("sum", ne(self, 0), dim, False, torch.int64)
 
 
+def _any_all_dtype(self):
+    return torch.uint8 if self.dtype == torch.uint8 else torch.bool  # uint8 stays uint8, as in torch
+
+
 @register(aten.any.default, aten.any.dim, aten.any.dims)
 def any_(self, dim=None, keepdim=False):
-    return _reduce("max", ne(self, 0), None if dim is None else dim, keepdim, torch.bool, empty_result=0.0)
+    return _reduce("max", ne(self, 0), None if dim is None else dim, keepdim, _any_all_dtype(self), empty_result=0.0)
 
 
 @register(aten.all.default, aten.all.dim, aten.all.dims)
 def all_(self, dim=None, keepdim=False):
-    return _reduce("min", ne(self, 0), None if dim is None else dim, keepdim, torch.bool, empty_result=1.0)
+    return _reduce("min", ne(self, 0), None if dim is None else dim, keepdim, _any_all_dtype(self), empty_result=1.0)
 
 
 def _var(self, dim, correction, keepdim):

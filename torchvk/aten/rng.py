@@ -49,22 +49,44 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
 @register(aten.uniform_.default)
 def uniform_(self, from_=0.0, to=1.0, *, generator=None):
     _no_generator(generator, "aten.uniform_")
+    require_floating("check_uniform_bounds", self)  # torch's refusal of integer tensors
     return _fill_random(self, "uniform", from_, to, "aten.uniform_")
 
 
-@register(getattr(aten.random_, "from"), aten.random_.to)
+_C_TYPES = {torch.uint8: "unsigned char", torch.int8: "signed char", torch.int16: "short int", torch.int32: "int"}
+
+
+def _check_random_bounds(dtype, from_, to):
+    """torch's check that [from, to) fits the integer dtype it fills."""
+    if dtype not in _C_TYPES:
+        return
+    info = torch.iinfo(dtype)
+    if from_ < info.min or from_ > info.max:
+        raise RuntimeError(f"from is out of bounds for {_C_TYPES[dtype]}")
+    if to - 1 < info.min or to - 1 > info.max:
+        raise RuntimeError(f"to - 1 is out of bounds for {_C_TYPES[dtype]}")
+
+
+@register(getattr(aten.random_, "from"))
 def random_(self, from_=0, to=None, *, generator=None):
     _no_generator(generator, "aten.random_")
     if to is None:
         raise NotImplementedError("TorchVK: aten.random_ needs an upper bound")
+    _check_random_bounds(self.dtype, from_, to)
     u = new_tensor(self.shape, torch.float32, dev(self))
     _fill_random(u, "uniform", 0.0, float(to - from_), "aten.random_")
-    # truncation of a non-negative float is floor; clamp guards the (rare) rounding up to `to - from_`
+    # whole numbers in [0, to - from_): clamp guards the (rare) rounding up to `to - from_`
+    run("floor", (u,), out=u)
     run("clamp", (u,), out=u, scalars=(0.0, float(to - from_ - 1)))
     device_copy(self, u)
     if from_:
         run("add", (self, from_), out=self, scalars=(1,))
     return self
+
+
+@register(aten.random_.to)
+def random_to(self, to, *, generator=None):  # x.random_(to): the one bound is the upper one
+    return random_(self, 0, to, generator=generator)
 
 
 @register(aten.bernoulli_.float)

@@ -3,9 +3,9 @@ from them: kthvalue, median, nanmedian, mode, cummax, cummin, searchsorted, buck
 
 sort is always stable (torch's stable=True order, so results equal the CPU's, indices of ties
 included); topk is the sort's first k columns. Other dims than the last are moved last with a
-contiguous copy and moved back. Keys: float32 and int64; float16 sorts as float32, int32 and
-bool as int64 (exact both ways). Scans compute in float32 or int64 with torch's dtypes:
-cumsum/cumprod of integers and bool give int64. Their backward formulas run through
+contiguous copy and moved back. Keys: float32 and int64; float16 sorts as float32, the other
+integers and bool as int64 (exact both ways). Scans compute in float32 or int64 with torch's
+dtypes: cumsum/cumprod of integers and bool give int64. Their backward formulas run through
 aten.scatter.src and aten.flip (aten/indexing.py).
 """
 from __future__ import annotations
@@ -20,10 +20,11 @@ from .._glue import register
 from .._tensor import new_tensor
 from ._util import addr, dev
 from .copies import cast, contig, copy_into, resize_
+from .elementwise import require_floating
 from .indexing import compact, compaction, scatter_src
 
 aten = torch.ops.aten
-_INTS = (torch.bool, torch.int32, torch.int64)  # the integer dtypes tvk casts between
+_INTS = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)  # sorted and scanned as int64
 _FLOATS = (torch.float32, torch.float16)
 
 
@@ -39,7 +40,7 @@ def _key_dtype(t, op):
         return torch.float32
     if t.dtype in _INTS:
         return torch.int64
-    raise TypeError(f"TorchVK: {op} does not support dtype {t.dtype} (float32, float16, int64, int32, bool)")
+    raise TypeError(f"TorchVK: {op} does not support dtype {t.dtype} (float32, float16, integers, bool)")
 
 
 def _sorted(self, dim, descending, k, op):
@@ -145,6 +146,7 @@ def cumprod(self, dim, *, dtype=None):
 
 @register(aten.logcumsumexp.default)
 def logcumsumexp(self, dim):
+    require_floating("logcumsumexp_out_cpu", self)  # torch's NotImplementedError for integers and bool
     if self.dtype not in _FLOATS:
         raise RuntimeError(f"logcumsumexp(): expected floating point input, got {self.dtype}")
     return _scan("logsumexp", self, dim, self.dtype)

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import math
 import operator
-import os
 from collections import Counter
 
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from tvk_kernels.env_flags import env_flag
 from tvk_kernels.runtime.lock import locked
 from tvk_kernels.runtime.memory import freed_ordinals
 
@@ -187,7 +187,7 @@ class Program:
         counter is put back (dropout then draws what eager mode would), and so are the op counts
         and the memory peak. Its errors are dropped: the real run right after raises them."""
         dev = self.device
-        if os.environ.get("TVK_PARALLEL_COMPILE", "1") == "0" or dev.stream is None:
+        if not env_flag("TVK_PARALLEL_COMPILE", default=True) or dev.stream is None:
             return
         rng, peak, counts = _rng.snapshot(), dev.allocator.peak_allocated, _dispatch.op_counts()
         try:

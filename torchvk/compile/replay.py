@@ -27,9 +27,9 @@ Kernels take buffer addresses, so the recording is tied to addresses:
 """
 from __future__ import annotations
 
-import os
 import weakref
 
+from tvk_kernels.env_flags import env_flag
 from tvk_kernels.runtime.graph import capture
 from tvk_kernels.runtime.lock import locked
 
@@ -104,7 +104,7 @@ class Replayed:
         plan was missing or failed), or, with always=True, because bound inputs moved with the
         graph they come out of. Inputs that were slots stay slots."""
         self.replanned = True
-        temps = self.graph.temps if os.environ.get("TVK_SHARE_GRAPH_SCRATCH", "1") != "0" else frozenset()
+        temps = self.graph.temps if env_flag("TVK_SHARE_GRAPH_SCRATCH", default=True) else frozenset()
         if not temps and not always:
             return
         self.force_slot |= {i for i, _ in self.slots}
@@ -117,7 +117,7 @@ class Replayed:
     def _record_shared(self, args, temps):
         """Record with `temps` (allocation ordinals) allowed into other graphs' scratch; if that
         plan does not hold (a borrowed range outlives the capture), record again without it."""
-        if os.environ.get("TVK_SHARE_GRAPH_SCRATCH", "1") == "0":
+        if not env_flag("TVK_SHARE_GRAPH_SCRATCH", default=True):
             temps = frozenset()
         self._record(args, temps)
         if self.graph.broken:

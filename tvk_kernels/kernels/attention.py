@@ -81,6 +81,20 @@ def _check(device, shape, dtype):
     return b, hq, hkv, lq, lk, d
 
 
+def fits(device, batch: int, heads: int, length: int, head: int) -> bool:
+    """Whether the fused kernels take this call on this device: its grid within the device's
+    workgroup counts, and parameters whose shared memory fits (a 16 KiB device has none for
+    head dims near 128). Where not, the caller runs torch's math decomposition."""
+    count = device.facts.max_workgroup_count
+    if batch > count[2] or heads > count[1] or -(-length // 8) > count[0]:
+        return False
+    try:
+        family(device, Attention).resolve({"batch": batch, "heads": heads, "lq": length, "lk": length, "head": head})
+    except InvalidConfigError:
+        return False
+    return True
+
+
 def _mask_fields(mask):
     if mask is None:
         return 0, None, (0, 0, 0, 0)

@@ -17,11 +17,11 @@ from __future__ import annotations
 import math
 import struct
 
-from .launch import Family, family, grid_1d
+from .launch import Family, family, grid_1d, workgroup_size
 from .strides import contiguous_strides
 
 MAX_DIMS = 6
-WG = 256
+WG = 256  # threads a workgroup, where the device's workgroups hold them (launch.workgroup_size)
 _PUSH = struct.Struct(f"<QQQ4I{3 * MAX_DIMS}I")
 SCATTER, FLIP, GATHER = 0, 1, 2
 
@@ -63,8 +63,9 @@ def _launch(device, mode, elem_bytes, out_addr, src_addr, index_addr, shape, str
     sizes = [1] * pad + list(shape)
     src_st, out_st = ([0] * pad + list(st) for st in strides)
     push = _PUSH.pack(out_addr, src_addr, index_addr, n, dim + pad, bound, mask << pad, *sizes, *src_st, *out_st)
-    groups = grid_1d(-(-n // WG), device.facts.max_workgroup_count[0])
-    pipe = family(device, DimIndex).variant({"MODE": mode, "ELEM_BYTES": elem_bytes}, WG, _PUSH.size)
+    wg = workgroup_size(device, WG)
+    groups = grid_1d(-(-n // wg), device.facts.max_workgroup_count[0])
+    pipe = family(device, DimIndex).variant({"MODE": mode, "ELEM_BYTES": elem_bytes}, wg, _PUSH.size)
     device.stream.dispatch(pipe, groups, push, {SCATTER: "scatter", FLIP: "flip", GATHER: "gather"}[mode])
 
 

@@ -14,7 +14,7 @@ class DType:
     name: str
     code: int            # the templates' dtype code (TVK_DT_<NAME> in templates/common/dtypes.glsl)
     itemsize: int
-    kind: str            # "f" floating, "i" integer, "b" bool
+    kind: str            # "f" floating, "i" signed integer, "u" unsigned integer, "b" bool
     feature: str | None  # the device.facts.features key its storage needs
     define: str | None   # the elementwise template's USE_* define that enables that storage
 
@@ -27,6 +27,10 @@ DTYPES = {d.name: d for d in (
     DType("bool", 4, 1, "b", "storage_8bit", "USE_U8"),
     # raw 16-bit words (the high half of a float32), computed in float32: no bf16 arithmetic needed
     DType("bfloat16", 5, 2, "f", "storage_16bit", "USE_F16"),
+    # small integers: loaded zero- or sign-extended, computed in int32, stored by truncation (wraparound)
+    DType("uint8", 6, 1, "u", "storage_8bit", "USE_U8"),
+    DType("int8", 7, 1, "i", "storage_8bit", "USE_U8"),
+    DType("int16", 8, 2, "i", "storage_16bit", "USE_F16"),
 )}
 
 

@@ -6,8 +6,8 @@
 * `unary()`, `binary_nd()`, `ternary()`, `fill()`, `copy()`, `elementwise()`: the general
   family (templates/elementwise_nd.comp; tuning/elementwise_nd.json): N-d strided operands with
   broadcasting (stride 0), per-operand dtypes (float32, float16, bfloat16, int64, int32, bool as
-  uint8), a compute type, an output that may alias an input (same layout), Python numbers as
-  operands.
+  uint8, uint8, int8, int16), a compute type, an output that may alias an input (same layout),
+  Python numbers as operands.
 
 Ops are data: `OPS` maps a name to its arity, a GLSL expression in `a, b, c` (the operands
 in the compute type `CT`) and `S(k)` (push-constant scalars), and how its compute type is
@@ -24,7 +24,10 @@ Type promotion is the caller's: each operand carries its dtype, the output has i
 and the compute type is float when any input is floating (or the op is a float op such
 as exp or div), else int64 when any input is int64, else int32. Pass `compute=` to
 override. The result is cast to the output dtype; a bool output stores `value != 0`.
-Float16 and bfloat16 are storage only: they are computed in float32.
+Float16 and bfloat16 are storage only: they are computed in float32; uint8, int8 and int16 are
+computed in int32 and stored by truncation, which is torch's wraparound (a float result stored
+into them truncates toward zero, then wraps, as torch's cast through int64 does). Python numbers
+come in as the caller converted them (torch's casts and checks: torchvk/aten/promotion.py).
 """
 from __future__ import annotations
 
@@ -90,7 +93,7 @@ def add(device, a, b, out, n: int, alpha: float = 1.0, params: dict | None = Non
 # ============================================================== dtypes (the one table: dtypes.py)
 _ALIASES = {"float": "float32", "half": "float16", "long": "int64", "int": "int32", "bool_": "bool",
             "f4": "float32", "f2": "float16", "i8": "int64", "i4": "int32", "?": "bool",
-            "bf16": "bfloat16"}
+            "bf16": "bfloat16", "u1": "uint8", "i1": "int8", "i2": "int16", "short": "int16"}
 
 
 def dtype_name(dt) -> str:
@@ -157,9 +160,10 @@ OPS: dict[str, OpSpec] = {
     "log": _u("log(a)", **_F),
     "sqrt": _u("sqrt(a)", **_F),
     "rsqrt": _u("inversesqrt(a)", **_F),
-    "pow_scalar": _u("TVK_POW(a, S(0))", nscalars=1),       # x ** s
-    "rpow_scalar": _u("TVK_POW(S(0), a)", nscalars=1),      # s ** x
-    "clamp": _u("tvk_min(tvk_max(a, S(0)), S(1))", nscalars=2, unbounded=("lo", "hi")),
+    # computed in the result's type: an integer tensor with a float scalar gives a float result
+    "pow_scalar": _u("TVK_POW(a, S(0))", nscalars=1, compute="out"),                 # x ** s
+    "rpow_scalar": _u("TVK_POW(S(0), a)", nscalars=1, compute="out"),                # s ** x
+    "clamp": _u("tvk_min(tvk_max(a, S(0)), S(1))", nscalars=2, unbounded=("lo", "hi"), compute="out"),
     "leaky_relu": _u("(a < CT(0) ? a * S(0) : a)", nscalars=1, defaults=(0.01,), **_F),
     # unary math (helpers in the template: "math helpers of the OPS table")
     "sin": _u("tvk_sin(a)", **_F),
@@ -226,6 +230,9 @@ OPS: dict[str, OpSpec] = {
     "bitwise_or": _b("(a | b)"),
     "bitwise_xor": _b("(a ^ b)"),
     "bitwise_not": _u("(~a)"),
+    # torch's shifts: a shift by a negative amount or by the width or more gives 0 (left) or the sign (right)
+    "bitwise_left_shift": _b("((b < CT(0) || b >= CT(CT_BITS)) ? CT(0) : (a << b))"),
+    "bitwise_right_shift": _b("((b < CT(0) || b >= CT(CT_BITS)) ? (a >> CT(CT_BITS - 1)) : (a >> b))"),
     "fmod": _b("tvk_fmod(a, b)"),                # sign of the dividend
     "floor_divide": _b("tvk_floor_div(a, b)"),
     "trunc_divide": _b("tvk_trunc_div(a, b)"),
@@ -489,7 +496,7 @@ class Elementwise(Family):
         for name in used:
             need = DTYPES[name].feature
             if need and not feats.get(need):
-                raise TVKError(f"{self.device.facts.name} lacks {need}, which {name} tensors need")
+                raise TVKError(f"{op}: {self.device.facts.name} lacks {need}, which {name} tensors need")
         if ct == CT_INT64 and not feats.get("shader_int64"):
             raise TVKError(f"{self.device.facts.name} lacks shaderInt64, which int64 arithmetic needs")
 
@@ -511,8 +518,6 @@ class Elementwise(Family):
         strides.append(list(out.strides))
         if any(s < 0 for st in strides for s in st):
             raise ValueError(f"{op}: negative strides are not supported")
-        if any(s == 0 and size > 1 for s, size in zip(out.strides, shape)):
-            raise ValueError(f"{op}: the output has broadcast (stride 0) dims; it must not overlap itself")
         cshape, cstrides = collapse_dims(shape, strides)
         pl.contig = all(all(s == 1 for s in st) for st in cstrides) and len(cshape) <= 1
         # explicit params are the N-d kernel's (the tuner's): they never take the binary kernel
@@ -590,10 +595,11 @@ def _scalar_values(spec: OpSpec, ct: int, scalars, operand_scalars) -> list:
         if ct == CT_FLOAT:
             out.append(float(v))
             continue
-        if isinstance(v, float):  # integer compute: round a bound inwards, truncate anything else
-            v = math.ceil(v) if side == "lo" else math.floor(v) if side == "hi" else int(v)
         lo, hi = _INT_RANGE[ct]
-        out.append(min(max(int(v), lo), hi))
+        if not (isinstance(v, int) or float(v).is_integer()) or not lo <= v <= hi:  # never rounded or clamped here
+            raise ValueError(f"scalar {v!r} is no {_CT_NAMES[ct]} value: convert it as the op converts it first "
+                             f"(torch's rules: torchvk/aten/promotion.py)")
+        out.append(int(v))
     return out
 
 

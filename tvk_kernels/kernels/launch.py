@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from .. import benchmark_mode
 from ..config import constraint_problems, generation, lookup
-from ..errors import InvalidConfigError
+from ..errors import DeviceLimitError, InvalidConfigError
 from ..runtime.compiler import template_checksum
 from ..search_space import bucket_of, limits, search_space, with_derived
 
@@ -27,6 +27,39 @@ def grid_1d(groups: int, max_x: int = 65535) -> tuple[int, int, int]:
         return (groups, 1, 1)
     y = (groups + max_x - 1) // max_x
     return ((groups + y - 1) // y, y, 1)
+
+
+def workgroup_size(device, preferred: int = 256) -> int:
+    """`preferred` threads (a power of two) for a kernel whose workgroup size is not tuned, or the
+    largest power of two the device's workgroups hold (Vulkan guarantees 128)."""
+    facts = device.facts
+    most = min(facts.max_workgroup_invocations, facts.max_workgroup_size[0])
+    return min(preferred, 1 << (most.bit_length() - 1))
+
+
+def loop_budget_params(fam: "Family", shape: dict, prm: dict, n: int, passes: int) -> dict:
+    """`prm`, with WG raised where one row of `n` elements walked by at most WG threads, ITEMS
+    elements a thread a step, `passes` times, would run past the device's loop budget
+    (facts.max_loop_iterations: llvmpipe silently ends an invocation's loops after 65535
+    iterations in all, leaving the rest of the row unwritten)."""
+    budget = fam.device.facts.max_loop_iterations
+    if not budget:
+        return prm
+    steps = budget - 256  # the cross-thread reduction rounds after the row loops count as well
+    wg, items = int(prm["WG"]), int(prm["ITEMS"])
+    need = pow2ceil(-(-n * passes // (steps * items)))  # threads a row needs
+    if need <= wg:
+        return prm
+    facts = fam.device.facts
+    most = 1 << (min(facts.max_workgroup_invocations, facts.max_workgroup_size[0]).bit_length() - 1)
+    if need > most:
+        raise DeviceLimitError(f"{fam.family}: a row of {n} elements needs {need} threads of one workgroup on "
+                               f"{facts.name}, whose loops stop after {budget} iterations and whose workgroups hold "
+                               f"{most}; split the row (e.g. reshape it and reduce in two steps)")
+    # the tuned subgroup size belongs to the tuned workgroup: the wider one runs at the driver's choice
+    kept = {name: value for name, value in prm.items()
+            if name in fam.params()[0] and name not in subgroup_size_params(fam.family)}
+    return fam.resolve(shape, {**kept, "WG": need})
 
 
 def pow2ceil(n: int) -> int:

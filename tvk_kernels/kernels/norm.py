@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import struct
 
-from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape
+from .launch import Family, family, grid_1d, loop_budget_params, pow2ceil, powers_of_two, record_shape
 from .reduce import reduce, required_subgroup_size, use_subgroups
 
 _PUSH = struct.Struct("<10Q4I3f4I")
@@ -73,6 +73,7 @@ def _pack(addrs: dict, rows, n, inner=1, ostride=0, eps=0.0, momentum=0.0, unbia
 def _row_launch(device, phase, prm, rows, n, addrs, inner=1, ostride=0, eps=0.0, momentum=0.0, unbias=1.0, flags=0,
                 label="norm", relu=False):
     """One row (LN row / BN channel) per T adjacent threads."""
+    prm = loop_budget_params(family(device, Norm), {"n": rows * n}, prm, n, passes=3)
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     t = min(wg, pow2ceil(-(-max(n, 1) // items)))
     pipe = family(device, Norm).kernel(prm, phase, items, use_subgroups(device, prm), relu)

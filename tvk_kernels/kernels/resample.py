@@ -15,12 +15,12 @@ import struct
 
 import numpy as np
 
-from .launch import Family, family, grid_1d
+from .launch import Family, family, grid_1d, workgroup_size
 
 NEAREST, BILINEAR, REFLECT, REPLICATE, NEAREST_EXACT = 0, 1, 2, 3, 4
 NAMES = {NEAREST: "upsample_nearest", BILINEAR: "upsample_bilinear", REFLECT: "reflection_pad",
          REPLICATE: "replication_pad", NEAREST_EXACT: "upsample_nearest_exact"}
-WG = 256
+WG = 256  # threads a workgroup, where the device's workgroups hold them (launch.workgroup_size)
 _PUSH = struct.Struct("<QQI2i2i2f2i")
 
 
@@ -57,8 +57,9 @@ def _run(device, mode, backward, src, dst, planes, in_hw, out_hw, scales, pads, 
     if max(planes * in_h * in_w, planes * out_h * out_w) >= 1 << 31:
         raise ValueError(f"{NAMES[mode]}: a tensor of 2**31 elements or more is not supported; split the batch")
     push = _PUSH.pack(src, dst, n, in_h, in_w, out_h, out_w, *(float(s) for s in scales), *(int(p) for p in pads))
-    groups = grid_1d(-(-n // WG), device.facts.max_workgroup_count[0])
-    pipe = family(device, Resample).variant(defines(mode, backward, align_corners), WG, _PUSH.size)
+    wg = workgroup_size(device, WG)
+    groups = grid_1d(-(-n // wg), device.facts.max_workgroup_count[0])
+    pipe = family(device, Resample).variant(defines(mode, backward, align_corners), wg, _PUSH.size)
     device.stream.dispatch(pipe, groups, push, NAMES[mode] + ("_backward" if backward else ""))
 
 

@@ -26,6 +26,7 @@ OPS = {"sum": 0, "prod": 1, "logsumexp": 2}
 _DTYPES = {"float32": 4, "int64": 8}
 _PUSH = struct.Struct("<QQQ9I")
 COLS_MIN = 32  # rows adjacent in memory, at least this many: one thread per row
+MAX_SPAN_CHUNKS = 2048  # chunks one workgroup walks in one span (see scan())
 SCAN, CARRY = 0, 1  # MODE: scan (each span), add each span's carry (a split row's second pass)
 
 
@@ -78,12 +79,18 @@ def scan(device, op: str, in_addr: int, out_addr: int, outer: int, n: int, inner
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     t = threads_per_row(n, inner, strides[2], wg, items)
     groups = -(-rows // (wg // t))
-    nsplit, span = 1, n
+    nsplit, span, chunk = 1, n, t * items
     target, split_min = int(prm["TARGET_GROUPS"]), int(prm["SPLIT_MIN"])
     if groups < target and n >= split_min:
         nsplit = min(-(-target // groups), max(1, n // max(split_min // 4, 1)), 65535)
-        per_span, chunk = -(-n // nsplit), t * items
-        span = -(-per_span // chunk) * chunk  # whole chunks
+    # a workgroup walks at most MAX_SPAN_CHUNKS chunks, some 2 + log2(T) loop steps each, well inside
+    # llvmpipe's loop budget (device_limits.DRIVER_LOOP_LIMITS: past it the span's tail went unwritten)
+    nsplit = max(nsplit, -(-n // (MAX_SPAN_CHUNKS * chunk)))
+    if nsplit > 1:
+        if nsplit > device.facts.max_workgroup_count[2]:
+            raise ValueError(f"scan: rows of {n} elements need {nsplit} spans, past the device's "
+                             f"{device.facts.max_workgroup_count[2]} workgroups in z; split the scan")
+        span = -(-(-(-n // nsplit)) // chunk) * chunk  # whole chunks
         nsplit = -(-n // span)
     opc, int64 = OPS[op], dtype == "int64"
     grid = grid_1d(groups, device.facts.max_workgroup_count[0])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import struct
 
-from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape
+from .launch import Family, family, grid_1d, loop_budget_params, pow2ceil, powers_of_two, record_shape
 from .reduce import required_subgroup_size, use_subgroups
 
 _PUSH = struct.Struct("<QQQQIIII")
@@ -51,8 +51,10 @@ def _run(device, x, y, g, dx, shape, dim, log, bwd, params):
         record_shape(fam.family, {"rows": rows, "cols": n, "dim": -1, "n": rows * n} if inner == 1
                      else {"rows": n, "cols": inner, "dim": 0, "n": rows * n})
     prm = fam.resolve({"n": rows * n}, params)
-    wg, items = int(prm["WG"]), int(prm["ITEMS"])
     cols = inner > 1
+    if not cols:
+        prm = loop_budget_params(fam, {"n": rows * n}, prm, n, passes=2)
+    wg, items = int(prm["WG"]), int(prm["ITEMS"])
     if cols:
         g_rows = min(wg, pow2ceil(rows))
         t = wg // g_rows

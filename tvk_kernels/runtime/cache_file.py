@@ -6,6 +6,11 @@ was written for, the payload's size and hash) and the payload. `read` checks all
 plus the caller's own check of the payload; a bad entry is deleted with one warning naming
 the file, and the caller rebuilds it. `write` is atomic (a temporary file in the same
 folder, fsync, os.replace), so a reader never sees half a file.
+
+The runtime's caches `store` instead of `write`: a cache folder that cannot be written (read-only,
+under a file, full) gets one warning naming it, and the process goes on with what it keeps in
+memory (compiled modules, the driver's pipeline cache, benchmark winners); entries already in
+the folder are still read.
 """
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
+from ..paths import cache_dir
+
 FORMAT = b"TVKCACH1"
 _HEADER = struct.Struct("<8s32sQ32s")  # format tag, sha256(key), payload size, sha256(payload)
 
@@ -26,12 +33,20 @@ class CacheWarning(UserWarning):
     """A cache file was bad (corrupt, truncated, written for another key) and is rebuilt."""
 
 
+class CacheNotWritableWarning(UserWarning):
+    """The cache folder cannot be written: what this process builds is kept in memory only."""
+
+
+_unwritable: set[Path] = set()  # cache folders a write failed in: warned about once, not tried again
+_unwritable_lock = threading.Lock()  # pipeline build threads store at once
+
+
 def read(path: Path, key: str, check_payload: Callable[[bytes], str | None] | None = None) -> bytes | None:
     """The payload stored for `key`, or None when there is none or it is bad (then the file
     is deleted after a warning). check_payload returns what is wrong with a payload, or None."""
     try:
         blob = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError, PermissionError):  # no entry this process can use
         return None
     except OSError as e:
         discard(path, f"unreadable ({e})")
@@ -60,6 +75,26 @@ def write(path: Path, key: str, payload: bytes) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def store(path: Path, key: str, payload: bytes) -> None:
+    """write() into the cache folder; when the folder cannot be written, one warning (per folder)
+    and nothing more: the entry is only missing in later processes, which build it again."""
+    root = cache_dir()
+    if root in _unwritable:
+        return
+    try:
+        write(path, key, payload)
+    except OSError as e:
+        with _unwritable_lock:
+            first = root not in _unwritable
+            _unwritable.add(root)
+        if first:
+            why = f"{e.strerror or e}: {e.filename}" if e.filename else e.strerror or e  # a full disk names no file
+            warnings.warn(f"TorchVK cannot write its cache folder {root} ({why}); "
+                          "compiled kernels are kept in memory for this process only and built again in the next. "
+                          "Set TVK_CACHE_DIR to a writable folder to keep them.", CacheNotWritableWarning,
+                          stacklevel=3)
 
 
 def discard(path: Path, problem: str) -> None:

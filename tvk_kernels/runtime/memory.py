@@ -21,6 +21,7 @@ import bisect
 import os
 import re
 import weakref
+from decimal import Decimal
 
 from .lock import runtime_lock
 from .vk import NULL, check, ffi, lib, new
@@ -38,11 +39,11 @@ _USAGE = (lib.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | lib.VK_BUFFER_USAGE_TRANSFER_
 
 def parse_bytes(text: str) -> int:
     """'512M', '6GB', '1.5GiB', '1048576' -> bytes."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmgt]?)(i?b?)\s*", str(text).lower())
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b?)\s*", str(text).lower())
     if not m:
         raise ValueError(f"cannot read {text!r} as a size; use bytes or a suffix like 512M, 6G")
     scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[m.group(2)]
-    return int(float(m.group(1)) * scale)
+    return int(Decimal(m.group(1)) * scale)  # exact: a float of many digits would be inf
 
 
 def _round(n: int, a: int = ALIGNMENT) -> int:
@@ -144,8 +145,12 @@ class Allocator:
         self.allocated = self.peak_allocated = 0
         self.reserved = self.peak_reserved = 0
         self.limit: int | None = None
-        if not host_visible and os.environ.get("TVK_MEMORY_LIMIT"):
-            self.limit = parse_bytes(os.environ["TVK_MEMORY_LIMIT"])
+        setting = os.environ.get("TVK_MEMORY_LIMIT", "")
+        if not host_visible and setting.strip():
+            try:
+                self.limit = parse_bytes(setting)
+            except ValueError as e:
+                raise ValueError(f"TVK_MEMORY_LIMIT={setting!r}: {e}, or leave it unset for no cap") from None
         self._memory_type = None
         self.capture = None  # a graph.Capture while a graph is recorded: what it allocates and frees
         # scratch ranges of recorded graphs: (id(block), offset) -> [block, offset, size, graphs holding it]

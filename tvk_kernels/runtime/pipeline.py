@@ -14,6 +14,7 @@ synchronized. Compiled programs prefetch on their first run (torchvk/compile/pro
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import struct
 import threading
@@ -65,6 +66,7 @@ class PipelineCache:
         self._key = f"VkPipelineCache {f.vendor_id:x}:{f.device_id:x} {f.uuid} {f.driver_version}"
         keep: list = []
         initial = cache_file.read(self._path, self._key, self._header_problem) or b""
+        self._loaded = hashlib.sha256(initial).digest()  # save() writes only a cache that changed
         data = ffi.from_buffer(initial) if initial else NULL
         info = new("VkPipelineCacheCreateInfo", keep, initialDataSize=len(initial), pInitialData=data)
         out = ffi.new("VkPipelineCache*")
@@ -253,14 +255,19 @@ class PipelineCache:
         return layout[0], out[0]
 
     def save(self):
+        """Store the driver's pipeline cache (at exit), if it changed since it was loaded."""
         try:
             size = ffi.new("size_t*")
             check(lib.vkGetPipelineCacheData(self.device.handle, self.handle, size, NULL), "vkGetPipelineCacheData")
             buf = ffi.new("char[]", size[0])
             check(lib.vkGetPipelineCacheData(self.device.handle, self.handle, size, buf), "vkGetPipelineCacheData")
-            cache_file.write(self._path, self._key, ffi.buffer(buf, size[0])[:])
-        except Exception:  # a cache that cannot be saved costs only compile time next run
-            pass
+        except Exception:  # a cache that cannot be read back costs only compile time next run
+            return
+        data = ffi.buffer(buf, size[0])[:]
+        digest = hashlib.sha256(data).digest()
+        if digest != self._loaded:
+            cache_file.store(self._path, self._key, data)
+            self._loaded = digest
 
 
 def keep_str(b: bytes, keep: list):

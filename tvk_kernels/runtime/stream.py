@@ -11,7 +11,14 @@ work: its queue is fed at the batch threshold or the next sync point, as before.
 
 Every recording and submitting entry holds the runtime lock (lock.py): one thread at a time.
 
-The per-dispatch path (bind, push constants, dispatch, barrier) calls the raw cffi
+Ctrl-C (interrupts.py): a KeyboardInterrupt may come between any two lines here, and leaves the
+stream whole. A submit with its bookkeeping, the start of a command buffer, and the end of a wait
+(fence reset, timestamps read, kept-alive buffers freed) run whole, deferring the Ctrl-C to their
+end; waits wait in slices, so Ctrl-C stops them at once and leaves the work in flight. Every
+command is recorded after its barrier, not before it: an interrupt between the two leaves one
+barrier too many, never a command unordered against the next.
+
+The per-dispatch path (barrier, bind, push constants, dispatch) calls the raw cffi
 functions with structs allocated once: the `vulkan` package's wrappers cost ~6x more.
 
 A dry run (`dry_run()`) records no kernels: a compiled program's first run is done once
@@ -22,13 +29,18 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
+from . import interrupts
+from .interrupts import deferred
 from .lock import locked, runtime_lock
+from ..env_flags import env_flag
+from ..errors import DeviceLimitError
 from .vk import NULL, check, ffi, lib, new
 
 _COMPUTE = lib.VK_PIPELINE_BIND_POINT_COMPUTE
 _STAGE = lib.VK_SHADER_STAGE_COMPUTE_BIT
 _BARRIER_STAGES = lib.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | lib.VK_PIPELINE_STAGE_TRANSFER_BIT
 _UINT64_MAX = 0xFFFFFFFFFFFFFFFF
+_WAIT_SLICE_NS = 50_000_000  # a fence wait lets Python see Ctrl-C this often
 _vkCmdBindPipeline = lib.vkCmdBindPipeline
 _vkCmdPushConstants = lib.vkCmdPushConstants
 _vkCmdDispatch = lib.vkCmdDispatch
@@ -65,7 +77,9 @@ class _Slot:
 class Stream:
     def __init__(self, device):
         self.device = device
-        self.blocking = os.environ.get("TVK_LAUNCH_BLOCKING", "") not in ("", "0")
+        interrupts.install()  # Ctrl-C raised only where the runtime's state is whole
+        self.max_groups = device.facts.max_workgroup_count  # every dispatch is checked against it
+        self.blocking = env_flag("TVK_LAUNCH_BLOCKING")
         self.batch = int(os.environ.get("TVK_BATCH", "256"))
         self.early_submit = int(os.environ.get("TVK_EARLY_SUBMIT", "16"))
         self.early_submits = 0  # submits made because the GPU was idle
@@ -111,13 +125,14 @@ class Stream:
         slot = self.slots[self.current]
         if slot.in_flight:
             self._retire(slot)
-        check(lib.vkBeginCommandBuffer(slot.cmd, self._begin_info), "vkBeginCommandBuffer")
-        if slot.queries is not None and self.profile_records is not None:
-            lib.vkCmdResetQueryPool(slot.cmd, slot.queries, 0, self._query_capacity)
-        self.cmd = slot.cmd
-        self.recording = True
-        self._last_pipeline = None
-        self.count = 0
+        with deferred():  # a begun command buffer is always the one being recorded
+            check(lib.vkBeginCommandBuffer(slot.cmd, self._begin_info), "vkBeginCommandBuffer")
+            if slot.queries is not None and self.profile_records is not None:
+                lib.vkCmdResetQueryPool(slot.cmd, slot.queries, 0, self._query_capacity)
+            self.cmd = slot.cmd
+            self.recording = True
+            self._last_pipeline = None
+            self.count = 0
         return slot.cmd
 
     @locked
@@ -125,10 +140,17 @@ class Stream:
         """Record one kernel launch. `push` is the packed push-constant block (bytes)."""
         if self.dry:
             return
+        limit = self.max_groups
+        if groups[0] > limit[0] or groups[1] > limit[1] or groups[2] > limit[2]:
+            raise DeviceLimitError(f"{pipeline.name}: a grid of {tuple(groups)} workgroups exceeds the device's "
+                                   f"maxComputeWorkGroupCount {tuple(limit)}; this is a TorchVK bug in the launch plan, "
+                                   "please report it")
         cmd = self.cmd if self.recording else self._begin()
+        _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
         if pipeline is not self._last_pipeline:
             if pipeline.handle is None:  # still being built in the pool (PipelineCache.prefetching)
                 pipeline.wait()
+            self._last_pipeline = None  # until the bind is recorded: an interrupt between must not skip the next bind
             _vkCmdBindPipeline(cmd, _COMPUTE, pipeline.handle)
             self._last_pipeline = pipeline
         if push:
@@ -136,8 +158,8 @@ class Stream:
         if self.profile_records is None:
             _vkCmdDispatch(cmd, groups[0], groups[1], groups[2])
         else:
-            self._timed_dispatch(cmd, pipeline, groups, label)
-        _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
+            with deferred():  # a label for every pair of timestamps, and timestamps for every label
+                self._timed_dispatch(cmd, pipeline, groups, label)
         self.count += 1
         self.total_dispatches += 1
         if self.blocking:
@@ -167,10 +189,10 @@ class Stream:
         if self.dry and src.block.mapped is None:
             return  # a device-to-device copy (uploads come from mapped staging memory and still run)
         cmd = self.cmd if self.recording else self._begin()
+        _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
         r = self._copy_region
         r.srcOffset, r.dstOffset, r.size = src.offset + src_offset, dst.offset + dst_offset, nbytes
         lib.vkCmdCopyBuffer(cmd, src.block.buffer, dst.block.buffer, 1, r)
-        _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
         self.count += 1
         if self.blocking:
             self.synchronize()
@@ -182,8 +204,8 @@ class Stream:
             return
         cmd = self.cmd if self.recording else self._begin()
         size = dst.size if nbytes is None else (nbytes + 3) // 4 * 4
-        lib.vkCmdFillBuffer(cmd, dst.block.buffer, dst.offset, size, value_u32 & 0xFFFFFFFF)
         _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
+        lib.vkCmdFillBuffer(cmd, dst.block.buffer, dst.offset, size, value_u32 & 0xFFFFFFFF)
         self.count += 1
         if self.blocking:
             self.synchronize()
@@ -204,14 +226,15 @@ class Stream:
             raise RuntimeError("a sync point (readback, .item(), synchronize) inside a graph capture: "
                                "captured work cannot be waited for before the capture ends")
         slot = self.slots[self.current]
-        self.barrier_to_host(slot.cmd)
-        check(lib.vkEndCommandBuffer(slot.cmd), "vkEndCommandBuffer")
-        self._submit_cmd[0] = slot.cmd
-        check(lib.vkQueueSubmit(self.device.queue, 1, self._submit_info, slot.fence), "vkQueueSubmit")
-        slot.in_flight = True
-        self.recording = False
-        self.submits += 1
-        self.current = (self.current + 1) % len(self.slots)
+        with deferred():  # a submitted command buffer is always marked in flight, never recorded into again
+            self.barrier_to_host(slot.cmd)
+            check(lib.vkEndCommandBuffer(slot.cmd), "vkEndCommandBuffer")
+            self._submit_cmd[0] = slot.cmd
+            check(lib.vkQueueSubmit(self.device.queue, 1, self._submit_info, slot.fence), "vkQueueSubmit")
+            slot.in_flight = True
+            self.recording = False
+            self.submits += 1
+            self.current = (self.current + 1) % len(self.slots)
 
     def barrier_to_host(self, cmd):
         _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, lib.VK_PIPELINE_STAGE_HOST_BIT, 0, 1, self._to_host,
@@ -231,13 +254,13 @@ class Stream:
         self.device.errors.check()  # bad input a kernel reported (runtime/error_word.py): raised here
 
     def _retire(self, slot):
-        dev = self.device.handle
-        check(lib.vkWaitForFences(dev, 1, slot.fence_ptr, 1, _UINT64_MAX), "vkWaitForFences")
-        check(lib.vkResetFences(dev, 1, slot.fence_ptr), "vkResetFences")
-        if slot.labels:
-            self._collect_timestamps(slot)
-        slot.keep_alive.clear()
-        slot.in_flight = False
+        wait_for_fence(self.device, slot.fence_ptr)
+        with deferred():  # the slot is free again only once all of this is done
+            check(lib.vkResetFences(self.device.handle, 1, slot.fence_ptr), "vkResetFences")
+            if slot.labels:
+                self._collect_timestamps(slot)
+            slot.keep_alive.clear()
+            slot.in_flight = False
 
     def _collect_timestamps(self, slot):
         n = 2 * len(slot.labels)
@@ -290,3 +313,15 @@ class Stream:
         finally:
             self.profile_records = self.profile_start_ticks = None
             self.batch = batch
+
+
+def wait_for_fence(device, fence_ptr):
+    """Wait until the fence is signalled, in slices: a Ctrl-C is raised between two of them, with
+    the work still in flight (one long wait would not return before the GPU is done)."""
+    while True:
+        res = lib.vkWaitForFences(device.handle, 1, fence_ptr, 1, _WAIT_SLICE_NS)
+        if res != lib.VK_TIMEOUT:
+            check(res, "vkWaitForFences")
+            return
+        if interrupts.state.caught:
+            interrupts.raise_pending()

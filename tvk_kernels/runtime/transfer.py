@@ -15,8 +15,8 @@ def upload(device, array, out: DeviceBuffer | None = None) -> DeviceBuffer:
     if nbytes:
         staging = device.staging.alloc(nbytes)
         ffi.memmove(ffi.cast("char*", staging.block.mapped) + staging.offset, ffi.from_buffer(src), nbytes)
+        device.stream.keep_alive(staging)  # freed once the copy has run (first: a Ctrl-C may come between)
         device.stream.copy(staging, dst, nbytes)
-        device.stream.keep_alive(staging)  # freed once the copy has run
     return dst
 
 
@@ -28,8 +28,8 @@ def download(device, buf: DeviceBuffer, dtype, shape) -> np.ndarray:
     out = np.empty(shape, dtype=dtype)
     if nbytes:
         staging = device.staging.alloc(nbytes)
+        device.stream.keep_alive(staging)  # not freed before the copy has run, even if the wait is interrupted
         device.stream.copy(buf, staging, nbytes)
         device.stream.synchronize()
         ffi.memmove(ffi.from_buffer(out), ffi.cast("char*", staging.block.mapped) + staging.offset, nbytes)
-        staging.free()
     return out

@@ -1,15 +1,44 @@
-"""`tvk-tune`: search kernel parameters for a device and store the winners."""
+"""`tvk-tune`: search kernel parameters for a device and store the winners.
+
+A user's mistake (a bad flag value, a --shapes file that cannot be read, a folder that cannot be
+written, a storage that is no database, a device that is not there) ends in one line on stderr,
+"tvk-tune: error: ...", never a traceback, and before any trial runs: exit code 2 for a bad
+argument (argparse's usage errors), 1 for what the run found wrong.
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from .storage import HEARTBEAT_SECONDS
 
 INTERRUPTED = 130  # the shell's code for a run stopped by Ctrl-C (128 + SIGINT)
+
+
+def _positive(kind):
+    """An argparse type: a number of `kind` (int or float) greater than 0."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
+        if not value > 0:  # NaN too
+            raise argparse.ArgumentTypeError(f"must be greater than 0, not {text}")
+        return value
+
+    return parse
+
+
+def _error(message: str) -> int:
+    print(f"tvk-tune: error: {message}", file=sys.stderr)
+    return 1
 
 
 def main(argv=None) -> int:
@@ -19,8 +48,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", type=int, default=None, help="Vulkan device index (default TVK_DEVICE or 0)")
     ap.add_argument("--ops", default=None, help="comma-separated kernel families (default: all with a tuner target)")
     ap.add_argument("--shapes", default="suite", help="'suite', 'tiny', or a JSON file: {family: [shape, ...]}")
-    ap.add_argument("--trials", type=int, default=30, help="trials per (family, shape bucket)")
-    ap.add_argument("--time-budget", type=float, default=None,
+    ap.add_argument("--trials", type=_positive(int), default=30, help="trials per (family, shape bucket)")
+    ap.add_argument("--time-budget", type=_positive(float), default=None,
                     help="seconds for the whole run, split over studies; shapes too slow for it on this device are "
                          "skipped (and said so)")
     ap.add_argument("--storage", default=None,
@@ -29,7 +58,7 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true",
                     help="continue existing studies (e.g. after Ctrl-C) instead of starting over, or join the "
                          "workers tuning them: each study runs until it has --trials finished trials in all")
-    ap.add_argument("--heartbeat", type=int, default=HEARTBEAT_SECONDS, metavar="SECONDS",
+    ap.add_argument("--heartbeat", type=_positive(int), default=HEARTBEAT_SECONDS, metavar="SECONDS",
                     help="seconds between this worker's heartbeats in the storage; a running trial whose worker "
                          "missed two (killed) is marked failed by the next worker (default %(default)s)")
     ap.add_argument("--write-partial", action="store_true",
@@ -50,72 +79,24 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
-        input_shape, target_shape = _dims("--input-shape", args.input_shape), _dims("--target-shape", args.target_shape)
+        args.input_shape, args.target_shape = (_dims("--input-shape", args.input_shape),
+                                               _dims("--target-shape", args.target_shape))
     except ValueError as e:
         ap.error(str(e))
     if args.model is not None:
-        if input_shape is None:
+        if args.input_shape is None:
             ap.error("--model needs --input-shape, e.g. --input-shape 64,3,32,32")
         if args.shapes != "suite" or args.target is not None:
             ap.error("--model tunes the model's own shapes: leave out --shapes and --target")
-    elif input_shape is not None or target_shape is not None:
+    elif args.input_shape is not None or args.target_shape is not None:
         ap.error("--input-shape and --target-shape go with --model")
 
     from ..errors import TVKError
-    from ..runtime import get_device
-    from .driver import TuneInterrupted, tune
+    from .driver import TuneInterrupted
     from .storage import StorageError
-    from .targets import load_optional_targets
 
-    TARGETS = load_optional_targets()
-    families = args.ops.split(",") if args.ops else sorted(TARGETS)
-    unknown = [f for f in families if f not in TARGETS]
-    if unknown:
-        print(f"tvk-tune: no tuner for {unknown}; choose from {sorted(TARGETS)}", file=sys.stderr)
-        return 2
-    suite = args.shapes
-    if suite not in ("suite", "tiny"):
-        with open(suite) as f:
-            custom = json.load(f)
-        for fam, shapes in custom.items():
-            TARGETS[fam].suites["custom"] = shapes
-        suite = "custom"
-    try:
-        if args.model is not None:
-            from .model import record_training_step
-
-            try:
-                recorded = record_training_step(args.model, input_shape, args.loss, target_shape, args.device)
-            except (RuntimeError, NotImplementedError, TypeError) as e:  # the model's own errors (TVKError: below)
-                if isinstance(e, TVKError):
-                    raise
-                print(f"tvk-tune: the training step of {args.model} failed: {type(e).__name__}: {e}",
-                      file=sys.stderr)
-                return 1
-            families = _show_recorded(recorded, families)
-            if not families:
-                print(f"tvk-tune: {args.model} launched no shapes of {args.ops or 'any tunable family'}; "
-                      "nothing to tune", file=sys.stderr)
-                return 1
-            for fam in families:
-                TARGETS[fam].suites["model"] = recorded[fam]
-            suite = "model"
-        if args.target == "rdna1":
-            from . import rdna1
-
-            device = get_device(0)
-            if not rdna1.on_null_navi10(device):
-                return rdna1.reexec_on_null_navi10(argv)
-            out = args.out or "tuned_configs"
-            for path in rdna1.static_tune(device, families, suite, args.trials, out):
-                print(f"tvk-tune --target rdna1: wrote {path}")
-            return 0
-        device = get_device(args.device)
-        # aim 5% early: the last study may overrun by a compile and a check, then the process exits
-        deadline = None if args.time_budget is None else started + 0.95 * args.time_budget
-        path = tune(device, families, suite, args.trials, None, args.storage, args.resume, args.out,
-                    progress=not args.no_progress, deadline=deadline, write_partial=args.write_partial,
-                    heartbeat=args.heartbeat)
+    try:  # the runtime reads its settings (TVK_*) on import and on device set-up: their errors are one line too
+        return _run(ap, args, argv, started)
     except TuneInterrupted as e:
         again = [a for a in argv if a != "--resume"] + ["--resume"]
         print(f"tvk-tune: {e}\nto continue: tvk-tune {shlex.join(again)}", file=sys.stderr)
@@ -123,15 +104,113 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # outside a measured run's studies (device set-up, --target rdna1)
         print("tvk-tune: interrupted", file=sys.stderr)
         return INTERRUPTED
-    except (TVKError, ValueError, StorageError) as e:
-        print(f"tvk-tune: {e}", file=sys.stderr)
-        return 1
+    except (TVKError, ValueError, StorageError, OSError) as e:
+        return _error(str(e))
+
+
+def _run(ap, args, argv, started) -> int:
+    from ..config import user_config_dir
+    from ..errors import TVKError
+    from ..runtime import get_device
+    from .driver import tune
+    from .targets import load_optional_targets
+
+    TARGETS = load_optional_targets()
+    families = args.ops.split(",") if args.ops else sorted(TARGETS)
+    unknown = [f for f in families if f not in TARGETS]
+    if unknown:
+        ap.error(f"--ops: no tuner for {unknown}; choose from {sorted(TARGETS)}")
+    suite = args.shapes
+    if suite not in ("suite", "tiny"):
+        try:
+            custom = _custom_shapes(suite, TARGETS)
+        except ValueError as e:
+            ap.error(str(e))
+        lacking = [f for f in families if f not in custom]
+        if args.ops and lacking:
+            ap.error(f"--shapes {suite} has no shapes for {lacking}; add them, or leave them out of --ops")
+        families = families if args.ops else sorted(custom)
+        for fam, shapes in custom.items():
+            TARGETS[fam].suites["custom"] = shapes
+        suite = "custom"
+    out = Path(args.out) if args.out else Path("tuned_configs") if args.target == "rdna1" else user_config_dir()
+    problem = _cannot_write(out)  # found now, not when the first study is done
+    if problem and args.out:
+        ap.error(f"--out {out}: cannot write tuned configs there ({problem}); pass a folder you can write to")
+    if problem:
+        where = "TVK_CONFIG_DIR" if os.environ.get("TVK_CONFIG_DIR") else "the default config folder"
+        return _error(f"cannot write tuned configs to {out}, {where} ({problem}); set TVK_CONFIG_DIR to a "
+                      "writable folder, or pass --out")
+    if args.model is not None:
+        from .model import record_training_step
+
+        try:
+            recorded = record_training_step(args.model, args.input_shape, args.loss, args.target_shape, args.device)
+        except (RuntimeError, NotImplementedError, TypeError) as e:  # the model's own errors (TVKError: below)
+            if isinstance(e, TVKError):
+                raise
+            return _error(f"the training step of {args.model} failed: {type(e).__name__}: {e}")
+        families = _show_recorded(recorded, families)
+        if not families:
+            return _error(f"{args.model} launched no shapes of {args.ops or 'any tunable family'}; nothing to tune")
+        for fam in families:
+            TARGETS[fam].suites["model"] = recorded[fam]
+        suite = "model"
+    if args.target == "rdna1":
+        from . import rdna1
+
+        device = get_device(0)
+        if not rdna1.on_null_navi10(device):
+            return rdna1.reexec_on_null_navi10(argv)
+        for path in rdna1.static_tune(device, families, suite, args.trials, out):
+            print(f"tvk-tune --target rdna1: wrote {path}")
+        return 0
+    device = get_device(args.device)
+    # aim 5% early: the last study may overrun by a compile and a check, then the process exits
+    deadline = None if args.time_budget is None else started + 0.95 * args.time_budget
+    path = tune(device, families, suite, args.trials, None, args.storage, args.resume, out,
+                progress=not args.no_progress, deadline=deadline, write_partial=args.write_partial,
+                heartbeat=args.heartbeat)
     if path is None:  # a time budget, or families this device cannot run (said above), left every study out
         why = (f"no shape fits --time-budget {args.time_budget} s on {device.facts.name}; raise it" if args.time_budget
                else f"{device.facts.name} cannot run the families asked for (see above)")
-        print(f"tvk-tune: nothing was tuned: {why}", file=sys.stderr)
-        return 1
+        return _error(f"nothing was tuned: {why}")
     return 0
+
+
+def _cannot_write(folder: Path) -> str | None:
+    """Why tuned configs cannot be written into folder (made here when missing), or None."""
+    if folder.exists() and not folder.is_dir():
+        return "it is a file, not a folder"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        return f"{e.strerror or e}: {e.filename}" if e.filename else str(e.strerror or e)
+    return None
+
+
+def _custom_shapes(path: str, targets: dict) -> dict:
+    """{family: [shape, ...]} of a --shapes JSON file; a ValueError says what is wrong with it."""
+    example = '{"matmul": [{"M": 512, "N": 512, "K": 512}]}'
+    try:
+        with open(path) as f:
+            custom = json.load(f)
+    except OSError as e:
+        raise ValueError(f"--shapes {path}: cannot read it ({e.strerror or e}); pass 'suite', 'tiny' or a JSON "
+                         f"file like {example}") from None
+    except ValueError as e:  # not JSON, or not text
+        raise ValueError(f"--shapes {path} is not a JSON file ({e}); write it like {example}") from None
+    if not (isinstance(custom, dict) and custom and all(
+            isinstance(shapes, list) and shapes and all(isinstance(s, dict) for s in shapes)
+            for shapes in custom.values())):
+        raise ValueError(f"--shapes {path}: expected {{family: [shape, ...]}}, each family with at least one shape "
+                         f"and each shape a JSON object, e.g. {example}")
+    unknown = sorted(set(custom) - set(targets))
+    if unknown:
+        raise ValueError(f"--shapes {path}: no tuner for {unknown}; choose from {sorted(targets)}")
+    return custom
 
 
 def _dims(flag: str, text):

@@ -235,7 +235,7 @@ def tune_bucket(device, target, bucket, shapes, trials, deadline, storage, resum
     here = socket.gethostname()
     cases = []
     try:
-        cases += [target.prepare(device, s) for s in shapes]
+        cases += [_prepare(device, target, s) for s in shapes]
         defaults = default_params(target.family, device.facts, bucket)
         started = time.perf_counter()
         try:
@@ -341,10 +341,27 @@ def tune_bucket(device, target, bucket, shapes, trials, deadline, storage, resum
             c.free()
 
 
+def _prepare(device, target, shape, **kw):
+    """target.prepare(device, shape); a shape it cannot read (from a hand-written --shapes file)
+    is a ValueError naming the shape, raised before any trial."""
+    try:
+        return target.prepare(device, shape, **kw)
+    except (KeyError, TypeError) as e:
+        raise _unreadable_shape(target, shape, e) from e
+
+
+def _unreadable_shape(target, shape, e) -> ValueError:
+    return ValueError(f"{target.family} shape {json.dumps(shape)} cannot be read ({type(e).__name__}: {e}); "
+                      f"{target.family} shapes look like {json.dumps(target.suites['tiny'][0])}")
+
+
 # ------------------------------------------------------------------ fitting the suite to the budget
 def _work(device, target, shape) -> tuple:
     """(flops, bytes moved) of one run of the default on `shape`."""
-    w = target.work(shape, default_params(target.family, device.facts, bucket_of(target.family, shape)))
+    try:
+        w = target.work(shape, default_params(target.family, device.facts, bucket_of(target.family, shape)))
+    except (KeyError, TypeError) as e:
+        raise _unreadable_shape(target, shape, e) from e
     return w.get("flops", 0), w.get("dram_bytes", 0)
 
 
@@ -352,7 +369,7 @@ def _probe(device, target, shape) -> tuple[float, float]:
     """(wall seconds of one minimal measurement of the default on `shape`: its check and MIN_RUNS
     runs, seconds its first run spent compiling)."""
     params = default_params(target.family, device.facts, bucket_of(target.family, shape))
-    case = target.prepare(device, shape, n_inputs=1)
+    case = _prepare(device, target, shape, n_inputs=1)
     try:
         t = time.perf_counter()
         case.run(params, 0)

@@ -28,6 +28,8 @@ import random
 import subprocess
 import sys
 
+from ..env_flags import env_flag
+
 SIMDS = 72
 CLOCK_HZ = 1.56e9
 PEAK_FLOPS = SIMDS * 32 * 2 * CLOCK_HZ
@@ -88,7 +90,7 @@ def null_navi10_env(icd: str, **extra) -> dict:
 def reexec_on_null_navi10(argv, module: str = "tvk_kernels.tune.cli", what: str = "tvk-tune --target rdna1") -> int:
     """Run this command (python -m `module` argv) again with only the null Navi 10 device visible;
     once: a run that still does not see it (an older RADV) stops with a message."""
-    if os.environ.get("TVK_ON_NULL_NAVI10"):
+    if env_flag("TVK_ON_NULL_NAVI10"):
         print(f"{what}: Mesa's RADV driver shows no null Navi 10 device (RADV_FORCE_FAMILY=navi10); "
               "it needs Mesa 22 or later", file=sys.stderr)
         return 1

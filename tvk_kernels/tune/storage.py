@@ -25,7 +25,14 @@ class StorageError(RuntimeError):
 def default_storage() -> str:
     from ..paths import cache_dir
 
-    return f"sqlite:///{cache_dir() / 'tuning.sqlite3'}"
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        why = "it is a file" if folder.is_file() else e.strerror or e
+        raise StorageError(f"the default study storage's folder {folder} cannot be made ({why}); "
+                           "set TVK_CACHE_DIR to a writable folder, or pass --storage") from None
+    return f"sqlite:///{folder / 'tuning.sqlite3'}"
 
 
 def shown(url: str) -> str:
@@ -77,3 +84,9 @@ def open_storage(url: str, heartbeat: int = HEARTBEAT_SECONDS):
                 raise StorageError(f"cannot set up Optuna's tables in study storage {shown(url)}: {reason}. "
                                    "Does the user in the URL have the right to create tables there?") from None
             time.sleep(0.2 * (attempt + 1))
+        except sqlalchemy.exc.DatabaseError as e:  # after its subclasses above: not a database at all
+            reason = " ".join(str(e.orig or e).split())
+            raise StorageError(f"study storage {shown(url)} cannot be read as a database ({reason}); pass another "
+                               "--storage, or move that file away and a new one is made") from None
+        except RuntimeError as e:  # Optuna: tables of another Optuna version (its message says what to run)
+            raise StorageError(f"study storage {shown(url)}: {e}") from None
