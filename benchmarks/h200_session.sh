@@ -11,7 +11,7 @@
 #   H: the cooperative-matrix kernel: its device tests, its tuning (fp16), the matmul table, and the A/B of its split-K
 #   F: the A/B of the tiled matmul's PREFETCH (each config run with it off and on, interleaved)
 #   U: the matmul kernels' device-only tests (cooperative matrix, prefetch)
-#   S: after a reduce/softmax/norm template change: their tuning into the shipped file, the subgroup check
+#   S: after a reduce/softmax/norm template change: their tuning into the shipped file (TVK_TUNE_OPS: fewer), the subgroup check
 #      (tests/subgroup_worker.py: those ops and three trainings against the CPU at the device's subgroup size), coopmat tests
 #   X: tuning of matmul alone (its layout and batched buckets)   Y: tuning of gemv and conv2d_depthwise   Z: the model zoo (tvk-bench zoo)   D: data-parallel throughput, tvk backend vs torch CUDA (2 processes)
 # Pass TVK_COMMIT from the checkout: the copy on the device may carry an older .git HEAD.
@@ -62,7 +62,7 @@ for phase in "$@"; do
        step python3 -m tvk_kernels.tune.cli --device 0 --ops gemv,conv2d_depthwise --trials 20 --time-budget ${TVK_TUNE_BUDGET:-120} --out $TVK_CONFIG_DIR --no-progress ;;
     D) step python3 benchmarks/distributed_throughput.py --out $R ;;
     S) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # after a reduce/softmax/norm template change
-       step python3 -m tvk_kernels.tune.cli --device 0 --ops reduce,softmax,norm --trials 20 --time-budget ${TVK_TUNE_BUDGET:-240} --out $TVK_CONFIG_DIR --no-progress
+       step python3 -m tvk_kernels.tune.cli --device 0 --ops ${TVK_TUNE_OPS:-reduce,softmax,norm} --trials 20 --time-budget ${TVK_TUNE_BUDGET:-240} --out $TVK_CONFIG_DIR --no-progress
        step sh -c "python3 tests/subgroup_worker.py > $R/subgroup-check.json"
        step python3 -m pytest -q -p no:cacheprovider tests/test_matmul.py -k coopmat ;;
     K) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # new families merge into the shipped file

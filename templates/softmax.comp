@@ -39,6 +39,7 @@ layout(constant_id = 5) const bool LOG = false;
 #endif
 
 #define NEG_INF (-uintBitsToFloat(0x7F800000u))
+#define POS_INF uintBitsToFloat(0x7F800000u)
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
 
@@ -127,6 +128,7 @@ void main() {
                 uint kk = k + i * T;
                 if (i == 0u || kk < n) {
                     float v = X.v[base + kk * st];
+                    if ((floatBitsToUint(v) & 0x7FFFFFFFu) > 0x7F800000u) v = POS_INF;  // NaN: see below
                     if (v > m) {
                         s = s * exp(m - v) + 1.0;
                         m = v;
@@ -139,6 +141,9 @@ void main() {
     }
     const float M = seg_max(m, l, t, ol);
     const float S = seg_sum(m == NEG_INF ? 0.0 : s * exp(m - M), l, t, ol);
+    // a row holding NaN or +inf, or only -inf, is NaN throughout, as torch's: said outright, as
+    // drivers that assume no NaN (NVIDIA's) let max() and exp() drop it (NaN was read as +inf above)
+    const bool nan_row = M == POS_INF || M == NEG_INF;
     if (live) {
         const float shift = LOG ? M + log(S) : 0.0;
         for (uint k = t; k < n; k += T * ITEMS) {
@@ -146,7 +151,8 @@ void main() {
                 uint kk = k + i * T;
                 if (i == 0u || kk < n) {
                     uint off = base + kk * st;
-                    if (LOG) Y.v[off] = X.v[off] - shift;
+                    if (nan_row) Y.v[off] = uintBitsToFloat(0x7FC00000u);
+                    else if (LOG) Y.v[off] = X.v[off] - shift;
                     else Y.v[off] = exp(X.v[off] - M) / S;
                 }
             }
