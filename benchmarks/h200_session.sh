@@ -30,6 +30,9 @@ for phase in "$@"; do
   case $phase in
     T) step python3 -m pytest -q -p no:cacheprovider tests/test_torchvk_device.py tests/test_torchvk_train.py tests/test_runtime.py ;;
     E) mkdir -p $R/correctness
+       python3 -c "import datetime, json, torch, tvk_kernels.runtime.device as d; f = d.get_device().facts; print(json.dumps(
+         {'date': datetime.datetime.now().isoformat(), 'commit': '${TVK_COMMIT:-}', 'torch': torch.__version__,
+          'device': f.name, 'driver': f.driver_info}))" > $R/correctness/environment.json
        step bash -c "python3 -m pytest -q -p no:cacheprovider --junitxml=$R/correctness/junit.xml tests/test_device_limits.py \
          tests/test_small_int_dtypes.py tests/test_type_promotion.py tests/test_memory_overlap.py tests/test_bad_inputs.py \
          tests/test_interrupts.py tests/test_softmax.py tests/test_norm.py tests/test_sort_scan.py 2>&1 | tail -40 > $R/correctness/pytest.txt" ;;
