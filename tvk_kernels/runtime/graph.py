@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from .interrupts import deferred
 from .lock import locked
 from .memory import freed_ordinals
-from .stream import wait_for_fence
+from .stream import _Slot, wait_for_fence
 from .vk import NULL, check, ffi, lib, new
 
 
@@ -99,8 +99,6 @@ def capture(device, temps=()):
     temps: the `graph.temps` of an earlier recording of the same work; those allocations may
     share memory with other graphs' temporaries (graphs never run at the same time). If one of
     them turns out to outlive the capture, `graph.broken` is set: record again without temps."""
-    from .stream import _Slot
-
     stream, allocator = device.stream, device.allocator
     if stream.blocking:
         raise RuntimeError("cannot capture with TVK_LAUNCH_BLOCKING=1: blocking mode submits every kernel")

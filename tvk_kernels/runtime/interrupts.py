@@ -23,8 +23,8 @@ A pending Ctrl-C is raised once, at the first safe point: the end of the current
 wait at once and leaves the work in flight), or the end of the deferred() block it came in. A
 tvk op is thus whole to Ctrl-C, as a CPU op is to torch. It never waits for a later, unrelated
 call: Python runs no code of the runtime's as a __del__ or a native call returns, so while a
-Ctrl-C is pending a profile hook (sys.setprofile, `_watch`) looks at each Python call and
-return, and raises it at the first one where Python can take it.
+Ctrl-C is pending a profile hook (sys.setprofile, `_watch`) looks at each call, and raises
+it at the first one where Python can take it.
 
 Only the main thread receives signals, and only it raises them. A program that sets a SIGINT
 handler of its own after the runtime started keeps it, and these guarantees lapse with it; one
@@ -73,11 +73,13 @@ def _raise_or_watch(frame):
 
 
 def _watch(frame, event, arg):
-    """The profile hook while a Ctrl-C is pending: raise it at the first call or return that can
-    take it. Python unsets the hook when it raises; it unsets itself once a safe point has."""
+    """The profile hook while a Ctrl-C is pending: raise it at the first call that can take it.
+    Not at a return: raised there, it would skip the frame's handlers (at a generator's yield, the
+    `finally` of a context manager). Python unsets the hook when it raises; it unsets itself once
+    a safe point has raised the Ctrl-C."""
     if not state.caught:
         sys.setprofile(None)
-    elif not state.depth:  # inside a deferred() block, the block's end raises it
+    elif not state.depth and event != "return":  # inside a deferred() block, the block's end raises it
         _raise_or_watch(frame)
 
 
