@@ -424,8 +424,6 @@ def timers() -> list:
     out = []
     pair = Pair(mlp, (6,))
     pair.train_on(2)
-    # SIGALRM handled as SIGINT: a timer's signal is Ctrl-C at a random time
-    signal.signal(signal.SIGALRM, signal.getsignal(signal.SIGINT))
     x, y = pair.batch()
     t0 = time.perf_counter()
     pair.tvk_step(x, y)
@@ -435,15 +433,8 @@ def timers() -> list:
     for _ in range(60):
         pair.resync()
         x, y = pair.batch()
-        try:
-            try:
-                signal.setitimer(signal.ITIMER_REAL, rnd.uniform(0, step_s))
-                pair.tvk_step(x, y)
-                time.sleep(step_s)  # a late timer fires here: this run counts as not interrupted in the step
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-        except KeyboardInterrupt:
-            raised += 1
+        # a late timer fires in the sleep: that run counts as not interrupted in the step
+        raised += ctrl_c_after(rnd.uniform(0, step_s), lambda: (pair.tvk_step(x, y), time.sleep(step_s)))
         phase[0] = "idle"
         torch.set_grad_enabled(True)  # a Ctrl-C inside torch.optim's own `finally` leaves it off, on the CPU too
         problems += runtime_problems()
@@ -456,18 +447,27 @@ def timers() -> list:
     return out
 
 
+def ctrl_c_after(seconds: float, work) -> bool:
+    """Run work() with a Ctrl-C due after `seconds` (SIGALRM handled as SIGINT); whether
+    KeyboardInterrupt came out of it."""
+    signal.signal(signal.SIGALRM, signal.getsignal(signal.SIGINT))
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+            work()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except KeyboardInterrupt:  # from work, or a timer due as it was being cancelled
+        return True
+    return False
+
+
 def plain_sleep() -> dict:
     """Ctrl-C in plain Python (time.sleep) once the runtime is up: raised at once, as without it."""
     problems = []
-    signal.setitimer(signal.ITIMER_REAL, 0.1)
     t0 = time.perf_counter()
-    try:
-        time.sleep(3)
+    if not ctrl_c_after(0.1, lambda: time.sleep(3)):
         problems.append("no KeyboardInterrupt in time.sleep")
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
     slept = time.perf_counter() - t0
     if slept > 1.5:
         problems.append(f"KeyboardInterrupt came after {slept:.2f} s of a 3 s sleep, not at the Ctrl-C (0.1 s)")
@@ -504,16 +504,9 @@ def long_wait() -> dict:
     ref = (a.sum(0) @ a)[:5]  # (a @ a).sum(0)[:5] without a CPU matmul of the large size
     work = chain(int(3.0 / per_link) + 1)  # about three seconds of GPU work, queued
     first = (ta @ ta).sum(0)[:5]
-    signal.signal(signal.SIGALRM, signal.getsignal(signal.SIGINT))
-    signal.setitimer(signal.ITIMER_REAL, 0.2)
     t0 = time.perf_counter()
-    try:
-        work.sum().item()
+    if not ctrl_c_after(0.2, lambda: work.sum().item()):
         problems.append("no KeyboardInterrupt during the wait")
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
     waited = time.perf_counter() - t0
     if not any(s.in_flight for s in DEVICE.stream.slots):
         problems.append(f"the GPU had finished when the wait was interrupted ({waited:.2f} s): the wait was not stopped")
