@@ -2,6 +2,7 @@
 step-by-step path and the CPU, runs a fixed number of kernels per layer direction whatever the
 sequence length (tvk_kernels.kernels.rnn_sequence), and hands the cases it does not cover
 (projections) to torch's path. test_rnn.py covers the layer options."""
+import copy
 import functools
 
 import pytest
@@ -306,14 +307,35 @@ def test_hidden_sizes_beyond_shared_memory_keep_the_per_step_kernels(monkeypatch
     device = get_device()
     if device.facts.max_shared_memory < 32768:
         pytest.skip("a device with less than 32 KiB of shared memory")
-    assert rnn_sequence.supports(device, "lstm", 2048) and not rnn_sequence.supports(device, "lstm", 2049)
-    assert rnn_sequence.supports(device, "gru", 2048) and not rnn_sequence.supports(device, "gru", 2049)
+    assert rnn_sequence.supports(device, "lstm", 2048, 1) and not rnn_sequence.supports(device, "lstm", 2049, 1)
+    assert rnn_sequence.supports(device, "gru", 2048, 1) and not rnn_sequence.supports(device, "gru", 2049, 1)
     with pytest.raises(ValueError, match="per-step kernels"):
         rnn_sequence.forward(device, "lstm", *[1] * 11, 1, 1, 4096, False)
     monkeypatch.setattr(rnn_sequence, "supports", lambda *a: False)  # as for a large H, at a test's size
     launched = _kernel_params(monkeypatch, None)
     _matches_cpu(lambda: torch.nn.LSTM(I, H, bidirectional=True), torch.randn(T, B, I))
     assert launched == []
+
+
+@pytest.mark.parametrize("name", ["LSTM", "GRU"])
+def test_long_sequences_match_cpu(name):
+    """1000 steps of H 128, forward and backward: past llvmpipe's loop budget for the whole-sequence
+    kernel (its loops end, silently, after 65535 iterations an invocation: the layer then runs
+    step by step there); one kernel a direction on a device without one."""
+    torch.manual_seed(0)
+    cpu = getattr(torch.nn, name)(4, 128)
+    x = torch.randn(1000, 1, 4)
+    dev = copy.deepcopy(cpu).to("tvk")
+    xt = x.to("tvk").requires_grad_()
+    x.requires_grad_()
+    cpu(x)[0].square().sum().backward()
+    dev(xt)[0].square().sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), x.grad, atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(dev.weight_hh_l0.grad.cpu(), cpu.weight_hh_l0.grad, atol=1e-3, rtol=1e-3)
+    budget = get_device().facts.max_loop_iterations
+    wg = rnn_sequence.family(get_device(), rnn_sequence.RnnSequence).resolve({"H": 128})["WG"]
+    fits = not budget or rnn_sequence.loop_iterations(name.lower(), True, 128, 1000, wg) <= budget
+    assert rnn_sequence.supports(get_device(), name.lower(), 128, 1000) == fits
 
 
 def test_explicit_kernel_params_are_checked():

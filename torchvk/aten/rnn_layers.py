@@ -53,7 +53,7 @@ class _Recurrence(torch.autograd.Function):
         T, H = len(sizes), h0.shape[1]
         starts = [0, *itertools.accumulate(sizes)][:T]
         # compiled mode traces fake tensors (on the CPU, or Dynamo's fake tvk ones): the default device decides
-        ctx.whole = _K.supports(dev(proj) if type(proj) is TVKTensor else get_device(), kind, H)
+        ctx.whole = _K.supports(dev(proj) if type(proj) is TVKTensor else get_device(), kind, H, T)
         if ctx.whole:
             return _whole_forward(ctx, kind, proj, sizes, starts, w_hh, b_ih, b_hh, h0, c0, reverse)
         rows = proj.view(-1, proj.shape[-1])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 
+from ..errors import DeviceLimitError
 from .launch import Family, address, family, grid_1d, positive, pow2ceil, powers_of_two
 
 KINDS = {"lstm": 0, "gru": 1}
@@ -61,10 +62,28 @@ def _shared_limit(device) -> int:
     return min(_SHARED_LIMIT, device.facts.max_shared_memory)
 
 
-def supports(device, kind: str, hidden: int) -> bool:
-    """Whether one row of this layer fits the kernels' shared memory (LSTM: H <= 2048 at 32 KiB);
+def loop_iterations(kind: str, backward: bool, hidden: int, steps: int, wg: int) -> int:
+    """The loop iterations one invocation of the kernel runs over `steps` steps (a bound, from the
+    template's loops: per step, H / (WG / KS) passes over the units, each a dot product of H
+    (forward) or G * H (backward) in strides of UNROLL * KS, its remainder and the KS partials)."""
+    ks = max(wg // _capacity(hidden), 1)
+    passes = -(-hidden // (wg // ks))
+    length, unroll = (GATES[kind] * hidden, 16) if backward else (hidden, 4)
+    return steps * (2 + passes * (3 + -(-length // (unroll * ks)) + unroll + ks))
+
+
+def supports(device, kind: str, hidden: int, steps: int) -> bool:
+    """Whether one row of this layer fits the kernels' shared memory (LSTM: H <= 2048 at 32 KiB)
+    and `steps` steps fit the device's loop budget (llvmpipe: an LSTM of H 128 for some 850 steps);
     else the caller runs the per-step kernels."""
-    return _shared_bytes(kind, True, 1, _capacity(hidden)) <= _shared_limit(device)
+    if _shared_bytes(kind, True, 1, _capacity(hidden)) > _shared_limit(device):
+        return False
+    return _within_budget(device, kind, hidden, steps, family(device, RnnSequence).resolve({"H": hidden})["WG"])
+
+
+def _within_budget(device, kind: str, hidden: int, steps: int, wg: int) -> bool:
+    budget = device.facts.max_loop_iterations
+    return not budget or max(loop_iterations(kind, b, hidden, steps, wg) for b in (False, True)) <= budget
 
 
 def plan(device, kind: str, backward: bool, hidden: int, batch: int, prm: dict) -> tuple[dict, int, int]:
@@ -84,11 +103,15 @@ def _launch(device, kind: str, backward: bool, slots, steps: int, batch: int, hi
             params: dict | None):
     if steps == 0 or batch == 0 or hidden == 0:
         return
-    if not supports(device, kind, hidden):
+    if _shared_bytes(kind, True, 1, _capacity(hidden)) > _shared_limit(device):
         raise ValueError(f"rnn_sequence: a {kind} layer of hidden size {hidden} needs more shared memory than this "
                          f"device or 32 KiB allow; run the per-step kernels (tvk_kernels.kernels.rnn_cell)")
     fam = family(device, RnnSequence)
     prm = fam.resolve({"H": hidden}, params)
+    if not _within_budget(device, kind, hidden, steps, prm["WG"]):
+        raise DeviceLimitError(f"rnn_sequence: {steps} steps of a {kind} layer of hidden size {hidden} run past "
+                               f"{device.facts.name}'s loop budget ({device.facts.max_loop_iterations} iterations); "
+                               "run the per-step kernels (tvk_kernels.kernels.rnn_cell)")
     defines, wg, shared = plan(device, kind, backward, hidden, batch, prm)
     pipe = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared)
     addrs = [address(s) for s in slots]
