@@ -16,7 +16,7 @@ import torchvk  # noqa
 import torch
 from tvk_kernels.runtime import get_device
 from tvk_kernels.search_space import search_space
-from tvk_kernels.kernels import matmul as mm
+from tvk_kernels.kernels import matmul as matmul_kernels
 from torchvk.experiments import gemm_sweep, conv_sweep
 
 dev = get_device(0)
@@ -41,7 +41,7 @@ def alternating_best(g, dt, modes):
     for rep in range(2):
         for name in (list(modes) if rep == 0 else list(modes)[::-1]):
             modes[name]()
-            mm._prepared.clear()
+            matmul_kernels._prepared.clear()
             r = gemm_sweep._tvk_one(dev, g, dt, 10, False)
             if name not in res or r["tvk_s"] < res[name]["tvk_s"]:
                 res[name] = r
@@ -141,7 +141,7 @@ if "coop" in parts:
             print("COOP", name, "geomean", round(geomean(xs), 3), "over2x",
                   sum(x > 2 for x in xs), flush=True)
 if "prefetch" in parts:
-    defines0 = mm.defines
+    defines0 = matmul_kernels.defines
 
     def forced(value):
         return lambda params, **kw: defines0(dict(params, PREFETCH=value), **kw)
@@ -154,7 +154,7 @@ if "prefetch" in parts:
         for dt in dts:
             res = alternating_best(g, dt, {"off": lambda: setattr(mm, "defines", forced(0)),
                                            "on": lambda: setattr(mm, "defines", forced(1))})
-            mm.defines = defines0
+            matmul_kernels.defines = defines0
             c = cuda[i] if cuda else None
             i += 1
             if res["on"]["kernel"] != "tiled":

@@ -193,7 +193,7 @@ def test_transformer_encoder_layer_trains(mode):
 _RDNA1_STATS = """
 import json
 from tvk_kernels.config import default_params
-from tvk_kernels.kernels import attention as A
+from tvk_kernels.kernels import attention as attention_kernels
 from tvk_kernels.runtime.device import Device
 
 dev = Device.get(0)
@@ -205,7 +205,7 @@ for bucket, head in (("d128", 128), ("d64", 64)):
     seen.append(params)
     for kernel in (0, 2, 3):  # 1 (the backward's row sums) has no shared memory and 8 VGPRs
         for dtype, features in (("float32", ("float", True, True)), ("float16", (None, False, False))):
-            defines, wg, shared = A.kernel_defines(kernel, params, head, dtype, *features)
+            defines, wg, shared = attention_kernels.kernel_defines(kernel, params, head, dtype, *features)
             pipe = dev.pipelines.get("attention.comp", defines, local_size=(wg, 1, 1), push_size=128,
                                      shared_bytes=shared, capture_stats=True)
             stats[f"{bucket} kernel {kernel} {dtype} {features}"] = pipe.stats
@@ -272,18 +272,18 @@ def test_inputs_the_kernel_does_not_take_use_the_math_path_or_a_clear_error():
 def test_head_dim_bucket_comes_from_tuning_json(device, monkeypatch):
     """The kernels look a head dim up in tuning/attention.json's buckets, the ones the tuner groups
     shapes by: moving the d64 boundary there moves what runs (no threshold of the runtime's own)."""
-    from tvk_kernels.kernels import attention as A, launch
+    from tvk_kernels.kernels import attention as attention_kernels, launch
     from tvk_kernels.search_space import search_space
 
     chosen = []
-    bucket = A.Attention.bucket
-    monkeypatch.setattr(A.Attention, "bucket", lambda self, shape: chosen.append(bucket(self, shape)) or chosen[-1])
+    bucket = attention_kernels.Attention.bucket
+    monkeypatch.setattr(attention_kernels.Attention, "bucket", lambda self, shape: chosen.append(bucket(self, shape)) or chosen[-1])
     monkeypatch.setitem(search_space("attention"), "buckets", {"d64": "head <= 32", "d128": "True"})
     launch._bucket.cache_clear()
     bufs = [device.allocator.alloc(4 * 2 * 48) for _ in range(5)]
     try:
         for d in (40, 24):
-            A.attention_forward(device, *bufs, (1, 1, 1, 2, 2, d), scale=1.0)
+            attention_kernels.attention_forward(device, *bufs, (1, 1, 1, 2, 2, d), scale=1.0)
         device.synchronize()
     finally:
         monkeypatch.undo()

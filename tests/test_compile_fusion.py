@@ -8,7 +8,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import torchvk  # noqa: F401  (registers the tvk device)
 from torchvk._storage import get_device
 from torchvk.compile.fusion import MAX_EXPR, MAX_SCALARS, FusedElementwise, MatmulEpilogue, fuse
-from tvk_kernels.kernels import elementwise as E
+from tvk_kernels.kernels import elementwise as elementwise_kernels
 
 aten = torch.ops.aten
 
@@ -225,7 +225,7 @@ def test_long_expressions_are_capped():
 
     gm, stats, _, n_fused = check(fn, r(8))
     assert stats["fused_groups"] >= 2 and n_fused == stats["fused_groups"]
-    assert all(len(E.OPS[n.target.op].expr) <= MAX_EXPR for n in fused_targets(gm))
+    assert all(len(elementwise_kernels.OPS[n.target.op].expr) <= MAX_EXPR for n in fused_targets(gm))
 
 
 def test_scalars_per_group_are_capped():

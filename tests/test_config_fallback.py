@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tvk_kernels import config
-from tvk_kernels.kernels import matmul as mm
+from tvk_kernels.kernels import matmul as matmul_kernels
 from tvk_kernels.kernels.launch import family
 from tvk_kernels.kernels.reduce import Reduce, reduce
 from tvk_kernels.kernels.softmax import Softmax, softmax
@@ -25,7 +25,7 @@ def run_matmul(device):
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((16, 24), dtype=np.float32), rng.standard_normal((24, 20), dtype=np.float32)
     A, B, C = device.upload(a), device.upload(b), device.allocator.alloc(16 * 20 * 4)
-    mm.matmul(device, A.address, B.address, C.address, 16, 20, 24)
+    matmul_kernels.matmul(device, A.address, B.address, C.address, 16, 20, 24)
     got = device.download(C, np.float32, (16, 20)).astype(np.float64)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     assert np.all(np.abs(got - a64 @ b64) <= 1e-5 * (np.abs(a64) @ np.abs(b64)) + 1e-6)
@@ -50,7 +50,7 @@ def run_sum(device):
 # family -> (its Family class, the op, the bucket the op's shape falls in, a valid parameter set
 # that differs from the family's default)
 FAMILIES = {
-    "matmul": (mm.Matmul, run_matmul, "small",
+    "matmul": (matmul_kernels.Matmul, run_matmul, "small",
                {"BM": 32, "BN": 32, "BK": 8, "TM": 2, "TN": 2, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 1, "SUBGROUP": 0}),
     "softmax": (Softmax, run_softmax, "small", {"WG": 32, "ITEMS": 2, "SUBGROUP": 0}),
     "reduce": (Reduce, run_sum, "small", {"WG": 32, "ITEMS": 2, "SUBGROUP": 0, "TARGET_GROUPS": 2,

@@ -261,16 +261,16 @@ def test_tune_target(device):
 _STATS = """
 import json
 from tvk_kernels import get_device
-from tvk_kernels.kernels import conv_depthwise as D
+from tvk_kernels.kernels import conv_depthwise as conv_depthwise_kernels
 from tvk_kernels.kernels.launch import family
 from tvk_kernels.search_space import search_space
 dev = get_device(0)
-fam = family(dev, D.DepthwiseConv)
+fam = family(dev, conv_depthwise_kernels.DepthwiseConv)
 stats = {}
 for bucket in search_space(fam.family)["buckets"]:
-    dir_id = D.DIRS[next(d for d in D.DIRS if bucket.startswith(d))]
+    dir_id = conv_depthwise_kernels.DIRS[next(d for d in conv_depthwise_kernels.DIRS if bucket.startswith(d))]
     prm = fam.resolve(bucket)
-    pipe = dev.pipelines.get(D.DepthwiseConv.template, D.defines(dir_id, prm), local_size=(prm["WG"], 1, 1),
+    pipe = dev.pipelines.get(conv_depthwise_kernels.DepthwiseConv.template, conv_depthwise_kernels.defines(dir_id, prm), local_size=(prm["WG"], 1, 1),
                              push_size=128, capture_stats=True)
     stats[bucket] = {**pipe.stats, "params": prm}
 print(json.dumps(stats))

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import torchvk  # noqa: F401
-from torchvk.aten import elementwise as EW
+from torchvk.aten import elementwise as aten_elementwise
 
 
 def _same(got, want):
@@ -14,27 +14,27 @@ def _same(got, want):
 
 
 def test_a_repeated_op_is_a_hit_with_fresh_values():
-    EW._launches.clear()
+    aten_elementwise._launches.clear()
     a, b = torch.randn(5, 3), torch.randn(5, 3)
     ta, tb = a.to("tvk"), b.to("tvk")
     _same(ta + tb, a + b)
-    entries = len(EW._launches)
+    entries = len(aten_elementwise._launches)
     for k in range(3):  # new data each time: the entry keeps geometry, never values
         a, b = torch.randn(5, 3) * k, torch.randn(5, 3)
         ta, tb = a.to("tvk"), b.to("tvk")
         _same(ta + tb, a + b)
         _same(torch.add(ta, tb, alpha=k + 0.5), torch.add(a, b, alpha=k + 0.5))
-    assert len(EW._launches) == entries  # alpha is a value, not part of the signature: all hits
+    assert len(aten_elementwise._launches) == entries  # alpha is a value, not part of the signature: all hits
 
 
 @pytest.mark.parametrize("change", ["shape", "broadcast", "strides", "offset", "dtype", "scalar type",
                                     "cpu scalar", "bool"])
 def test_each_change_of_geometry_or_type_is_a_miss_with_the_right_result(change):
-    EW._launches.clear()  # another test in this process may have launched the changed geometry already
+    aten_elementwise._launches.clear()  # another test in this process may have launched the changed geometry already
     base = torch.arange(12, dtype=torch.float32).reshape(3, 4) - 5
     t = base.to("tvk")
     _same(t * 3, base * 3)  # fills the entry for a contiguous float32 [3, 4] times an int
-    before = len(EW._launches)
+    before = len(aten_elementwise._launches)
     if change == "shape":
         x = torch.randn(4, 3)
         got, want = x.to("tvk") * 3, x * 3
@@ -58,7 +58,7 @@ def test_each_change_of_geometry_or_type_is_a_miss_with_the_right_result(change)
     else:
         got, want = (t > 0) * True, (base > 0) * True
     _same(got, want)
-    assert len(EW._launches) > before
+    assert len(aten_elementwise._launches) > before
 
 
 def test_errors_stay_torchs_after_hits():

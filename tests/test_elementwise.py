@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tvk_kernels.kernels import elementwise as ew
+from tvk_kernels.kernels import elementwise as elementwise_kernels
 from tvk_kernels.kernels import rng as vrng
 from tvk_kernels.kernels.elementwise import Operand
 
@@ -110,14 +110,14 @@ def test_unary(vk, device, op):
         x = torch.randn(n, generator=gen(n)) * 3
         x = prep(x) if prep else x
         out = vk.empty((n,))
-        ew.unary(device, op, vk.put(x), out)
+        elementwise_kernels.unary(device, op, vk.put(x), out)
         check(vk.get(out), fn(x), kind)
     # transposed input (strided path), tails of large magnitude
     base = torch.randn(9, 13, generator=gen(1)) * 6
     base = prep(base) if prep else base
     xt = base.t()
     out = vk.empty(xt.shape)
-    ew.unary(device, op, vk.put(xt), out)
+    elementwise_kernels.unary(device, op, vk.put(xt), out)
     check(vk.get(out), fn(xt), kind)
 
 
@@ -137,7 +137,7 @@ def test_unary_scalar_ops(vk, device):
     ]:
         src = vk.put(x.abs()) if op == "pow_scalar" and scalars == (0.5,) else xo
         out = vk.empty(x.shape)
-        ew.unary(device, op, src, out, scalars)
+        elementwise_kernels.unary(device, op, src, out, scalars)
         check(vk.get(out), ref, "transc")
 
 
@@ -150,16 +150,16 @@ def test_special_values(vk, device):
                     ("pow", torch.pow(a, b)), ("relu", torch.relu(a))]:
         out = vk.empty(a.shape)
         if op == "relu":
-            ew.unary(device, op, A, out)
+            elementwise_kernels.unary(device, op, A, out)
         else:
-            ew.binary_nd(device, op, A, B, out)
+            elementwise_kernels.binary_nd(device, op, A, B, out)
         check(vk.get(out), ref, "transc")
     # torch's gelu(+inf) is nan on CPU; ours is +inf (the limit): compare gelu on the rest
     gelu_ref = F.gelu(a).where(a != inf, torch.tensor(inf))
     for op, ref in [("exp", torch.exp(a)), ("sigmoid", torch.sigmoid(a)), ("tanh", torch.tanh(a)),
                     ("gelu", gelu_ref), ("silu", F.silu(a))]:
         out = vk.empty(a.shape)
-        ew.unary(device, op, A, out)
+        elementwise_kernels.unary(device, op, A, out)
         check(vk.get(out), ref, "transc")
 
 
@@ -197,17 +197,17 @@ def test_binary(vk, device, op):
     for n in SIZES:  # contiguous, same shape: the vectorized path (legacy kernel for add/sub/mul/div)
         a, b = _binary_inputs(op, torch.randn(n, generator=gen(n)), torch.randn(n, generator=gen(n + 1)))
         out = vk.empty((n,), odt)
-        ew.binary_nd(device, op, vk.put(a), vk.put(b), out, **kw)
+        elementwise_kernels.binary_nd(device, op, vk.put(a), vk.put(b), out, **kw)
         check(vk.get(out), ref_fn(a, b) if op == "pow" else fn(a, b), kind)
     # row broadcast (5,7) op (7,)
     a, b = _binary_inputs(op, torch.randn(5, 7, generator=gen(3)), torch.randn(7, generator=gen(4)))
     out = vk.empty((5, 7), odt)
-    ew.binary_nd(device, op, vk.put(a), vk.put(b), out, **kw)
+    elementwise_kernels.binary_nd(device, op, vk.put(a), vk.put(b), out, **kw)
     check(vk.get(out), ref_fn(a, b) if op == "pow" else fn(a, b), kind)
 
 
 def OPS_BOOL(op):
-    return ew.OPS[op].bool_result
+    return elementwise_kernels.OPS[op].bool_result
 
 
 @pytest.mark.parametrize("op", ["add", "mul", "div", "maximum", "lt", "pow"])
@@ -223,17 +223,17 @@ def test_broadcasting(vk, device, op):
     for sa, sb in cases:
         a, b = _binary_inputs(op, torch.randn(sa, generator=gen(5)), torch.randn(sb, generator=gen(6)))
         shape = torch.broadcast_shapes(sa, sb)
-        assert ew.broadcast_shapes(sa, sb) == tuple(shape)
+        assert elementwise_kernels.broadcast_shapes(sa, sb) == tuple(shape)
         out = vk.empty(shape, odt)
-        ew.binary_nd(device, op, vk.put(a), vk.put(b), out, **kw)
+        elementwise_kernels.binary_nd(device, op, vk.put(a), vk.put(b), out, **kw)
         check(vk.get(out), ref_fn(a, b), kind)
     # Python number operands, either side
     a = _binary_inputs(op, torch.randn(7, 5, generator=gen(7)), torch.zeros(1))[0]
     out = vk.empty(a.shape, odt)
-    ew.binary_nd(device, op, vk.put(a), 1.5, out, **kw)
+    elementwise_kernels.binary_nd(device, op, vk.put(a), 1.5, out, **kw)
     check(vk.get(out), ref_fn(a, torch.tensor(1.5)), kind)
     out = vk.empty(a.shape, odt)
-    ew.binary_nd(device, op, 0.75, vk.put(a), out, **kw)
+    elementwise_kernels.binary_nd(device, op, 0.75, vk.put(a), out, **kw)
     check(vk.get(out), ref_fn(torch.tensor(0.75), a), kind)
 
 
@@ -249,13 +249,13 @@ def test_strided_views(vk, device):
     for a, b in cases:
         shape = torch.broadcast_shapes(a.shape, b.shape)
         out = vk.empty(shape)
-        ew.binary_nd(device, "mul", vk.put(a), vk.put(b), out)
+        elementwise_kernels.binary_nd(device, "mul", vk.put(a), vk.put(b), out)
         check(vk.get(out), a * b)
     # strided output: write into a transposed view of a bigger buffer
     dst = torch.zeros(14, 10)
     view = dst[2:14:1, :].t()[:, :12]
     D = vk.put(view)
-    ew.binary_nd(device, "add", vk.put(base), 1.0, D)
+    elementwise_kernels.binary_nd(device, "add", vk.put(base), 1.0, D)
     expect = dst.clone()
     expect[2:14, :].t()[:, :12].copy_(base + 1)
     got = vk.get(D)
@@ -269,14 +269,14 @@ def test_in_place(vk, device):
     x = torch.randn(33, 17, generator=gen(10))
     y = torch.randn(17, generator=gen(11))
     X = vk.put(x)
-    ew.binary_nd(device, "add", X, vk.put(y), X, alpha=-1.0)  # x -= y, broadcast, in place
+    elementwise_kernels.binary_nd(device, "add", X, vk.put(y), X, alpha=-1.0)  # x -= y, broadcast, in place
     check(vk.get(X), x - y)
-    ew.unary(device, "sigmoid", X, X)
+    elementwise_kernels.unary(device, "sigmoid", X, X)
     check(vk.get(X), torch.sigmoid(x - y), "transc")
     # in place on a transposed view (same layout in and out)
     z = torch.randn(8, 6, generator=gen(12))
     Zt = vk.put(z.t())
-    ew.binary_nd(device, "mul", Zt, 3.0, Zt)
+    elementwise_kernels.binary_nd(device, "mul", Zt, 3.0, Zt)
     check(vk.get(Zt), z.t() * 3)
 
 
@@ -286,17 +286,17 @@ def test_where_and_ternary(vk, device):
     a = torch.randn(4, 5, generator=gen(14))
     b = torch.randn(6, 4, 1, generator=gen(15))
     out = vk.empty((6, 4, 5))
-    ew.ternary(device, "where", vk.put(cond), vk.put(a), vk.put(b), out)
+    elementwise_kernels.ternary(device, "where", vk.put(cond), vk.put(a), vk.put(b), out)
     check(vk.get(out), torch.where(cond, a, b))
     out = vk.empty((6, 4, 5))
-    ew.ternary(device, "where", vk.put(cond), vk.put(a), 0.0, out)  # masked_fill-like
+    elementwise_kernels.ternary(device, "where", vk.put(cond), vk.put(a), 0.0, out)  # masked_fill-like
     check(vk.get(out), torch.where(cond, a, torch.tensor(0.0)))
     t, u, v = (torch.randn(50, generator=gen(16 + i)) for i in range(3))
     out = vk.empty((50,))
-    ew.ternary(device, "addcmul", vk.put(t), vk.put(u), vk.put(v), out, (0.3,))
+    elementwise_kernels.ternary(device, "addcmul", vk.put(t), vk.put(u), vk.put(v), out, (0.3,))
     check(vk.get(out), torch.addcmul(t, u, v, value=0.3))
     out = vk.empty((50,))
-    ew.ternary(device, "addcdiv", vk.put(t), vk.put(u), vk.put(v.abs() + 0.5), out, (-0.3,))
+    elementwise_kernels.ternary(device, "addcdiv", vk.put(t), vk.put(u), vk.put(v.abs() + 0.5), out, (-0.3,))
     check(vk.get(out), torch.addcdiv(t, u, v.abs() + 0.5, value=-0.3), "transc")
 
 
@@ -323,7 +323,7 @@ def test_backward(vk, device, op):
         saved = y.detach() if from_output else x.detach()
         out = vk.empty((n,))
         scalars = (0.3,) if op == "threshold_backward" else ()
-        ew.binary_nd(device, op, vk.put(g), vk.put(saved), out, scalars=scalars)
+        elementwise_kernels.binary_nd(device, op, vk.put(g), vk.put(saved), out, scalars=scalars)
         check(vk.get(out), x.grad, "transc")
 
 
@@ -350,14 +350,14 @@ def test_copy_cast(vk, device, src_dt):
     for dst_dt in CAST_DTYPES:
         src = base.t()  # a strided source: .contiguous() / .to(dtype)
         out = vk.empty(src.shape, dst_dt)
-        ew.copy(device, vk.put(src), out)
+        elementwise_kernels.copy(device, vk.put(src), out)
         check(vk.get(out), src.to(dst_dt))
     # contiguous source of this dtype into float32 and back (vectorized path)
     flat = _sample(src_dt, (1001,), 21)
     mid = vk.empty((1001,), torch.float32)
-    ew.copy(device, vk.put(flat), mid)
+    elementwise_kernels.copy(device, vk.put(flat), mid)
     back = vk.empty((1001,), src_dt)
-    ew.copy(device, mid, back)
+    elementwise_kernels.copy(device, mid, back)
     check(vk.get(back), flat.float().to(src_dt))
 
 
@@ -371,36 +371,36 @@ def test_int64_exact(vk, device):
                         ("pow", {}, torch.pow(a.clamp(-9, 9), b.clamp(0, 5)))]:
         out = vk.empty(a.shape, torch.int64)
         if op == "mul":
-            ew.binary_nd(device, op, A, 3, out)
+            elementwise_kernels.binary_nd(device, op, A, 3, out)
         elif op == "pow":
-            ew.binary_nd(device, op, vk.put(a.clamp(-9, 9)), vk.put(b.clamp(0, 5)), out)
+            elementwise_kernels.binary_nd(device, op, vk.put(a.clamp(-9, 9)), vk.put(b.clamp(0, 5)), out)
         else:
-            ew.binary_nd(device, op, A, B, out, **kw)
+            elementwise_kernels.binary_nd(device, op, A, B, out, **kw)
         check(vk.get(out), ref)
     for op, ref in [("neg", -a), ("abs", a.abs()), ("relu", a.relu())]:
         out = vk.empty(a.shape, torch.int64)
-        ew.unary(device, op, A, out)
+        elementwise_kernels.unary(device, op, A, out)
         check(vk.get(out), ref)
     out = vk.empty(a.shape, torch.int64)
-    ew.unary(device, "clamp", A, out, (-6, big))
+    elementwise_kernels.unary(device, "clamp", A, out, (-6, big))
     check(vk.get(out), a.clamp(-6, big))
     for op in ("eq", "lt", "ge"):
         out = vk.empty(a.shape, torch.bool)
-        ew.binary_nd(device, op, A, vk.put(a.clone().fill_(5) + (a == 5).long() * 0), out)
+        elementwise_kernels.binary_nd(device, op, A, vk.put(a.clone().fill_(5) + (a == 5).long() * 0), out)
         check(vk.get(out), getattr(torch, op)(a, torch.full_like(a, 5)))
     # where picks int64 values bit-exactly
     cond = torch.tensor([True, False] * 4)
     out = vk.empty(a.shape, torch.int64)
-    ew.ternary(device, "where", vk.put(cond), A, B, out)
+    elementwise_kernels.ternary(device, "where", vk.put(cond), A, B, out)
     check(vk.get(out), torch.where(cond, a, b))
     # int32 arithmetic with broadcasting, int64 + float32 -> float32 (caller's promotion)
     i = torch.arange(-20, 20, dtype=torch.int32).view(8, 5)
     out = vk.empty((8, 5), torch.int32)
-    ew.binary_nd(device, "mul", vk.put(i), vk.put(torch.arange(5, dtype=torch.int32)), out)
+    elementwise_kernels.binary_nd(device, "mul", vk.put(i), vk.put(torch.arange(5, dtype=torch.int32)), out)
     check(vk.get(out), i * torch.arange(5, dtype=torch.int32))
     f = torch.randn(8, generator=gen(30))
     out = vk.empty((8,), torch.float32)
-    ew.binary_nd(device, "add", A, vk.put(f), out)
+    elementwise_kernels.binary_nd(device, "add", A, vk.put(f), out)
     check(vk.get(out), a + f)
 
 
@@ -409,21 +409,21 @@ def test_float16(vk, device):
     b = torch.randn(1000, generator=gen(32)).half()
     A, B = vk.put(a), vk.put(b)
     out = vk.empty(a.shape, torch.float16)
-    ew.binary_nd(device, "add", A, B, out)
+    elementwise_kernels.binary_nd(device, "add", A, B, out)
     check(vk.get(out), a + b)
     out = vk.empty(a.shape, torch.float16)
-    ew.unary(device, "gelu", A, out)
+    elementwise_kernels.unary(device, "gelu", A, out)
     check(vk.get(out), F.gelu(a.float()).half())
     out = vk.empty(a.shape, torch.float32)  # mixed: half * float -> float
     f = torch.randn(3, 1000, generator=gen(33))
-    ew.binary_nd(device, "mul", A, vk.put(f), out)
+    elementwise_kernels.binary_nd(device, "mul", A, vk.put(f), out)
     check(vk.get(out), a.float() * f)
     out = vk.empty(a.shape, torch.bool)
-    ew.binary_nd(device, "gt", A, B, out)
+    elementwise_kernels.binary_nd(device, "gt", A, B, out)
     check(vk.get(out), a > b)
     sl = a[:, 3:]  # 6-byte offset: scalar loads
     out = vk.empty(sl.shape, torch.float16)
-    ew.unary(device, "relu", vk.put(sl), out)
+    elementwise_kernels.unary(device, "relu", vk.put(sl), out)
     check(vk.get(out), sl.relu())
 
 
@@ -431,13 +431,13 @@ def test_bool_ops(vk, device):
     x = torch.randn(7, 9, generator=gen(34))
     y = torch.randn(7, 9, generator=gen(35))
     m = vk.empty(x.shape, torch.bool)
-    ew.binary_nd(device, "lt", vk.put(x), vk.put(y), m)
+    elementwise_kernels.binary_nd(device, "lt", vk.put(x), vk.put(y), m)
     check(vk.get(m), x < y)
     n = vk.empty(x.shape, torch.bool)
-    ew.binary_nd(device, "ne", m, True, n)  # logical not through a comparison
+    elementwise_kernels.binary_nd(device, "ne", m, True, n)  # logical not through a comparison
     check(vk.get(n), ~(x < y))
     out = vk.empty(x.shape)
-    ew.binary_nd(device, "mul", vk.put(x), m, out)  # x * mask (bool -> float)
+    elementwise_kernels.binary_nd(device, "mul", vk.put(x), m, out)  # x * mask (bool -> float)
     check(vk.get(out), x * (x < y))
 
 
@@ -448,12 +448,12 @@ def test_fill(vk, device, dtype):
              torch.bool: True}[dtype]
     for n in (1, 1027):
         out = vk.empty((n,), dtype)
-        ew.fill(device, out, value)
+        elementwise_kernels.fill(device, out, value)
         check(vk.get(out), torch.full((n,), value, dtype=dtype))
     base = torch.zeros(6, 10, dtype=dtype)
     view = base[1:5, ::3]  # strided output
     V = vk.put(view)
-    ew.fill(device, V, value)
+    elementwise_kernels.fill(device, V, value)
     expect = base.clone()
     expect[1:5, ::3] = value
     buf, n, _, _ = vk.store[V]
@@ -463,14 +463,14 @@ def test_fill(vk, device, dtype):
 
 # ------------------------------------------------------------------ layout machinery
 def test_collapse_and_broadcast_helpers():
-    assert ew.broadcast_shapes((3, 1, 5), (4, 1), ()) == (3, 4, 5)
+    assert elementwise_kernels.broadcast_shapes((3, 1, 5), (4, 1), ()) == (3, 4, 5)
     with pytest.raises(ValueError):
-        ew.broadcast_shapes((3,), (4,))
-    shape, st = ew.collapse_dims((2, 3, 4), [[12, 4, 1], [12, 4, 1]])
+        elementwise_kernels.broadcast_shapes((3,), (4,))
+    shape, st = elementwise_kernels.collapse_dims((2, 3, 4), [[12, 4, 1], [12, 4, 1]])
     assert shape == [24] and st == [[1], [1]]
-    shape, st = ew.collapse_dims((2, 3, 4), [[0, 4, 1], [12, 4, 1]])  # broadcast outer dim
+    shape, st = elementwise_kernels.collapse_dims((2, 3, 4), [[0, 4, 1], [12, 4, 1]])  # broadcast outer dim
     assert shape == [2, 12] and st == [[0, 1], [12, 1]]
-    shape, st = ew.collapse_dims((5, 1, 7), [[1, 0, 5], [7, 7, 1]])  # transposed input
+    shape, st = elementwise_kernels.collapse_dims((5, 1, 7), [[1, 0, 5], [7, 7, 1]])  # transposed input
     assert shape == [5, 7] and st == [[1, 5], [7, 1]]
 
 
@@ -479,20 +479,20 @@ def test_many_dims_and_metadata_buffer(vk, device):
     x = torch.randn(2, 3, 2, 3, 2, 3, 2, 2, generator=gen(40))
     xp = x.permute(7, 5, 3, 1, 6, 4, 2, 0)
     out = vk.empty(xp.shape)
-    ew.unary(device, "neg", vk.put(xp), out)
+    elementwise_kernels.unary(device, "neg", vk.put(xp), out)
     check(vk.get(out), -xp)
     # ternary over 5 dims: shape/strides do not fit 128 push bytes -> device metadata buffer
     c = torch.randn(2, 3, 4, 3, 2, generator=gen(41)) > 0
     a = torch.randn(2, 3, 2, 3, 4, generator=gen(42)).permute(0, 1, 4, 3, 2)
     b = torch.randn(3, 4, 1, 2, generator=gen(43))
     out = vk.empty(c.shape)
-    ew.ternary(device, "where", vk.put(c), vk.put(a), vk.put(b), out)
+    elementwise_kernels.ternary(device, "where", vk.put(c), vk.put(a), vk.put(b), out)
     check(vk.get(out), torch.where(c, a, b))
     # binary over 6 dims still fits the push constants
     p = torch.randn(2, 3, 2, 3, 2, 3, generator=gen(44)).permute(5, 3, 1, 4, 2, 0)
     q = torch.randn(3, 3, 1, 2, 2, 2, generator=gen(45))
     out = vk.empty(p.shape)
-    ew.binary_nd(device, "sub", vk.put(p), vk.put(q), out)
+    elementwise_kernels.binary_nd(device, "sub", vk.put(p), vk.put(q), out)
     check(vk.get(out), p - q)
 
 
@@ -501,9 +501,9 @@ def test_legacy_binary(device):
     b = np.full(1003, 2.0, np.float32)
     A, B = device.upload(a), device.upload(b)
     O = device.allocator.alloc(a.nbytes)
-    ew.add(device, A, B, O, 1003, alpha=0.5)
+    elementwise_kernels.add(device, A, B, O, 1003, alpha=0.5)
     np.testing.assert_array_equal(device.download(O, np.float32, (1003,)), a + 1.0)
-    ew.binary(device, "mul", A, B, O, 1003)
+    elementwise_kernels.binary(device, "mul", A, B, O, 1003)
     np.testing.assert_array_equal(device.download(O, np.float32, (1003,)), a * 2)
 
 
@@ -513,15 +513,15 @@ def test_explicit_params_run_the_nd_kernel(vk, device):
     a, b = torch.randn(1000, generator=gen(50)), torch.randn(1000, generator=gen(51))
     out = vk.empty(a.shape)
     inputs = (vk.put(a), vk.put(b))
-    ew.elementwise(device, "add", inputs, out, params={"WG": 128, "VEC": 2, "ITEMS": 1})
+    elementwise_kernels.elementwise(device, "add", inputs, out, params={"WG": 128, "VEC": 2, "ITEMS": 1})
     check(vk.get(out), a + b)
-    fam, plan = ew.planned(device, "add", inputs, out)
+    fam, plan = elementwise_kernels.planned(device, "add", inputs, out)
     assert plan.legacy  # without params: the binary kernel
     explicit = fam.plan("add", inputs, out, None, {"WG": 128, "VEC": 2, "ITEMS": 1})
     assert not explicit.legacy and (explicit.wg, explicit.vec_max) == (128, 2)
     t = torch.randn(40, 30, generator=gen(52)).t()
     out = vk.empty(t.shape)
-    ew.elementwise(device, "copy", (vk.put(t),), out, params={"ND_WG": 128, "ND_ITEMS": 1})
+    elementwise_kernels.elementwise(device, "copy", (vk.put(t),), out, params={"ND_WG": 128, "ND_ITEMS": 1})
     check(vk.get(out), t)
 
 
@@ -533,15 +533,15 @@ def test_items_per_thread_reach_every_element(vk, device, items):
     a, b = torch.randn(1003, generator=gen(53)), torch.randn(1003, generator=gen(54))
     nan = torch.full((1003,), math.nan)
     out = vk.put(nan)
-    ew.binary(device, "mul", vk.put(a).address, vk.put(b).address, out.address, 1003,
+    elementwise_kernels.binary(device, "mul", vk.put(a).address, vk.put(b).address, out.address, 1003,
               params={"WG": 32, "VEC": 4, "ITEMS": items})
     check(vk.get(out), a * b)
     out = vk.put(nan)
-    ew.elementwise(device, "add", (vk.put(a), vk.put(b)), out, params={"WG": 32, "VEC": 2, "ITEMS": items})
+    elementwise_kernels.elementwise(device, "add", (vk.put(a), vk.put(b)), out, params={"WG": 32, "VEC": 2, "ITEMS": items})
     check(vk.get(out), a + b)
     t = torch.randn(30, 41, generator=gen(55)).t()
     out = vk.put(torch.full(t.shape, math.nan))
-    ew.elementwise(device, "copy", (vk.put(t),), out, params={"ND_WG": 32, "ND_ITEMS": items})
+    elementwise_kernels.elementwise(device, "copy", (vk.put(t),), out, params={"ND_WG": 32, "ND_ITEMS": items})
     check(vk.get(out), t)
 
 
@@ -555,7 +555,7 @@ def test_a_template_edit_retires_the_configs_of_the_family_that_launches_it(devi
     from tvk_kernels import config
     from tvk_kernels.runtime import compiler
 
-    launches = {"elementwise_binary.comp": ew.Binary, "elementwise_nd.comp": ew.Elementwise,
+    launches = {"elementwise_binary.comp": elementwise_kernels.Binary, "elementwise_nd.comp": elementwise_kernels.Elementwise,
                 "elementwise_rng.comp": vrng.Rng}
     tuned = {"WG": 128}  # not a default of any device class
     families = {cls(device).family: {"template_checksum": cls(device).checksum, "buckets": {"*": {"params": tuned}}}
@@ -616,7 +616,7 @@ if st is not None:
         out_shape = torch.broadcast_shapes(a.shape, b.shape)
         odt = torch.bool if op == "lt" else torch.float32
         out = vk.empty(out_shape, odt)
-        ew.binary_nd(device, op, vk.put(a), vk.put(b), out)
+        elementwise_kernels.binary_nd(device, op, vk.put(a), vk.put(b), out)
         ref = {"add": torch.add, "mul": torch.mul, "maximum": torch.maximum, "lt": torch.lt}[op](a, b)
         check(vk.get(out), ref)
 

@@ -192,11 +192,11 @@ def test_in_place_and_rrelu_training():
 _RDNA1_STATS = """
 import json
 from tvk_kernels import get_device
-from tvk_kernels.kernels import elementwise as E
+from tvk_kernels.kernels import elementwise as elementwise_kernels
 dev = get_device(0)
 stats = {}
 for op, ct in (("polygamma", 0), ("remainder", 2)):
-    spec = E.OPS[op]
+    spec = elementwise_kernels.OPS[op]
     defines = {"NT": spec.arity, "DTO": 0, "CT_KIND": ct, "NS": spec.nscalars, "OP_EXPR": spec.expr, "DT0": 0,
                "DT1": 0, "DT2": 0, "IN_A": "x0", "IN_B": "x1", "IN_C": "x2", "CONTIG": 0, "NDIM": 6, "META_BUF": 1,
                "ITEMS": 4, "USE_I64": int(ct == 2)}

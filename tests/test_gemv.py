@@ -10,7 +10,7 @@ from rdna1_check import assert_fits_rdna1, navi10_stats
 from test_matmul import ACTS, check
 from tvk_kernels.errors import InvalidConfigError
 from tvk_kernels.kernels import gemv
-from tvk_kernels.kernels import matmul as mm
+from tvk_kernels.kernels import matmul as matmul_kernels
 
 LAYOUTS = [("mk", "kn"), ("km", "kn"), ("mk", "nk"), ("km", "nk")]
 
@@ -74,7 +74,7 @@ def test_unaligned_views_use_scalar_loads(device, rng):
     x = rng.standard_normal(K + 1).astype(np.float32)
     ab, xb = device.upload(a), device.upload(x)
     out = device.allocator.alloc(4 * M)
-    info = mm.matmul(device, ab.address + 4, xb.address + 4, out.address, M, 1, K, a_strides=(0, K, 1),
+    info = matmul_kernels.matmul(device, ab.address + 4, xb.address + 4, out.address, M, 1, K, a_strides=(0, K, 1),
                      b_strides=(0, 1, 0))
     got = device.download(out, np.float32, (M,)).astype(np.float64)
     want = a[1:].astype(np.float64).reshape(M, K) @ x[1:].astype(np.float64)
@@ -98,7 +98,7 @@ def test_padded_views_vector_tails(device, rng, transposed):
     x = rng.standard_normal(K).astype(np.float32)
     ab, xb = device.upload(base), device.upload(x)
     out = device.allocator.alloc(4 * M)
-    info = mm.matmul(device, ab.address, xb.address, out.address, M, 1, K, a_strides=strides, b_strides=(0, 1, 0))
+    info = matmul_kernels.matmul(device, ab.address, xb.address, out.address, M, 1, K, a_strides=strides, b_strides=(0, 1, 0))
     got = device.download(out, np.float32, (M,)).astype(np.float64)
     want = A.astype(np.float64) @ x.astype(np.float64)
     assert info["kernel"] == "gemv"
@@ -114,11 +114,11 @@ def test_batched_results_match_single_products_bitwise(device, rng):
     x = rng.standard_normal((B, K)).astype(np.float32)
     ab, xb = device.upload(a), device.upload(x)
     out = device.allocator.alloc(4 * B * M)
-    info = mm.matmul(device, ab.address, xb.address, out.address, M, 1, K, batch=B, b_strides=(K, 1, 0))
+    info = matmul_kernels.matmul(device, ab.address, xb.address, out.address, M, 1, K, batch=B, b_strides=(K, 1, 0))
     assert info["kernel"] == "gemv"
     together = device.download(out, np.float32, (B, M))
     for b in range(B):
-        mm.matmul(device, ab.address + 4 * b * M * K, xb.address + 4 * b * K, out.address, M, 1, K,
+        matmul_kernels.matmul(device, ab.address + 4 * b * M * K, xb.address + 4 * b * K, out.address, M, 1, K,
                   b_strides=(K, 1, 0))
         assert np.array_equal(device.download(out, np.float32, (M,)), together[b]), b
     for buf in (ab, xb, out):
@@ -182,7 +182,7 @@ _RDNA1_STATS = """
 import json
 from tvk_kernels.config import default_params
 from tvk_kernels.search_space import search_space
-from tvk_kernels.kernels import gemv, matmul as mm
+from tvk_kernels.kernels import gemv, matmul as matmul_kernels
 from tvk_kernels.runtime.device import Device
 
 dev = Device.get(0)
@@ -195,7 +195,7 @@ for bucket in search_space("gemv")["buckets"]:
     shared = params["WG"] * 16
     for dtype in ("float32", "float16", "bfloat16"):
         for mmajor, vec_x in ((False, params["VEC"]), (False, 1), (True, 1)):
-            d = gemv.defines(params, dtype_id=mm.DTYPES[dtype][0], mmajor=mmajor, vec_x=vec_x, act="tanh(x)")
+            d = gemv.defines(params, dtype_id=matmul_kernels.DTYPES[dtype][0], mmajor=mmajor, vec_x=vec_x, act="tanh(x)")
             pipe = dev.pipelines.get("gemv.comp", d, local_size=(params["WG"], 1, 1), push_size=128,
                                      shared_bytes=shared, capture_stats=True)
             stats[f"{bucket} {params} {dtype} mmajor={mmajor} vec_x={vec_x}"] = pipe.stats

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from tvk_kernels.kernels import loss as L  # noqa: E402
+from tvk_kernels.kernels import loss as loss_kernels  # noqa: E402
 
 SHAPES = [(1, 1), (1, 10), (7, 10), (5, 1000), (33, 3)]
 
@@ -27,10 +27,10 @@ def _run_ce(device, x, t, w, reduction, ignore_index, smoothing, go, params=None
     wb = device.upload(w) if w is not None else None
     n_out = N if reduction == "none" else 1
     ob = device.allocator.alloc(4 * n_out)
-    saved = L.cross_entropy_forward(device, xb, tb, ob, N, C, weight=wb, reduction=reduction, ignore_index=ignore_index,
+    saved = loss_kernels.cross_entropy_forward(device, xb, tb, ob, N, C, weight=wb, reduction=reduction, ignore_index=ignore_index,
                                     label_smoothing=smoothing, params=params)
     gob, gib = device.upload(go.reshape(-1)), device.allocator.alloc(4 * N * C)
-    L.cross_entropy_backward(device, gob, xb, tb, saved, gib, N, C, weight=wb, reduction=reduction,
+    loss_kernels.cross_entropy_backward(device, gob, xb, tb, saved, gib, N, C, weight=wb, reduction=reduction,
                              ignore_index=ignore_index, label_smoothing=smoothing, params=params)
     return device.download(ob, np.float32, (n_out,)), device.download(gib, np.float32, (N, C))
 
@@ -71,9 +71,9 @@ def test_nll_loss(device, rng, N, C, reduction, weighted):
     wb = device.upload(w) if w is not None else None
     n_out = N if reduction == "none" else 1
     ob, tw = device.allocator.alloc(4 * n_out), device.allocator.alloc(4)
-    L.nll_loss_forward(device, lb, tb, ob, tw, N, C, weight=wb, reduction=reduction)
+    loss_kernels.nll_loss_forward(device, lb, tb, ob, tw, N, C, weight=wb, reduction=reduction)
     gob, gib = device.upload(go), device.allocator.alloc(4 * N * C)
-    L.nll_loss_backward(device, gob, tb, tw, gib, N, C, weight=wb, reduction=reduction)
+    loss_kernels.nll_loss_backward(device, gob, tb, tw, gib, N, C, weight=wb, reduction=reduction)
     np.testing.assert_allclose(device.download(ob, np.float32, (n_out,)), ref.detach().numpy().reshape(-1),
                                rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(device.download(gib, np.float32, (N, C)), lt.grad.numpy(), rtol=1e-5, atol=1e-6)
@@ -131,7 +131,7 @@ def test_cross_entropy_deterministic(device, rng):
 def test_bad_reduction(device):
     buf = device.allocator.alloc(64)
     with pytest.raises(ValueError):
-        L.cross_entropy_forward(device, buf, buf, buf, 1, 1, reduction="avg")
+        loss_kernels.cross_entropy_forward(device, buf, buf, buf, 1, 1, reduction="avg")
 
 
 def test_invalid_params(device):
@@ -139,6 +139,6 @@ def test_invalid_params(device):
 
     buf = device.allocator.alloc(64)
     with pytest.raises(InvalidConfigError):
-        L.cross_entropy_forward(device, buf, buf, buf, 1, 4, params={"WG": 64, "CE_WG": 64, "TPR": 3, "RED_WG": 64})
+        loss_kernels.cross_entropy_forward(device, buf, buf, buf, 1, 4, params={"WG": 64, "CE_WG": 64, "TPR": 3, "RED_WG": 64})
     with pytest.raises(InvalidConfigError):
-        L.nll_loss_forward(device, buf, buf, buf, buf, 1, 4, params={"WG": 64, "CE_WG": 64, "TPR": 4, "RED_WG": 96})
+        loss_kernels.nll_loss_forward(device, buf, buf, buf, buf, 1, 4, params={"WG": 64, "CE_WG": 64, "TPR": 4, "RED_WG": 96})

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tvk_kernels.errors import InvalidConfigError, ShaderCompileError
-from tvk_kernels.kernels import matmul as mm
+from tvk_kernels.kernels import matmul as matmul_kernels
 from tvk_kernels.kernels import matmul_coopmat as coopmat
 from tvk_kernels.search_space import candidates, search_space, with_derived
 
@@ -58,7 +58,7 @@ def _act(t: torch.Tensor, activation):
 def check(device, rng, M, N, K, *, batch=1, dtype="float32", a_layout="mk", b_layout="kn", a_bcast=False,
           b_bcast=False, out_layout="mn", bias=False, activation=None, alpha=1.0, params=None, split_k=None,
           a_step=1):
-    """Build A, B in the given layouts, run mm.matmul, compare with torch float64; returns the info dict."""
+    """Build A, B in the given layouts, run matmul_kernels.matmul, compare with torch float64; returns the info dict."""
     npdt = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}[dtype]
     ab = 1 if a_bcast else batch
     bb = 1 if b_bcast else batch
@@ -92,7 +92,7 @@ def check(device, rng, M, N, K, *, batch=1, dtype="float32", a_layout="mk", b_la
         bias_buf = device.upload(bias_s)
         bias_addr, bias_v = bias_buf.address, _values(bias_s, dtype)
 
-    info = mm.matmul(device, a_addr, b_addr, out.address, M, N, K, batch=batch, a_strides=sa, b_strides=sb,
+    info = matmul_kernels.matmul(device, a_addr, b_addr, out.address, M, N, K, batch=batch, a_strides=sa, b_strides=sb,
                      out_strides=sc, bias_addr=bias_addr, activation=activation, alpha=alpha, dtype=dtype,
                      params=params, split_k=split_k)
     got = _values(device.download(out, npdt, out_shape), dtype)
@@ -215,14 +215,14 @@ def test_candidates_list(device):
         assert d["WG"] <= f.max_workgroup_invocations and d["shared_bytes"] <= f.max_shared_memory
         assert p["BM"] % p["TM"] == 0 and p["BN"] % p["TN"] == 0
     assert {(p["BM"], p["BN"]) for p in cands} >= {(16, 16), (64, 64)}
-    fam = mm.family(device, mm.Matmul)
+    fam = matmul_kernels.family(device, matmul_kernels.Matmul)
     for p in cands[:: max(1, len(cands) // 50)]:  # a sample passes the full check (the family's own rules too)
-        assert mm.tiled_params(fam.resolve("small", p)) == p
+        assert matmul_kernels.tiled_params(fam.resolve("small", p)) == p
 
 
 def test_partial_explicit_params_complete_from_the_bucket_config(device, rng):
     """Explicit keys go on top of the shape bucket's config (the tuner, ablations)."""
-    fam = mm.family(device, mm.Matmul)
+    fam = matmul_kernels.family(device, matmul_kernels.Matmul)
     base, _ = fam.params("small")
     bm = 16 if base["BM"] != 16 else 32
     info = check(device, rng, 20, 12, 24, params={"BM": bm})
@@ -269,7 +269,7 @@ def test_validation_errors(device):
         args = dict(a_addr=a, b_addr=a, out_addr=a, M=4, N=4, K=4)
         args.update(kw)
         with pytest.raises(ValueError, match=msg):
-            mm.matmul(device, args.pop("a_addr"), args.pop("b_addr"), args.pop("out_addr"), args.pop("M"),
+            matmul_kernels.matmul(device, args.pop("a_addr"), args.pop("b_addr"), args.pop("out_addr"), args.pop("M"),
                       args.pop("N"), args.pop("K"), **args)
     buf.free()
 

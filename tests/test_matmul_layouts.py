@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import torchvk
-from tvk_kernels.kernels import matmul as mm
+from tvk_kernels.kernels import matmul as matmul_kernels
 from tvk_kernels.search_space import bucket_of
 from rdna1_check import assert_fits_rdna1, navi10_stats
 
@@ -115,7 +115,7 @@ def test_transposed_operand_runs_no_copy(case):
 
 
 def test_bucket_key_holds_layout_and_batch(device):
-    fam = mm.family(device, mm.Matmul)
+    fam = matmul_kernels.family(device, matmul_kernels.Matmul)
     size = fam.bucket({"M": 512, "N": 2048, "K": 2048, "batch": 1})
     assert size == fam.bucket({"M": 512, "N": 2048, "K": 2048, "batch": 1, "layout": "nn"}) == "large"
     for layout in ("nt", "tn", "tt"):
@@ -126,15 +126,15 @@ def test_bucket_key_holds_layout_and_batch(device):
 
 def test_kernel_runs_the_bucket_the_tuner_keys_its_shape_by(device):
     """The tuner groups its suites by bucket_of; the kernel reports (and looks up) the same key."""
-    fam = mm.family(device, mm.Matmul)
-    for s in mm.TUNE_TARGET.suites["tiny"]:
+    fam = matmul_kernels.family(device, matmul_kernels.Matmul)
+    for s in matmul_kernels.TUNE_TARGET.suites["tiny"]:
         a_t, b_t = (c == "t" for c in s.get("layout", "nn"))
         M, N, K, batch = s["M"], s["N"], s["K"], s["batch"]
         sa = (M * K, 1, M) if a_t else (M * K, K, 1)
         sb = (K * N, 1, K) if b_t else (K * N, N, 1)
         ab, bb, out = (device.allocator.alloc(4 * batch * n) for n in (M * K, K * N, M * N))
         try:
-            info = mm.matmul(device, ab.address, bb.address, out.address, M, N, K, batch=batch, a_strides=sa,
+            info = matmul_kernels.matmul(device, ab.address, bb.address, out.address, M, N, K, batch=batch, a_strides=sa,
                              b_strides=sb)
         finally:
             device.synchronize()
@@ -160,24 +160,24 @@ def test_cooperative_matrix_splits_k_where_its_tiles_are_few(device, monkeypatch
     coop.subgroup = 32  # 256 invocations, 128x128 tiles
     tile = coop.geometry({"SG_M": 2, "SG_N": 4, "FM": 4, "FN": 2, "BK": 32, "PAD": 8, "STAGES": 2})
     assert (tile["WG"], tile["BM"], tile["BN"]) == (256, 128, 128)
-    monkeypatch.setattr(mm, "_target_groups", lambda fam, wg: 264 * 256 / wg)
-    fam = mm.family(device, mm.Matmul)
-    assert mm._split_count(fam, tile, 1655, 126, 5263, 1, None) == 20  # ceil(264 / 13), at most K / 256
-    assert mm._split_count(fam, tile, 112, 983, 1383, 1, None) == 5  # 8 tiles; K / 256 = 5
-    assert mm._split_count(fam, tile, 1655, 126, 300, 1, None) == 1  # K too short to split
-    assert mm._split_count(fam, tile, 4096, 4096, 4096, 1, None) == 1  # 1024 tiles
+    monkeypatch.setattr(matmul_kernels, "_target_groups", lambda fam, wg: 264 * 256 / wg)
+    fam = matmul_kernels.family(device, matmul_kernels.Matmul)
+    assert matmul_kernels._split_count(fam, tile, 1655, 126, 5263, 1, None) == 20  # ceil(264 / 13), at most K / 256
+    assert matmul_kernels._split_count(fam, tile, 112, 983, 1383, 1, None) == 5  # 8 tiles; K / 256 = 5
+    assert matmul_kernels._split_count(fam, tile, 1655, 126, 300, 1, None) == 1  # K too short to split
+    assert matmul_kernels._split_count(fam, tile, 4096, 4096, 4096, 1, None) == 1  # 1024 tiles
 
 
 def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(device, rng, monkeypatch):
     """A 'large' GEMM with one short side: the large tile would compute mostly padding, so a smaller
     size bucket's config runs (tuning/matmul.json tile_fit); results still match."""
-    fam = mm.family(device, mm.Matmul)
+    fam = matmul_kernels.family(device, matmul_kernels.Matmul)
     wide = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0, "SUBGROUP": 0}
     narrow = {"BM": 16, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0, "SUBGROUP": 0}
     configs = {"large": wide, "medium": wide, "small": narrow}
     monkeypatch.setattr(fam, "params", lambda bucket="*": (configs[bucket.split(".")[0]], "default"))
     fam._resolved.clear()
-    mm._prepared.clear()
+    matmul_kernels._prepared.clear()
     M, N, K, batch = 9, 70, 40, 3  # 9 useful rows of 64: 14% useful; the 16-row tile: 56%, the best
     a = rng.standard_normal((batch, M, K), dtype=np.float32)
     b = rng.standard_normal((batch, N, K), dtype=np.float32)  # read transposed: the .nt configs
@@ -186,7 +186,7 @@ def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(de
     try:
         shape = {"M": M, "N": N, "K": K, "batch": batch, "layout": "nt"}
         monkeypatch.setattr(fam, "bucket", lambda s: "large.nt")
-        info = mm.matmul(device, A.address, B.address, out.address, M, N, K, batch=batch, a_strides=(M * K, K, 1),
+        info = matmul_kernels.matmul(device, A.address, B.address, out.address, M, N, K, batch=batch, a_strides=(M * K, K, 1),
                          b_strides=(N * K, 1, K))
         got = device.download(out, np.float32, (batch, M, N))
     finally:
@@ -194,7 +194,7 @@ def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(de
         for buf in (A, B, out):
             buf.free()
         fam._resolved.clear()
-        mm._prepared.clear()
+        matmul_kernels._prepared.clear()
     assert info["bucket"] == "large.nt" and info["config_bucket"] == "small.nt", (shape, info)
     assert (info["params"]["BM"], info["params"]["BN"]) == (16, 32), info
     np.testing.assert_allclose(got, a @ b.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
@@ -202,12 +202,12 @@ def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(de
 
 def test_kernel_reports_layout_bucket_and_batched_config(device):
     a = torch.randn(40, 20)
-    info = mm.matmul(device, 0x1000, 0x2000, 0x3000, 0, 0, 0)  # empty product: no launch
+    info = matmul_kernels.matmul(device, 0x1000, 0x2000, 0x3000, 0, 0, 0)  # empty product: no launch
     assert info["kernel"] == "none"
     A, B = device.upload(a.numpy()), device.upload(a.numpy())
     out = device.allocator.alloc(4 * 20 * 20)
     try:
-        info = mm.matmul(device, A.address, B.address, out.address, 20, 20, 40, a_strides=(0, 1, 20),
+        info = matmul_kernels.matmul(device, A.address, B.address, out.address, 20, 20, 40, a_strides=(0, 1, 20),
                          b_strides=(0, 20, 1))
         assert info["bucket"].endswith(".tn"), info
         got = device.download(out, np.float32, (20, 20))
@@ -215,7 +215,7 @@ def test_kernel_reports_layout_bucket_and_batched_config(device):
     finally:
         for buf in (A, B, out):
             buf.free()
-    fam = mm.family(device, mm.Matmul)
+    fam = matmul_kernels.family(device, matmul_kernels.Matmul)
     params, _ = fam.params("batched.nt")
     assert (params["BM"], params["BN"]) == (32, 32)  # the small attention tile, not the large default
 
@@ -229,7 +229,7 @@ def test_split_k_when_tiles_do_not_fill_the_gpu(device, rng):
     A, B, BIAS = device.upload(a), device.upload(b), device.upload(bias)
     out = device.allocator.alloc(4 * M * N)
     try:
-        info = mm.matmul(device, A.address, B.address, out.address, M, N, K, a_strides=(0, 1, M),
+        info = matmul_kernels.matmul(device, A.address, B.address, out.address, M, N, K, a_strides=(0, 1, M),
                          b_strides=(0, N, 1), bias_addr=BIAS.address, activation="relu")
         assert not info["bucket"].startswith("skinny") and info["splits"] > 1, info
         got = device.download(out, np.float32, (M, N)).astype(np.float64)
@@ -244,9 +244,9 @@ def test_split_k_when_tiles_do_not_fill_the_gpu(device, rng):
 def test_tuner_target_runs_layouts(device):
     from tvk_kernels.config import default_params
 
-    for shape in mm.TUNE_TARGET.suites["tiny"][-2:]:
+    for shape in matmul_kernels.TUNE_TARGET.suites["tiny"][-2:]:
         assert shape.get("layout", "nn") != "nn" or shape["batch"] > 1
-        case = mm.TUNE_TARGET.prepare(device, shape, n_inputs=1)
+        case = matmul_kernels.TUNE_TARGET.prepare(device, shape, n_inputs=1)
         try:
             ok, err = case.check(default_params("matmul", device.facts, bucket_of("matmul", shape).split(".")[0]))
             assert ok, err
@@ -255,20 +255,20 @@ def test_tuner_target_runs_layouts(device):
 
 
 def test_gemm_sweep_sample_and_quick_run(device):
-    from torchvk.experiments import gemm_sweep as gs
+    from torchvk.experiments import gemm_sweep
 
-    sample = gs.sample()
-    assert sample == gs.sample() and len(sample) == gs.COUNT  # seeded: the same GEMMs every run
+    sample = gemm_sweep.sample()
+    assert sample == gemm_sweep.sample() and len(sample) == gemm_sweep.COUNT  # seeded: the same GEMMs every run
     assert {g["layout"] for g in sample} == set(LAYOUTS) and any(g["batch"] > 1 for g in sample)
     assert any(g["batch"] == 1 for g in sample) and any(g["bcast_b"] for g in sample)
-    tuned = {(s["M"], s["N"], s["K"], s["batch"]) for suite in mm.TUNE_TARGET.suites.values() for s in suite}
+    tuned = {(s["M"], s["N"], s["K"], s["batch"]) for suite in matmul_kernels.TUNE_TARGET.suites.values() for s in suite}
     for g in sample:
-        assert 1 <= min(g["M"], g["N"], g["K"]) and max(g["M"], g["N"], g["K"]) <= gs.MAX_DIM
-        assert 2 * g["batch"] * g["M"] * g["N"] * g["K"] <= gs.FLOP_CAP
+        assert 1 <= min(g["M"], g["N"], g["K"]) and max(g["M"], g["N"], g["K"]) <= gemm_sweep.MAX_DIM
+        assert 2 * g["batch"] * g["M"] * g["N"] * g["K"] <= gemm_sweep.FLOP_CAP
         assert (g["M"], g["N"], g["K"], g["batch"]) not in tuned
     gemms = [{"M": 5, "N": 3, "K": 7, "batch": 1, "layout": "tt", "bcast_b": False},
              {"M": 4, "N": 6, "K": 3, "batch": 3, "layout": "nt", "bcast_b": True}]
-    section, md = gs.run(device, quick=True, gemms=gemms)
+    section, md = gemm_sweep.run(device, quick=True, gemms=gemms)
     assert len(section["rows"]) == 2 * len(section["summary"])
     for r in section["rows"]:
         assert r["tvk_s"] > 0 and r["rel_err"] < 1e-2 and r["cuda_s"] is None
@@ -279,9 +279,9 @@ _RDNA1 = r"""
 import json
 from tvk_kernels import get_device
 from tvk_kernels.config import default_params, search_space
-from tvk_kernels.kernels import matmul as mm
+from tvk_kernels.kernels import matmul as matmul_kernels
 dev = get_device(0)
-fam = mm.family(dev, mm.Matmul)
+fam = matmul_kernels.family(dev, matmul_kernels.Matmul)
 stats, seen = {}, set()
 for bucket in search_space("matmul")["buckets"]:
     p = fam.resolve(bucket, default_params("matmul", dev.facts, bucket))  # the static default, checked
@@ -289,16 +289,16 @@ for bucket in search_space("matmul")["buckets"]:
         continue
     seen.add(tuple(p.items()))
     for a_k, b_n in ((1, 1), (0, 0)):  # NN and TT: every load path of A and of B
-        d = mm.defines(p, a_kmajor=a_k, b_nmajor=b_n)
+        d = matmul_kernels.defines(p, a_kmajor=a_k, b_nmajor=b_n)
         pipe = dev.pipelines.get(fam.template, d, local_size=(p["WG"], 1, 1), push_size=128,  # as tvk-tune
                                  subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
-        stats[f"{bucket}.{mm.layout_name(a_k, b_n)}"] = pipe.stats
+        stats[f"{bucket}.{matmul_kernels.layout_name(a_k, b_n)}"] = pipe.stats
 # the register prefetch of the next K slice, on the largest default tile
 p = fam.resolve("large", dict(default_params("matmul", dev.facts, "large"), PREFETCH=1))
 for a_k, b_n in ((1, 1), (0, 0)):
-    pipe = dev.pipelines.get(fam.template, mm.defines(p, a_kmajor=a_k, b_nmajor=b_n), local_size=(p["WG"], 1, 1),
+    pipe = dev.pipelines.get(fam.template, matmul_kernels.defines(p, a_kmajor=a_k, b_nmajor=b_n), local_size=(p["WG"], 1, 1),
                              push_size=128, subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
-    stats[f"large.prefetch.{mm.layout_name(a_k, b_n)}"] = pipe.stats
+    stats[f"large.prefetch.{matmul_kernels.layout_name(a_k, b_n)}"] = pipe.stats
 print(json.dumps(stats))
 """
 

@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tvk_kernels.kernels import optim as O  # noqa: E402
+from tvk_kernels.kernels import optim as optim_kernels  # noqa: E402
 
 SIZES = [1, 7, 1000, 33]
 STEPS = 5
@@ -32,12 +32,12 @@ def _run(device, rng, kind, kw, fused, params=None, sizes=SIZES):
         opt.step()
         gb = [device.upload(g) for g in grads]
         if kind == "sgd":
-            O.sgd_step(device, [(pb[i], gb[i], st[i][0], n) for i, n in enumerate(sizes)], kw["lr"],
+            optim_kernels.sgd_step(device, [(pb[i], gb[i], st[i][0], n) for i, n in enumerate(sizes)], kw["lr"],
                        kw.get("momentum", 0.0), kw.get("dampening", 0.0), kw.get("weight_decay", 0.0),
                        kw.get("nesterov", False), kw.get("maximize", False), first_step=step == 1, fused=fused,
                        params=params)
         else:
-            fn = O.adamw_step if kind == "adamw" else O.adam_step
+            fn = optim_kernels.adamw_step if kind == "adamw" else optim_kernels.adam_step
             wd = kw.get("weight_decay", 1e-2 if kind == "adamw" else 0.0)
             fn(device, [(pb[i], gb[i], st[i][0], st[i][1], st[i][2] if kw.get("amsgrad") else 0, n)
                         for i, n in enumerate(sizes)], kw["lr"], *kw.get("betas", (0.9, 0.999)), kw.get("eps", 1e-8),
@@ -98,16 +98,16 @@ def test_fused_is_one_dispatch_and_table_is_cached(device, rng):
     bufs = [device.upload(np.ones(n, np.float32)) for n in sizes]
     grads = [device.upload(np.ones(n, np.float32)) for n in sizes]
     tensors = [(b, g, 0, n) for b, g, n in zip(bufs, grads, sizes)]
-    fam = O.family(device, O.Optim)
+    fam = optim_kernels.family(device, optim_kernels.Optim)
     s = device.stream
-    O.sgd_step(device, tensors, 0.5)
+    optim_kernels.sgd_step(device, tensors, 0.5)
     n_tables = len(fam.tables)
     before = s.total_dispatches
-    O.sgd_step(device, tensors, 0.25)
+    optim_kernels.sgd_step(device, tensors, 0.25)
     assert s.total_dispatches - before == 1
     assert len(fam.tables) == n_tables  # the second step reused the uploaded table
     before = s.total_dispatches
-    O.sgd_step(device, tensors, 0.25, fused=False)
+    optim_kernels.sgd_step(device, tensors, 0.25, fused=False)
     assert s.total_dispatches - before == len(sizes)
     for b, n in zip(bufs, sizes):
         np.testing.assert_allclose(device.download(b, np.float32, (n,)), np.zeros(n), atol=1e-7)
@@ -119,17 +119,17 @@ def test_foreach_norm(device, rng, fused, norm_type):
     xs = [rng.standard_normal(n).astype(np.float32) for n in SIZES + [5000]]
     tensors = [(device.upload(x), x.size) for x in xs]
     out = device.allocator.alloc(4)
-    O.foreach_norm(device, tensors, out, norm_type, fused=fused)
+    optim_kernels.foreach_norm(device, tensors, out, norm_type, fused=fused)
     ref = torch.nn.utils.get_total_norm([torch.tensor(x) for x in xs], norm_type)
     np.testing.assert_allclose(device.download(out, np.float32, (1,))[0], float(ref), rtol=1e-5)
     if norm_type == 2.0:
-        O.foreach_norm(device, tensors, out, squared=True, fused=fused, params=SMALL_CHUNKS)
+        optim_kernels.foreach_norm(device, tensors, out, squared=True, fused=fused, params=SMALL_CHUNKS)
         np.testing.assert_allclose(device.download(out, np.float32, (1,))[0], float(ref) ** 2, rtol=1e-5)
 
 
 def test_foreach_norm_empty(device):
     out = device.upload(np.full(1, 3.0, np.float32))
-    O.foreach_norm(device, [], out)
+    optim_kernels.foreach_norm(device, [], out)
     assert device.download(out, np.float32, (1,))[0] == 0.0
 
 
@@ -143,7 +143,7 @@ def test_clip_grad_norm(device, rng, fused, max_norm):
     ref_norm = torch.nn.utils.clip_grad_norm_(ts, max_norm)
     bufs = [device.upload(x) for x in xs]
     norm = device.allocator.alloc(4)
-    O.clip_grad_norm(device, [(b, x.size) for b, x in zip(bufs, xs)], max_norm, norm, fused=fused)
+    optim_kernels.clip_grad_norm(device, [(b, x.size) for b, x in zip(bufs, xs)], max_norm, norm, fused=fused)
     np.testing.assert_allclose(device.download(norm, np.float32, (1,))[0], float(ref_norm), rtol=1e-5)
     for b, t in zip(bufs, ts):
         np.testing.assert_allclose(device.download(b, np.float32, (t.numel(),)), t.grad.numpy(), rtol=1e-5, atol=1e-7)
@@ -152,13 +152,13 @@ def test_clip_grad_norm(device, rng, fused, max_norm):
 def test_argument_errors(device):
     buf = device.allocator.alloc(64)
     with pytest.raises(ValueError):
-        O.sgd_step(device, [(buf, buf, buf, 4)], 0.1, momentum=0.0, nesterov=True)
+        optim_kernels.sgd_step(device, [(buf, buf, buf, 4)], 0.1, momentum=0.0, nesterov=True)
     with pytest.raises(ValueError):
-        O.sgd_step(device, [(buf, buf, 0, 4)], 0.1, momentum=0.9)
+        optim_kernels.sgd_step(device, [(buf, buf, 0, 4)], 0.1, momentum=0.9)
     with pytest.raises(ValueError):
-        O.adam_step(device, [(buf, buf, buf, buf, 0, 4)], amsgrad=True)
+        optim_kernels.adam_step(device, [(buf, buf, buf, buf, 0, 4)], amsgrad=True)
     with pytest.raises(ValueError):
-        O.foreach_norm(device, [(buf, 4)], buf, norm_type=1.0)
+        optim_kernels.foreach_norm(device, [(buf, 4)], buf, norm_type=1.0)
 
 
 def test_invalid_params(device):
@@ -166,9 +166,9 @@ def test_invalid_params(device):
 
     buf = device.allocator.alloc(64)
     with pytest.raises(InvalidConfigError):
-        O.sgd_step(device, [(buf, buf, 0, 4)], 0.1, params={"WG": 48, "CHUNK": 96})
+        optim_kernels.sgd_step(device, [(buf, buf, 0, 4)], 0.1, params={"WG": 48, "CHUNK": 96})
     with pytest.raises(InvalidConfigError):
-        O.sgd_step(device, [(buf, buf, 0, 4)], 0.1, params={"WG": 2048, "CHUNK": 4096})
+        optim_kernels.sgd_step(device, [(buf, buf, 0, 4)], 0.1, params={"WG": 2048, "CHUNK": 4096})
 
 
 @pytest.mark.parametrize("decoupled", [False, True])
@@ -191,6 +191,6 @@ def test_fused_adam_reads_steps_on_the_device(device, rng, decoupled):
         steps = [device.upload(np.full(1, step, np.float32)) for _ in sizes]
         entries = [(pb[i], gb[i], st[i][0], st[i][1], st[i][2], steps[i]) for i in range(len(sizes))]
         entries = tuple(tuple(b.address for b in col) for col in zip(*entries)) + (tuple(sizes),)  # one tuple per role
-        O.fused_adam(device, entries, 0.5, 0.9, 0.999, 1e-8, 0.1, amsgrad=True, decoupled=decoupled, found_inf=inf)
-        O.fused_adam(device, entries, 0.5, 0.9, 0.999, 1e-8, 0.1, amsgrad=True, decoupled=decoupled, lr_addr=lr)
+        optim_kernels.fused_adam(device, entries, 0.5, 0.9, 0.999, 1e-8, 0.1, amsgrad=True, decoupled=decoupled, found_inf=inf)
+        optim_kernels.fused_adam(device, entries, 0.5, 0.9, 0.999, 1e-8, 0.1, amsgrad=True, decoupled=decoupled, lr_addr=lr)
         _check_params(device, pb, ps, sizes)

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 torchvk = pytest.importorskip("torchvk")
 
 from torchvk.aten import _tensor_lists  # noqa: E402
-from tvk_kernels.kernels import optim as K  # noqa: E402
+from tvk_kernels.kernels import optim as optim_kernels  # noqa: E402
 
 MODES = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 SIZES = (5, 12, 1, 7)
@@ -48,7 +48,7 @@ def test_a_repeated_step_checks_nothing_again(mode):
     ps, pt, oc, ot = _pair(torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.1), mode)
     _step(ps, pt, oc, ot)
     _step(ps, pt, oc, ot)
-    fam = K.family(pt[0]._tvk.device, K.Optim)
+    fam = optim_kernels.family(pt[0]._tvk.device, optim_kernels.Optim)
     lists, tables = list(_tensor_lists._remembered), list(fam.tables)
     oc.step()  # the same grads again
     ot.step()

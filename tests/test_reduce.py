@@ -263,13 +263,13 @@ def test_bad_explicit_params_raise_a_clear_error(device):
 def test_one_spirv_module_serves_every_items_value_and_layout():
     """ITEMS, COLS, RD, IN_IDX and IDX64 are specialization constants: one SPIR-V module per op,
     input dtype and SUBGROUP serves them all (compiled once, shipped once); the pipeline sets them."""
-    from tvk_kernels.kernels import reduce as R
+    from tvk_kernels.kernels import reduce as reduce_kernels
     from tvk_kernels.runtime.compiler import split_defines
 
     modules, specs = set(), set()
     for items, rd, cols, in_idx, idx64 in itertools.product((1, 2, 4, 8), (1, 3), (False, True), (False, True),
                                                             (False, True)):
-        compiled, spec = split_defines(R.Reduce.template, R.defines({"ITEMS": items}, 4, rd, cols, False, 0, in_idx,
+        compiled, spec = split_defines(reduce_kernels.Reduce.template, reduce_kernels.defines({"ITEMS": items}, 4, rd, cols, False, 0, in_idx,
                                                                     idx64))
         modules.add(tuple(sorted(compiled.items())))
         specs.add(tuple(sorted(spec.items())))

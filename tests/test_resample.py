@@ -159,15 +159,15 @@ def test_compiled_conv_upsample_model_matches_cpu():
 _STATS = """
 import json
 from tvk_kernels import get_device
-from tvk_kernels.kernels import resample as R
+from tvk_kernels.kernels import resample as resample_kernels
 dev = get_device(0)
 stats = {}
-for mode in R.NAMES:
+for mode in resample_kernels.NAMES:
     for backward in (0, 1):
-        for align in ((0, 1) if mode == R.BILINEAR else (0,)):
-            pipe = dev.pipelines.get(R.Resample.template, R.defines(mode, backward, align), local_size=(R.WG, 1, 1),
+        for align in ((0, 1) if mode == resample_kernels.BILINEAR else (0,)):
+            pipe = dev.pipelines.get(resample_kernels.Resample.template, resample_kernels.defines(mode, backward, align), local_size=(resample_kernels.WG, 1, 1),
                                      push_size=128, capture_stats=True)
-            stats[f"{R.NAMES[mode]} backward={backward} align={align}"] = pipe.stats
+            stats[f"{resample_kernels.NAMES[mode]} backward={backward} align={align}"] = pipe.stats
 print(json.dumps(stats))
 """
 

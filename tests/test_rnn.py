@@ -205,12 +205,12 @@ _STATS = """
 import json
 from tvk_kernels import get_device
 from tvk_kernels.config import search_space
-from tvk_kernels.kernels import rnn_cell as K
+from tvk_kernels.kernels import rnn_cell as rnn_cell_kernels
 dev = get_device(0)
 stats = {}
-for cell, code in K.CELLS.items():
-    for wg in search_space(K.RnnCell.family)["params"]["WG"]["values"]:
-        pipe = dev.pipelines.get(K.RnnCell.template, {"CELL": code}, local_size=(wg, 1, 1), push_size=128,
+for cell, code in rnn_cell_kernels.CELLS.items():
+    for wg in search_space(rnn_cell_kernels.RnnCell.family)["params"]["WG"]["values"]:
+        pipe = dev.pipelines.get(rnn_cell_kernels.RnnCell.template, {"CELL": code}, local_size=(wg, 1, 1), push_size=128,
                                  capture_stats=True)
         stats[f"{cell} WG={wg}"] = pipe.stats
 print(json.dumps(stats))

@@ -357,7 +357,7 @@ _RDNA1 = """
 import json
 from tvk_kernels import get_device
 from tvk_kernels.config import default_params
-from tvk_kernels.kernels import rnn_sequence as K
+from tvk_kernels.kernels import rnn_sequence as rnn_sequence_kernels
 from tvk_kernels.search_space import search_space, with_derived
 dev = get_device(0)
 space = search_space("rnn_sequence")
@@ -365,11 +365,11 @@ stats = {}
 for bucket, hidden in (("small", 128), ("large", 2048)):
     prm = with_derived(space, default_params("rnn_sequence", dev.facts, bucket))
     for top in (prm, {**prm, "ROWS": 8}):  # the default and the largest rows of the search space
-        for kind in K.KINDS:
+        for kind in rnn_sequence_kernels.KINDS:
             for backward in (False, True):
-                defines, wg, shared = K.plan(dev, kind, backward, hidden, 64, top)
-                pipe = dev.pipelines.get(K.RnnSequence.template, defines, local_size=(wg, 1, 1),
-                                         push_size=K._PUSH.size, shared_bytes=shared, capture_stats=True)
+                defines, wg, shared = rnn_sequence_kernels.plan(dev, kind, backward, hidden, 64, top)
+                pipe = dev.pipelines.get(rnn_sequence_kernels.RnnSequence.template, defines, local_size=(wg, 1, 1),
+                                         push_size=rnn_sequence_kernels._PUSH.size, shared_bytes=shared, capture_stats=True)
                 stats[f"{kind} backward={backward} H={hidden} {defines}"] = {**pipe.stats, "params": top}
 print(json.dumps(stats))
 """

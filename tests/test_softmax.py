@@ -99,14 +99,14 @@ def test_log_softmax_alias_and_errors(device, rng):
 def test_one_spirv_module_serves_every_items_value_and_layout():
     """ITEMS, COLS and LOG are specialization constants: one SPIR-V module per direction and
     SUBGROUP serves them all (compiled once, shipped once); the pipeline sets them."""
-    from tvk_kernels.kernels import softmax as S
+    from tvk_kernels.kernels import softmax as softmax_kernels
     from tvk_kernels.runtime.compiler import split_defines
 
     modules, specs = set(), set()
     for items in (1, 2, 4, 8):
         for cols in (False, True):
             for log in (False, True):
-                compiled, spec = split_defines("softmax.comp", S.defines({"ITEMS": items}, cols, log, True, False))
+                compiled, spec = split_defines("softmax.comp", softmax_kernels.defines({"ITEMS": items}, cols, log, True, False))
                 modules.add(tuple(sorted(compiled.items())))
                 specs.add(tuple(sorted(spec.items())))
     assert modules == {(("BWD", 1), ("SUBGROUP", 0))}, modules

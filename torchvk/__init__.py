@@ -14,7 +14,7 @@ from tvk_kernels.errors import FreedBufferError, TVKError  # noqa: E402
 from tvk_kernels.runtime.memory import Allocator as _Allocator  # noqa: E402
 
 from . import _autograd  # noqa: E402
-from ._glue import DECOMPOSE, TABLE  # noqa: E402
+from . import op_registry  # noqa: E402
 from ._module import TVKModule, _Guard, _Hooks  # noqa: E402
 from . import _serialization  # noqa: E402
 from .compile import backend_name as _backend_name  # noqa: E402
@@ -71,8 +71,8 @@ def device(index: int | None = None) -> torch.device:
 
 
 def supported_ops() -> list[str]:
-    """Names of the aten ops with a Vulkan implementation (table entries and decompositions)."""
-    return sorted({str(k) for k in TABLE} | {str(k) for k in DECOMPOSE})
+    """Names of the aten overloads that run on tvk (from the op registry: torchvk/op_registry.py)."""
+    return op_registry.supported_ops()
 
 
 __all__ = ["TVKTensor", "OutOfMemoryError", "FreedBufferError", "TVKError", "set_cpu_fallback",

@@ -4,8 +4,8 @@ Every op on a tvk tensor reaches `TVKTensor.__torch_dispatch__` (the Python disp
 key sits below autograd, so autograd runs first as for any backend) and comes here:
 
   0. torch's own argument checks (`_checks.py`: meta kernels, remembered per signature);
-  1. the op table (`_glue.py`): `TABLE[OpOverload]` or `TABLE[OpOverloadPacket]`, filled by
-     the modules in `torchvk/aten/` with the `@register(...)` decorator; each entry calls
+  1. the op table (`op_registry.py`): `TABLE[OpOverload]` or `TABLE[OpOverloadPacket]`, generated
+     from the declarations of the modules in `torchvk/aten/` (`@register(...)`); each entry calls
      tvk_kernels kernels with byte addresses, sizes and strides;
   2. a decomposition into other aten ops (torch._decomp), for a chosen list of
      composite ops whose pieces are all in the table (runs on Vulkan, op by op);
@@ -27,7 +27,8 @@ from tvk_kernels.runtime.interrupts import raise_pending, state as _interrupts
 
 from ._autograd import in_backward_node, stop_node
 from ._checks import check_call
-from ._glue import DECOMPOSE, NO_DEVICE_CHECK, TABLE, hooks
+from ._glue import hooks
+from .op_registry import DECOMPOSE, NO_DEVICE_CHECK, TABLE
 from ._tensor import TVKTensor, from_cpu, to_cpu
 
 log = logging.getLogger("torchvk")

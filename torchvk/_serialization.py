@@ -13,6 +13,7 @@ import re
 
 import torch
 
+from . import op_registry
 from ._module import device_count, is_available
 
 _TVK_LOCATION = re.compile(r"tvk(:(\d+))?$")
@@ -37,9 +38,6 @@ def _no_tag(storage):
     return None  # tvk tensors are saved through the CPU (TVKTensor.__reduce_ex__): no tvk storages
 
 
-_pin_library = []  # the torch.library registration, kept alive
-
-
 def _pin_memory_as_cpu_copy(self, device=None):
     """aten::_pin_memory on the CPU while tvk is the accelerator: a plain contiguous CPU copy.
     Vulkan host-visible memory cannot be handed to torch as a pinned allocator from Python, so
@@ -57,7 +55,6 @@ def install():
     # before torch's own privateuse1 handler (priority 23), which would call storage.to('tvk')
     torch.serialization.register_package(15, _no_tag, _keep_on_cpu_for_rebuild)
     accelerator = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
-    if accelerator is not None and accelerator.type == "tvk" and not _pin_library:
-        lib = torch.library.Library("aten", "IMPL")
-        lib.impl("_pin_memory", _pin_memory_as_cpu_copy, "CPU")
-        _pin_library.append(lib)
+    pin = torch.ops.aten._pin_memory.default
+    if accelerator is not None and accelerator.type == "tvk" and pin not in op_registry.DECLARATIONS:
+        op_registry.register_host(pin)(_pin_memory_as_cpu_copy)

@@ -8,7 +8,8 @@ import torch
 
 from tvk_kernels.runtime.lock import runtime_lock
 
-from ._glue import TABLE, hooks
+from ._glue import hooks
+from .op_registry import TABLE
 from ._storage import (Storage, alloc_storage, check_dtype, download_bytes, get_device, np_dtype, span_elements,
                        torch_device, upload_bytes)
 

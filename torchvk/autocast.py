@@ -6,7 +6,8 @@ not run 'aten::linear' with arguments from the 'Autocasttvk' backend". `install(
 
 * a fallthrough for every op (ops not listed below run as they are, as on CUDA);
 * for each listed op, a kernel on the AutocastPrivateUse1 key that casts the op's floating tvk
-  tensors (float64 excepted) as CUDA's policy does, then runs the op with autocast off.
+  tensors (float64 excepted) as CUDA's policy does, then runs the op with autocast off; each is
+  declared in the op registry (torchvk/op_registry.py: its autocast aspect).
 
 The op lists are CUDA's (aten/src/ATen/autocast_mode.cpp), so a model gets the dtypes it would
 get on CUDA. Unlike CUDA, casts of weights are not cached within an autocast region: each use
@@ -15,6 +16,8 @@ casts again (same results, one extra copy per use).
 from __future__ import annotations
 
 import torch
+
+from . import op_registry
 
 # ops that run in the autocast dtype (float16 or bfloat16): the matmul and conv family
 LOWER_PRECISION = (
@@ -160,15 +163,15 @@ def install():
         fallback.fallback(torch.library.fallthrough_kernel, _KEY)
     except RuntimeError:  # a later torch that registers its own fallthrough for this key
         pass
-    lib = torch.library.Library("aten", "IMPL")
-    policies = [(LOWER_PRECISION, _lower_precision), (FLOAT32, _float32), (FLOAT32_DTYPE_ARG, _float32_dtype_arg),
-                (PROMOTE, _promote)]
-    for names, make in policies:
+    policies = [(LOWER_PRECISION, "lower_precision", _lower_precision), (FLOAT32, "float32", _float32),
+                (FLOAT32_DTYPE_ARG, "float32_dtype_arg", _float32_dtype_arg), (PROMOTE, "promote", _promote)]
+    for names, policy, make in policies:
         for name in names:
             op = _overload(name)
             if op is not None:
-                lib.impl(name, make(op), _KEY)
+                op_registry.register_autocast(op, policy, make(op))
     for name, message in BANNED.items():
-        if _overload(name) is not None:
-            lib.impl(name, _banned(message), _KEY)
-    _libs.extend([fallback, lib])
+        op = _overload(name)
+        if op is not None:
+            op_registry.register_autocast(op, "banned", _banned(message))
+    _libs.append(fallback)

@@ -1,21 +1,15 @@
-"""The aten op table, one module per op group; importing this package fills it.
+"""The aten op modules, one per op group, found by name: importing this package imports every
+`torchvk/aten/<group>.py` (private helpers, `_*.py`, are imported by the modules that use them),
+and their declarations fill the op registry (torchvk/op_registry.py).
 
-An op group whose kernel module cannot be imported (missing from this build) is skipped
-with a warning: its ops then raise NotImplementedError like any op without a kernel.
+A module that cannot be imported is an error, raised here: an op group that silently went
+missing would turn into NotImplementedError far from its cause. What one module needs of another
+it imports, so the order of this walk does not matter.
 """
 import importlib
-import logging
+import pkgutil
 
-from . import copies, factories, views  # noqa: F401
-
-GROUPS = ("elementwise", "matmul", "reductions", "softmax", "losses", "embedding", "conv", "rnn", "rnn_layers", "norm", "pool", "rng",
-          "misc", "sorting", "indexing", "one_hot", "resample", "attention", "shape_ops",
-          "adaptive_max_pool", "amp", "foreach", "composites", "counting", "ctc", "distributions", "linalg")
-unavailable: dict = {}
+GROUPS = tuple(sorted(info.name for info in pkgutil.iter_modules(__path__) if not info.name.startswith("_")))
 
 for _name in GROUPS:
-    try:
-        importlib.import_module(f"{__name__}.{_name}")
-    except (ImportError, AttributeError) as _e:  # a kernel module (or an aten op) missing here
-        unavailable[_name] = str(_e)
-        logging.getLogger("torchvk").warning("TorchVK: op group %s is unavailable: %s", _name, _e)
+    importlib.import_module(f"{__name__}.{_name}")

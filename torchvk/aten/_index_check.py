@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import index_check as _IC
+from tvk_kernels.kernels import index_check as index_check_kernels
 
 from ._util import addr, dev
 from .copies import contig_dtype
@@ -22,5 +22,5 @@ def check_index_range(indices, bound: int, op: str, kind: str, dim: int | None =
     if indices.dtype not in (torch.int64, torch.int32) or not indices.is_contiguous():
         indices = contig_dtype(indices, torch.int64)
     device = dev(indices)
-    _IC.check_indices(device, addr(indices), n, bound, _IC.site(device, op, kind, dim),
+    index_check_kernels.check_indices(device, addr(indices), n, bound, index_check_kernels.site(device, op, kind, dim),
                       int32=indices.dtype == torch.int32, ignore=ignore)

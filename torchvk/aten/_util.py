@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import elementwise as E
+from tvk_kernels.kernels import elementwise as elementwise_kernels
 
 from .._tensor import TVKTensor, new_tensor
 
@@ -27,12 +27,12 @@ _EW_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.int64: "
               torch.int16: "int16"}
 
 
-def operand(t: TVKTensor) -> E.Operand:
+def operand(t: TVKTensor) -> elementwise_kernels.Operand:
     """t as an operand of the elementwise kernels (tvk_kernels.kernels.elementwise)."""
     name = _EW_DTYPES.get(t.dtype)
     if name is None:
         raise TypeError(f"TorchVK elementwise kernels do not support dtype {t.dtype}")
-    return E.Operand.trusted(t.tvk_address, tuple(t.shape), t.stride(), name)
+    return elementwise_kernels.Operand.trusted(t.tvk_address, tuple(t.shape), t.stride(), name)
 
 
 def need_float(t: TVKTensor, op: str, allowed=(torch.float32,)):

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .._glue import register
+from ..op_registry import register
 
 aten = torch.ops.aten
 

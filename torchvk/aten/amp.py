@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 from torch.amp.grad_scaler import GradScaler, OptState
 
-from tvk_kernels.kernels import amp as _K
+from tvk_kernels.kernels import amp as amp_kernels
 
-from .._glue import register
+from ..op_registry import register
 from .._tensor import TVKTensor
 from ._util import DTYPE_NAME, addr, dev
 from .copies import contig, device_copy
@@ -46,7 +46,7 @@ def amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale):
         if g.numel() == 0:
             continue
         flat = contig(g)
-        _K.unscale(dev(g), addr(flat), flat.numel(), addr(found_inf), addr(inv_scale), DTYPE_NAME[g.dtype])
+        amp_kernels.unscale(dev(g), addr(flat), flat.numel(), addr(found_inf), addr(inv_scale), DTYPE_NAME[g.dtype])
         if flat is not g:  # a strided grad: unscaled in a contiguous copy, copied back
             device_copy(g, flat)
 
@@ -58,7 +58,7 @@ def amp_update_scale_(scale, growth_tracker, found_inf, scale_growth_factor, sca
     _check_one(scale, "current_scale", op)
     _check_one(growth_tracker, "growth_tracker", op, torch.int32)
     _check_one(found_inf, "found_inf", op)
-    _K.update_scale(dev(scale), addr(scale), addr(growth_tracker), addr(found_inf), float(scale_growth_factor),
+    amp_kernels.update_scale(dev(scale), addr(scale), addr(growth_tracker), addr(found_inf), float(scale_growth_factor),
                     float(scale_backoff_factor), int(growth_interval))
     return scale
 

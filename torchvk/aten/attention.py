@@ -21,11 +21,11 @@ import math
 
 import torch
 
-from tvk_kernels.kernels import attention as _A
+from tvk_kernels.kernels import attention as attention_kernels
 from tvk_kernels.runtime.device import get_device
 
 from .. import _rng
-from .._glue import register
+from ..op_registry import register, register_composite, register_meta
 from .._tensor import TVKTensor, alias, new_tensor
 from ._util import addr, dev
 from .copies import cast, contig, device_copy, fill
@@ -44,7 +44,7 @@ def fused_supported(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
     if key.dtype != query.dtype or value.dtype != query.dtype:
         return False
     b, hq, lq, d = query.shape
-    if key.shape[0] != b or value.shape[0] != b or key.shape[3] != d or value.shape[3] != d or not 1 <= d <= _A.MAX_HEAD:
+    if key.shape[0] != b or value.shape[0] != b or key.shape[3] != d or value.shape[3] != d or not 1 <= d <= attention_kernels.MAX_HEAD:
         return False
     if key.shape[1] != value.shape[1] or key.shape[2] != value.shape[2] or key.shape[1] < 1:
         return False
@@ -57,7 +57,7 @@ def fused_supported(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
             torch.broadcast_shapes(tuple(attn_mask.shape), (b, hq, lq, key.shape[2]))
         except RuntimeError:
             return False
-    if not _A.fits(get_device(query.device.index), b, hq, max(lq, key.shape[2]), d):  # fake tensors too
+    if not attention_kernels.fits(get_device(query.device.index), b, hq, max(lq, key.shape[2]), d):  # fake tensors too
         return False
     return 0.0 <= dropout_p <= 1.0
 
@@ -78,8 +78,7 @@ def traced_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
     return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
 
 
-_lib = torch.library.Library("aten", "IMPL")
-_lib.impl("scaled_dot_product_attention", sdpa, "AutogradPrivateUse1")
+register_composite(aten.scaled_dot_product_attention.default, traced=traced_sdpa)(sdpa)
 
 
 # ---------------------------------------------------------------- the fused op and its backward
@@ -124,7 +123,7 @@ def fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=
     if not fused_supported(query, key, value, attn_bias, dropout_p, False, enable_gqa=True):
         raise NotImplementedError(
             f"TorchVK's fused attention takes 4-d float32/float16 q, k, v of one dtype with the same head dim (at most "
-            f"{_A.MAX_HEAD}), query heads a multiple of key/value heads and a bool or same-dtype mask broadcastable to "
+            f"{attention_kernels.MAX_HEAD}), query heads a multiple of key/value heads and a bool or same-dtype mask broadcastable to "
             f"[B, H, Lq, Lk]; got q {tuple(query.shape)} {query.dtype}, k {tuple(key.shape)}, v {tuple(value.shape)}. "
             "F.scaled_dot_product_attention takes every input (the others through its math decomposition).")
     d = dev(query)
@@ -138,7 +137,7 @@ def fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=
     if dropout_p > 0:
         rng = _rng.kernel_seed(b * hq * lq * lk)
     if lse.numel():
-        _A.attention_forward(d, addr(q), addr(k), addr(v), addr(out), addr(lse), shape, dtype=_DT[q.dtype],
+        attention_kernels.attention_forward(d, addr(q), addr(k), addr(v), addr(out), addr(lse), shape, dtype=_DT[q.dtype],
                              scale=_scale(scale, hd), mask=_mask(attn_bias, q, lk), causal=is_causal,
                              dropout_p=float(dropout_p), rng=rng, rng_out=(addr(seed_t), addr(offset_t)))
     return (_matching_layout(out, query), lse, None, None, lq, lk, seed_t, offset_t, None)
@@ -153,8 +152,7 @@ def _backward_meta(grad_out, query, key, value, attn_bias, grad_input_mask, *arg
 
 
 # torch 2.11 has no meta kernel for the backward (2.13 does): tracing on fake tensors needs one
-if not torch._C._dispatch_has_kernel_for_dispatch_key(_BWD.name(), "Meta"):
-    _lib.impl(_BWD.name().split("::")[1], _backward_meta, "Meta")
+register_meta(_BWD, _backward_meta)
 
 
 @register(_BWD)
@@ -179,7 +177,7 @@ def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_
             fill(t, 0.0)
     else:
         delta = new_tensor((b, hq, lq), torch.float32, d)
-        _A.attention_backward(d, addr(q), addr(k), addr(v), addr(o), addr(g), addr(contig(logsumexp)), addr(dq),
+        attention_kernels.attention_backward(d, addr(q), addr(k), addr(v), addr(o), addr(g), addr(contig(logsumexp)), addr(dq),
                               addr(dk), addr(dv), shape, dtype=_DT[q.dtype], scale=_scale(scale, hd),
                               mask=_mask(attn_bias, q, lk), causal=is_causal, dropout_p=float(dropout_p),
                               rng_state=None if rng_state is None else addr(rng_state),

@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..op_registry import register_composite
+
 
 
 def cdist(x1, x2, p=2.0, compute_mode=None):
@@ -292,7 +294,5 @@ COMPOSED = {  # op -> composition (compile/whole_ops.py traces these too)
     aten.renorm.default: renorm,
     aten.multi_margin_loss.default: multi_margin_loss,
 }
-_lib = torch.library.Library("aten", "IMPL")
 for _op, _fn in COMPOSED.items():
-    _name = _op._schema.name.split("::")[1] + ("" if _op._overloadname == "default" else "." + _op._overloadname)
-    _lib.impl(_name, _fn, "AutogradPrivateUse1")
+    register_composite(_op, traced=True)(_fn)

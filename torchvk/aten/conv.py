@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import conv as _C
+from tvk_kernels.kernels import conv as conv_kernels
 
-from .._glue import register
+from ..op_registry import register
 from .._tensor import new_tensor
 from ._half import float32_compute
 from ._util import addr, dev
@@ -99,9 +99,9 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     x, w, stride, padding, dilation, one_d = _as2d(input, weight, stride, padding, dilation)
     x, w = contig(x), contig(w)
     b = contig(bias) if bias is not None else None
-    shape = _C.conv2d_output_shape(tuple(x.shape), tuple(w.shape), stride, _pad(padding), dilation, groups)
+    shape = conv_kernels.conv2d_output_shape(tuple(x.shape), tuple(w.shape), stride, _pad(padding), dilation, groups)
     out = new_tensor(shape, torch.float32, dev(input))
-    _C.conv2d_forward(dev(input), addr(x), addr(w), addr(b) if b is not None else 0, addr(out), tuple(x.shape),
+    conv_kernels.conv2d_forward(dev(input), addr(x), addr(w), addr(b) if b is not None else 0, addr(out), tuple(x.shape),
                       tuple(w.shape), stride, _pad(padding), dilation, groups, act=act)
     return out.squeeze(2) if one_d else out
 
@@ -124,7 +124,7 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     gi = new_tensor(x.shape, torch.float32, d) if output_mask[0] else None
     gw = new_tensor(w.shape, torch.float32, d) if output_mask[1] else None
     gb = new_tensor([w.shape[0]], torch.float32, d) if output_mask[2] else None
-    _C.conv2d_backward(d, addr(g), addr(x), addr(w), addr(gi) if gi is not None else None,
+    conv_kernels.conv2d_backward(d, addr(g), addr(x), addr(w), addr(gi) if gi is not None else None,
                        addr(gw) if gw is not None else None, addr(gb) if gb is not None else None,
                        tuple(x.shape), tuple(w.shape), stride, _pad(padding), dilation, groups)
     if one_d:
@@ -143,7 +143,7 @@ def _transposed(input, weight, bias, stride, padding, dilation, output_padding, 
               zip((h, wd), stride, _pad(padding), dilation, w.shape[2:], output_padding))
     shape = (n, w.shape[1] * groups, oh, ow)
     out = new_tensor(shape, torch.float32, dev(input))
-    _C.conv2d_backward_input(dev(input), addr(x), addr(w), addr(out), shape, tuple(w.shape), stride, _pad(padding),
+    conv_kernels.conv2d_backward_input(dev(input), addr(x), addr(w), addr(out), shape, tuple(w.shape), stride, _pad(padding),
                              dilation, groups, out_hw=(h, wd))
     if bias is not None:
         out = aten.add.Tensor(out, bias.view(1, -1, 1, 1))
@@ -161,13 +161,13 @@ def _transposed_backward(grad_output, input, weight, stride, padding, dilation, 
     gw = new_tensor(w.shape, torch.float32, d) if output_mask[1] else None
     gb = new_tensor([g.shape[1]], torch.float32, d) if output_mask[2] else None
     if gi is not None:
-        _C.conv2d_forward(d, addr(g), addr(w), 0, addr(gi), tuple(g.shape), tuple(w.shape), stride, _pad(padding),
+        conv_kernels.conv2d_forward(d, addr(g), addr(w), 0, addr(gi), tuple(g.shape), tuple(w.shape), stride, _pad(padding),
                           dilation, groups, out_hw=hw)
     if gw is not None:
-        _C.conv2d_backward_weight(d, addr(x), addr(g), addr(gw), tuple(g.shape), tuple(w.shape), stride,
+        conv_kernels.conv2d_backward_weight(d, addr(x), addr(g), addr(gw), tuple(g.shape), tuple(w.shape), stride,
                                   _pad(padding), dilation, groups, out_hw=hw)
     if gb is not None:
-        _C.conv2d_backward_bias(d, addr(g), addr(gb), tuple(g.shape))
+        conv_kernels.conv2d_backward_bias(d, addr(g), addr(gb), tuple(g.shape))
     if one_d:
         gi = gi.squeeze(2) if gi is not None else None
         gw = gw.squeeze(2) if gw is not None else None

@@ -6,9 +6,9 @@ import types
 
 import torch
 
-from tvk_kernels.kernels import elementwise as E
+from tvk_kernels.kernels import elementwise as elementwise_kernels
 
-from .._glue import register
+from ..op_registry import register, register_backend
 from .._storage import alloc_storage, check_dtype, get_device, span_elements
 from .._tensor import (is_dense, TVKTensor, contiguous_strides, from_cpu, itemsize, new_tensor, to_cpu,
                        upload_into)
@@ -37,7 +37,7 @@ def device_copy(dst: TVKTensor, src: TVKTensor):
         dev = dst._tvk.device
         dev.stream.copy(_range(src), _range(dst), dst.numel() * itemsize(dst.dtype))
         return dst
-    E.copy(dst._tvk.device, operand(src), operand(dst))  # broadcast, cast, any strides
+    elementwise_kernels.copy(dst._tvk.device, operand(src), operand(dst))  # broadcast, cast, any strides
     return dst
 
 
@@ -87,7 +87,7 @@ def copy(self, src, non_blocking=False):
     return out
 
 
-@register(aten._copy_from.default, cross_device=True)
+@register_backend(aten._copy_from.default, cross_device=True)
 def _copy_from(self, dst, non_blocking=False):
     if isinstance(dst, TVKTensor):
         copy_into(dst, self)
@@ -96,7 +96,7 @@ def _copy_from(self, dst, non_blocking=False):
     return dst
 
 
-@register(aten._copy_from_and_resize.default, cross_device=True)
+@register_backend(aten._copy_from_and_resize.default, cross_device=True)
 def _copy_from_and_resize(self, dst):
     if isinstance(dst, TVKTensor):
         resize_(dst, self.shape)
@@ -216,7 +216,7 @@ def fill(t: TVKTensor, value):
     if rng is not None and pat is not None and rng.offset % 4 == 0 and nbytes % 4 == 0:
         t._tvk.device.stream.fill(rng, pat, nbytes)
         return t
-    E.fill(t._tvk.device, operand(t), value)
+    elementwise_kernels.fill(t._tvk.device, operand(t), value)
     return t
 
 
@@ -283,7 +283,3 @@ def _grow_storage(storage, nbytes: int):
         stream.keep_alive(old)
     storage.buffer, storage.nbytes = new, nbytes
 
-
-_lib = torch.library.Library("aten", "IMPL")
-_lib.impl("_copy_from", _copy_from, "PrivateUse1")
-_lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")

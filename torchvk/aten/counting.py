@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .._glue import register
+from ..op_registry import register
 
 aten = torch.ops.aten
 _INTEGRAL = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from ..op_registry import register_composite
+
 _NONE, _MEAN, _SUM = 0, 1, 2
 _NEG_INF = float("-inf")
 
@@ -102,6 +104,5 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
     return loss.squeeze(0) if unbatched else loss
 
 
-_lib = torch.library.Library("aten", "IMPL")
-_lib.impl("ctc_loss.IntList", ctc_loss, "AutogradPrivateUse1")
-_lib.impl("ctc_loss.Tensor", ctc_loss, "AutogradPrivateUse1")  # lengths as tensors: _lengths reads both
+# lengths as lists or as tensors: _lengths reads both
+register_composite(torch.ops.aten.ctc_loss.IntList, torch.ops.aten.ctc_loss.Tensor)(ctc_loss)

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from .._glue import register
+from ..op_registry import register
 from .rng import _no_generator
 
 aten = torch.ops.aten

@@ -8,12 +8,14 @@ checks, and raise what torch raises for their operand types (refuse_as_cpu).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from tvk_kernels.kernels import activations
-from tvk_kernels.kernels import elementwise as E
+from tvk_kernels.kernels import elementwise as elementwise_kernels
 
-from .._glue import register
+from ..op_registry import ElementwiseRule, register
 from .._storage import alloc_storage, check_dtype
 from .._tensor import TVKTensor, new_tensor
 from ._layout import result_strides
@@ -32,7 +34,7 @@ def _shape(args):
     first = shapes[0]
     if all(s == first for s in shapes):  # the common case; torch.broadcast_shapes costs ~60 us
         return first
-    return E.broadcast_shapes(*shapes)
+    return elementwise_kernels.broadcast_shapes(*shapes)
 
 
 def _device(args):
@@ -70,7 +72,7 @@ def _operands(kop, args, common):
 
 def _compute(kop, common):
     """The kernel's compute type: the common dtype's, float32 for an op the kernel computes in float only."""
-    return torch.float32 if E.OPS[kop].float_only else COMPUTE[common]
+    return torch.float32 if elementwise_kernels.OPS[kop].float_only else COMPUTE[common]
 
 
 def run(kop, args, *, out=None, dtype=None, common=None, kind=DEFAULT, scalars=(), contiguous=False):
@@ -103,9 +105,9 @@ def run(kop, args, *, out=None, dtype=None, common=None, kind=DEFAULT, scalars=(
     inputs = tuple(operand(v) if isinstance(v, TVKTensor) else v for v in vals)
     out_op = operand(out)
     if fresh and as_is and len(_launches) < _MAX_LAUNCHES:
-        fam, plan = E.planned(device, kop, inputs, out_op, compute)
+        fam, plan = elementwise_kernels.planned(device, kop, inputs, out_op, compute)
         _launches[key] = _Launch(kop, device, fam, plan, out, common)
-    E.elementwise(device, kop, inputs, out_op, scalars, compute)
+    elementwise_kernels.elementwise(device, kop, inputs, out_op, scalars, compute)
     return out
 
 
@@ -144,7 +146,7 @@ class _Launch:
             else:
                 numbers.append(_number_operand(self.kop, slot, number(a), self.common))
         addrs.append(out.tvk_address)
-        E.launch(self.device, self.fam, self.plan, self.kop, addrs, scalars, numbers)
+        elementwise_kernels.launch(self.device, self.fam, self.plan, self.kop, addrs, scalars, numbers)
         return out
 
 
@@ -178,7 +180,7 @@ def ew(kop, *args, dtype=None, kind=DEFAULT, scalars=()):
 
 
 # ------------------------------------------------------------------ binary arithmetic
-@register(aten.add.Tensor, aten.add.Scalar)
+@register(aten.add.Tensor, aten.add.Scalar, fusion=ElementwiseRule("add", ("self", "other"), ("alpha",)))
 def add(self, other, *, alpha=1):
     common = common_dtype(aten.add, self, other, alpha=alpha)  # alpha's type too: 0.5 for integers
     return run("add", (self, other), common=common, scalars=(checked(alpha, common),))
@@ -190,7 +192,7 @@ def add_(self, other, *, alpha=1):
     return run_("add", self, (self, other), common=common, scalars=(checked(alpha, common),))
 
 
-@register(aten.sub.Tensor, aten.sub.Scalar)
+@register(aten.sub.Tensor, aten.sub.Scalar, fusion=ElementwiseRule("sub", ("self", "other"), ("alpha",)))
 def sub(self, other, *, alpha=1):
     common = common_dtype(aten.sub, self, other, alpha=alpha)  # bool operands too
     return run("sub", (self, other), common=common, scalars=(checked(alpha, common),))
@@ -202,13 +204,13 @@ def sub_(self, other, *, alpha=1):
     return run_("sub", self, (self, other), common=common, scalars=(checked(alpha, common),))
 
 
-@register(aten.rsub.Tensor, aten.rsub.Scalar)
+@register(aten.rsub.Tensor, aten.rsub.Scalar, fusion=ElementwiseRule("sub", ("other", "self"), ("alpha",)))
 def rsub(self, other, *, alpha=1):  # other - alpha * self: `2 - x`
     common = common_dtype(aten.rsub, self, other, alpha=alpha)
     return run("sub", (other, self), common=common, scalars=(checked(alpha, common),))
 
 
-@register(aten.mul.Tensor, aten.mul.Scalar)
+@register(aten.mul.Tensor, aten.mul.Scalar, fusion=ElementwiseRule("mul", ("self", "other")))
 def mul(self, other):
     return run("mul", (self, other), common=common_dtype(aten.mul, self, other))
 
@@ -218,7 +220,7 @@ def mul_(self, other):
     return run_("mul", self, (self, other), common=common_dtype(aten.mul_, self, other))
 
 
-@register(aten.div.Tensor, aten.div.Scalar)
+@register(aten.div.Tensor, aten.div.Scalar, fusion=ElementwiseRule("div", ("self", "other")))
 def div(self, other):
     return run("div", (self, other), common=common_dtype(aten.div, self, other, kind=INT_TO_FLOAT))
 
@@ -236,12 +238,12 @@ def div_mode(self, other, *, rounding_mode=None):
     return _int_division("floor_divide" if rounding_mode == "floor" else "trunc_divide", self, other, common)
 
 
-@register(aten.maximum.default)
+@register(aten.maximum.default, fusion=ElementwiseRule("maximum", ("self", "other")))
 def maximum(self, other):
     return run("maximum", (self, other), common=common_dtype(aten.maximum, self, other))
 
 
-@register(aten.minimum.default)
+@register(aten.minimum.default, fusion=ElementwiseRule("minimum", ("self", "other")))
 def minimum(self, other):
     return run("minimum", (self, other), common=common_dtype(aten.minimum, self, other))
 
@@ -257,7 +259,7 @@ def _exponent(self, exponent, dtype):
 _POWERS = {2: "square", 1: "copy", 0.5: "sqrt"}  # exponents with a kernel op of their own
 
 
-@register(aten.pow.Tensor_Scalar)
+@register(aten.pow.Tensor_Scalar, fusion=ElementwiseRule("pow_scalar", ("self",), ("exponent",)))
 def pow_ts(self, exponent):
     dtype = common_dtype(aten.pow, self, exponent)
     exponent = _exponent(self, exponent, dtype)
@@ -278,7 +280,7 @@ def pow_st(self, exponent):  # a number to a tensor's powers: `2 ** x`; the base
     return run("rpow_scalar", (exponent,), common=dtype, scalars=(cast(self, dtype),))
 
 
-@register(aten.pow.Tensor_Tensor)
+@register(aten.pow.Tensor_Tensor, fusion=ElementwiseRule("pow", ("self", "exponent")))
 def pow_tt(self, exponent):
     return run("pow", (self, exponent), common=common_dtype(aten.pow, self, exponent))
 
@@ -299,16 +301,7 @@ def _unary(kop, kind=DEFAULT):
     return impl, impl_
 
 
-for _name, _kop, _kind in [("neg", "neg", DEFAULT), ("abs", "abs", DEFAULT), ("exp", "exp", INT_TO_FLOAT),
-                           ("log", "log", INT_TO_FLOAT), ("sqrt", "sqrt", INT_TO_FLOAT),
-                           ("rsqrt", "rsqrt", INT_TO_FLOAT), ("reciprocal", "reciprocal", INT_TO_FLOAT)]:
-    _f, _f_ = _unary(_kop, _kind)
-    register(getattr(aten, _name).default)(_f)
-    if hasattr(aten, _name + "_"):
-        register(getattr(aten, _name + "_").default)(_f_)
-
-
-@register(aten.square.default)
+@register(aten.square.default, fusion=ElementwiseRule("square", ("self",)))
 def square(self):
     return run("square", (self,), common=promote((self, 2)))  # as self ** 2: bools square to int64
 
@@ -348,27 +341,39 @@ def _activation_backward(name):
     return backward
 
 
+def _activation_kernel_op(name):
+    """Compiled mode's choice among the entries of one aten op, from a node's bound arguments."""
+    return lambda kwargs: activations.select(name, kwargs).name
+
+
 def _register_activation(act):
-    if act.aten is None:
-        return
-    register(getattr(aten, act.aten).default)(_activation_forward(act.aten))
+    """The aten op of an activation, its in-place form and its backward; fusable ones also as
+    elementwise rules (the backward takes grad_output and self or output) and GEMM/conv epilogues."""
+    if act.aten is None or next(a for a in activations.ACTIVATIONS.values() if a.aten == act.aten) is not act:
+        return  # the first entry of an aten op declares it
+    forward, pick = getattr(aten, act.aten).default, _activation_kernel_op(act.aten)
+    rule = ElementwiseRule(pick, (forward._schema.arguments[0].name,), epilogue=pick) if act.fusable else None
+    register(forward, fusion=rule)(_activation_forward(act.aten))
     inplace = getattr(aten, act.aten + "_", None)
     if inplace is not None:
         register(inplace.default)(_activation_inplace(act.aten))
     backward = getattr(aten, act.aten + "_backward", None)
     if act.grad and backward is not None:
-        register(backward.default)(_activation_backward(act.aten))
+        operands = tuple(arg.name for arg in backward.default._schema.arguments[:2])
+        rule = ElementwiseRule(lambda kwargs: pick(kwargs) + "_backward", operands) if act.fusable else None
+        register(backward.default, fusion=rule)(_activation_backward(act.aten))
 
 
 activations.each(_register_activation)  # the table's entries now, and any added later
 
 
-@register(aten.threshold_backward.default)
+@register(aten.threshold_backward.default,
+          fusion=ElementwiseRule("threshold_backward", ("grad_output", "self"), ("threshold",)))
 def threshold_backward(grad_output, self, threshold):
     return run("threshold_backward", (grad_output, self), dtype=grad_output.dtype, scalars=(threshold,))
 
 
-@register(aten.leaky_relu.default)
+@register(aten.leaky_relu.default, fusion=ElementwiseRule("leaky_relu", ("self",), ("negative_slope",)))
 def leaky_relu(self, negative_slope=0.01):
     require_floating("leaky_relu", self)
     return run("leaky_relu", (self,), dtype=self.dtype, scalars=(negative_slope,))
@@ -397,7 +402,7 @@ def _clamp_(self, min, max):
     return run_("clamp", self, (self,), scalars=tuple(None if b is None else checked(b, self.dtype) for b in (min, max)))
 
 
-@register(aten.clamp.default)
+@register(aten.clamp.default, fusion=ElementwiseRule("clamp", ("self",), ("min", "max")))
 def clamp(self, min=None, max=None):
     refuse_as_cpu(aten.clamp, self, min, max)  # no bound at all too
     return _clamp(self, min, max)
@@ -409,13 +414,13 @@ def clamp_(self, min=None, max=None):
     return _clamp_(self, min, max)
 
 
-@register(aten.clamp_min.default)
+@register(aten.clamp_min.default, fusion=ElementwiseRule("clamp", ("self",), ("min", math.inf)))
 def clamp_min(self, min):
     refuse_as_cpu(aten.clamp_min, self, min)
     return _clamp(self, min, None)
 
 
-@register(aten.clamp_max.default)
+@register(aten.clamp_max.default, fusion=ElementwiseRule("clamp", ("self",), (-math.inf, "max")))
 def clamp_max(self, max):
     refuse_as_cpu(aten.clamp_max, self, max)
     return _clamp(self, None, max)
@@ -462,7 +467,7 @@ def clamp_max_t(self, max):
     return _clamp_t(self, None, max)
 
 
-@register(aten.hardtanh.default)
+@register(aten.hardtanh.default, fusion=ElementwiseRule("clamp", ("self",), ("min_val", "max_val")))
 def hardtanh(self, min_val=-1, max_val=1):
     return run("clamp", (self,), scalars=(checked(min_val, self.dtype), checked(max_val, self.dtype)))
 
@@ -610,7 +615,8 @@ def _addc(op, kop, self, tensor1, tensor2, value, into=None):
         run_(kop, into, args, common=common, scalars=scalars)
 
 
-@register(aten.addcmul.default)
+@register(aten.addcmul.default,
+          fusion=ElementwiseRule("addcmul", ("self", "tensor1", "tensor2"), ("value",)))
 def addcmul(self, tensor1, tensor2, *, value=1):
     return _addc(aten.addcmul, "addcmul", self, tensor1, tensor2, value)
 
@@ -620,7 +626,8 @@ def addcmul_(self, tensor1, tensor2, *, value=1):
     return _addc(aten.addcmul_, "addcmul", self, tensor1, tensor2, value, into=self)
 
 
-@register(aten.addcdiv.default)
+@register(aten.addcdiv.default,
+          fusion=ElementwiseRule("addcdiv", ("self", "tensor1", "tensor2"), ("value",)))
 def addcdiv(self, tensor1, tensor2, *, value=1):
     return _addc(aten.addcdiv, "addcdiv", self, tensor1, tensor2, value)
 
@@ -630,7 +637,7 @@ def addcdiv_(self, tensor1, tensor2, *, value=1):
     return _addc(aten.addcdiv_, "addcdiv", self, tensor1, tensor2, value, into=self)
 
 
-@register(aten.lerp.Scalar)
+@register(aten.lerp.Scalar, fusion=ElementwiseRule("lerp_scalar", ("self", "end"), ("weight",)))
 def lerp(self, end, weight):
     refuse_as_cpu(aten.lerp, self, end, weight)  # integers, and an end of another dtype
     return run("lerp_scalar", (self, end), scalars=(checked(weight, opmath(self.dtype)),))
@@ -660,23 +667,56 @@ def lerp_t_(self, end, weight):
     return _lerp_t(aten.lerp_, self, end, weight, into=self)
 
 
-# ------------------------------------------------------------------ math: one kernel op each (OPS)
-# aten name -> kernel op; integer inputs give float32 (torch's INT_TO_FLOAT)
-_FLOAT_UNARY = {
-    "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan",
-    "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
-    "erf": "erf", "erfc": "erfc", "erfinv": "erfinv", "special_erfcx": "erfcx", "special_log_ndtr": "log_ndtr",
-    "special_ndtri": "ndtri", "expm1": "expm1", "log1p": "log1p", "log2": "log2", "log10": "log10",
-    "exp2": "exp2", "lgamma": "lgamma", "digamma": "digamma", "i0": "i0", "special_i0e": "i0e",
-    "special_i1": "i1", "special_i1e": "i1e", "special_entr": "entr", "sinc": "sinc", "angle": "angle",
-    "special_modified_bessel_i0": "i0", "special_modified_bessel_i1": "i1",
-    "special_spherical_bessel_j0": "spherical_bessel_j0",
-}
-for _name, _kop in _FLOAT_UNARY.items():
-    _f, _f_ = _unary(_kop, INT_TO_FLOAT)
-    register(getattr(aten, _name).default)(_f)
-    if hasattr(aten, _name + "_"):
-        register(getattr(aten, _name + "_").default)(_f_)
+# ------------------------------------------------------------------ math: the kernel table's rows
+# Each row of tvk_kernels/kernels/elementwise.py's OPS that names aten ops (`aten=`) declares them:
+# every functional overload (Tensor and Scalar operands), the in-place forms, and compiled mode's
+# fusion rule, its operands the overload's first arguments. `ints` says what integer inputs give.
+_INT_PROMOTION = {"keep": DEFAULT, "float": INT_TO_FLOAT, "refuse": DEFAULT}
+
+
+def _aten_packet(name: str):
+    """aten.<name>, or torch.ops.<namespace>.<name> for "namespace::name"."""
+    namespace, _, op = name.rpartition("::")
+    return getattr(getattr(torch.ops, namespace or "aten"), op, None)
+
+
+def _takes_tensors(op, mutable: bool) -> bool:
+    schema = op._schema
+    return schema.is_mutable == mutable and "out" not in op._overloadname and \
+        any(str(arg.type).startswith("Tensor") for arg in schema.arguments)
+
+
+def _row_kernels(kop: str, name: str, ints: str):
+    kind = _INT_PROMOTION[ints]
+
+    def impl(*operands):
+        if ints == "refuse":
+            require_floating(name, *operands)
+        return run(kop, operands, kind=kind)
+
+    def impl_(self, *operands):
+        return run_(kop, self, (self,) + operands, kind=kind)
+
+    return impl, impl_
+
+
+def _declare_row(kop: str, spec):
+    for name in spec.aten:
+        packet = _aten_packet(name)
+        if packet is None:
+            raise ValueError(f"elementwise op {kop!r} names aten op {name!r}, which this torch does not have")
+        impl, impl_ = _row_kernels(kop, name, spec.ints)
+        for overload in (getattr(packet, ov) for ov in packet.overloads()):
+            if _takes_tensors(overload, mutable=False):
+                operands = tuple(arg.name for arg in overload._schema.arguments[:spec.arity])
+                register(overload, fusion=ElementwiseRule(kop, operands))(impl)
+        inplace = _aten_packet(name + "_")
+        for overload in (getattr(inplace, ov) for ov in inplace.overloads()) if inplace is not None else ():
+            if _takes_tensors(overload, mutable=True):
+                register(overload)(impl_)
+
+
+elementwise_kernels.each_op(_declare_row)  # the rows now, and any added later
 
 
 def _rounding(kop):
@@ -692,7 +732,7 @@ def _rounding(kop):
 
 for _name in ("ceil", "floor", "trunc", "round"):
     _f, _f_ = _rounding(_name)
-    register(getattr(aten, _name).default)(_f)
+    register(getattr(aten, _name).default, fusion=ElementwiseRule(_name, ("self",)))(_f)
     register(getattr(aten, _name + "_").default)(_f_)
 
 
@@ -705,7 +745,7 @@ def round_decimals(self, *, decimals):
     return run("round_decimals", (self,), dtype=self.dtype, scalars=(10.0 ** abs(decimals), decimals < 0))
 
 
-@register(aten.frac.default)
+@register(aten.frac.default, fusion=ElementwiseRule("frac", ("self",)))
 def frac(self):
     require_floating("frac", self)
     return run("frac", (self,))
@@ -755,37 +795,6 @@ def require_floating(opname, *tensors):
             raise NotImplementedError(f'"{opname}" not implemented for \'{torch_name(t.dtype)}\'')
 
 
-# binary: aten packet -> (kernel op, promotion); every overload of the packet (Tensor, Scalar, ...)
-_BINARY = {
-    "atan2": ("atan2", INT_TO_FLOAT), "copysign": ("copysign", INT_TO_FLOAT), "xlogy": ("xlogy", INT_TO_FLOAT),
-    "special_xlog1py": ("xlog1py", INT_TO_FLOAT), "hypot": ("hypot", DEFAULT), "logaddexp": ("logaddexp", DEFAULT),
-    "logaddexp2": ("logaddexp2", DEFAULT), "fmax": ("fmax", DEFAULT), "fmin": ("fmin", DEFAULT),
-    "nextafter": ("nextafter", DEFAULT), "special_zeta": ("zeta", INT_TO_FLOAT),
-}
-_FLOAT_ONLY = {"hypot", "logaddexp", "logaddexp2", "nextafter"}
-
-
-def _binary(name, kop, kind):
-    def impl(self, other):
-        if name in _FLOAT_ONLY:
-            require_floating(name, self, other)
-        return run(kop, (self, other), kind=kind)
-
-    def impl_(self, other):
-        return run_(kop, self, (self, other), kind=kind)
-
-    return impl, impl_
-
-
-for _name, (_kop, _kind) in _BINARY.items():
-    _f, _f_ = _binary(_name, _kop, _kind)
-    _pk = getattr(aten, _name)
-    register(*(getattr(_pk, o) for o in _pk.overloads() if "out" not in o.lower() and o not in ("int", "float")))(_f)
-    _pk_ = getattr(aten, _name + "_", None)
-    if _pk_ is not None:
-        register(*(getattr(_pk_, o) for o in _pk_.overloads()))(_f_)
-
-
 def _int_division(kop, self, other, common):
     """floor/trunc division and remainders in the common dtype (common_dtype: torch judged the types)."""
     _check_divisor(common, other)
@@ -805,12 +814,13 @@ def _check_divisor(common, other):
         raise RuntimeError("ZeroDivisionError")
 
 
-@register(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+@register(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor,
+          fusion=ElementwiseRule("remainder", ("self", "other")))
 def remainder(self, other):  # `2 % x` too
     return _int_division("remainder", self, other, common_dtype(aten.remainder, self, other))
 
 
-@register(aten.fmod.Tensor, aten.fmod.Scalar)
+@register(aten.fmod.Tensor, aten.fmod.Scalar, fusion=ElementwiseRule("fmod", ("self", "other")))
 def fmod(self, other):
     return _int_division("fmod", self, other, common_dtype(aten.fmod, self, other))
 
@@ -827,7 +837,7 @@ def floor_divide_(self, other):
     return run_("floor_divide", self, (self, other), common=common)
 
 
-@register(aten.heaviside.default)
+@register(aten.heaviside.default, fusion=ElementwiseRule("heaviside", ("self", "values")))
 def heaviside(self, values):
     if self.dtype != values.dtype:
         raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes")
@@ -865,7 +875,8 @@ def softplus(self, beta=1, threshold=20):
     return run("softplus", (self,), scalars=(beta, threshold))
 
 
-@register(aten.softplus_backward.default)
+@register(aten.softplus_backward.default,
+          fusion=ElementwiseRule("softplus_backward", ("grad_output", "self"), ("beta", "threshold")))
 def softplus_backward(grad_output, self, beta, threshold):
     return run("softplus_backward", (grad_output, self), scalars=(beta, threshold))
 
@@ -886,12 +897,13 @@ def softshrink(self, lambd=0.5):
     return run("softshrink", (self,), scalars=(lambd,))
 
 
-@register(aten.hardshrink_backward.default, aten.softshrink_backward.default)
+@register(aten.hardshrink_backward.default, aten.softshrink_backward.default,
+          fusion=ElementwiseRule("shrink_backward", ("grad_out", "self"), ("lambd",)))
 def shrink_backward(grad_out, self, lambd):
     return run("shrink_backward", (grad_out, self), scalars=(lambd,))
 
 
-@register(aten.threshold.default)
+@register(aten.threshold.default, fusion=ElementwiseRule("threshold", ("self",), ("threshold", "value")))
 def threshold(self, threshold, value):  # self's dtype: the numbers do not promote it
     return run("threshold", (self,), scalars=_thresholds(self, threshold, value))
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import embedding as _Em
+from tvk_kernels.kernels import embedding as embedding_kernels
 
-from .._glue import register
+from ..op_registry import register
 from .._tensor import new_tensor
 from ._index_check import check_index_range
 from ._util import addr, dev
@@ -38,7 +38,7 @@ def _lookup(weight, indices):
     V, D = w.shape
     n = idx.numel()
     out = new_tensor(list(indices.shape) + [D], torch.float32, dev(weight))
-    _Em.embedding_forward(dev(weight), addr(w), addr(idx), addr(out), n, V, D, weight_stride=w.stride(0))
+    embedding_kernels.embedding_forward(dev(weight), addr(w), addr(idx), addr(out), n, V, D, weight_stride=w.stride(0))
     return out
 
 
@@ -51,7 +51,7 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     g = contig_dtype(grad_output, torch.float32)
     idx = contig_dtype(indices, torch.int64)
     gw = new_tensor([num_weights, D], torch.float32, dev(grad_output))
-    _Em.embedding_backward(dev(grad_output), addr(g), addr(idx), addr(gw), idx.numel(), num_weights, D,
+    embedding_kernels.embedding_backward(dev(grad_output), addr(g), addr(idx), addr(gw), idx.numel(), num_weights, D,
                            padding_idx=None if padding_idx is None or padding_idx < 0 else padding_idx)
     return cast(gw, grad_output.dtype)
 

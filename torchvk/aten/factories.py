@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from .._glue import TABLE, register
+from ..op_registry import register, register_backend
 from .._storage import current_index, get_device
 from .._tensor import from_cpu, is_dense, new_tensor
 from .copies import copy_into, resize_
 
 aten = torch.ops.aten
-_lib = torch.library.Library("aten", "IMPL")
 
 
 def _device_of(device):
@@ -29,6 +28,7 @@ def _check_layout(layout, op):
         raise TypeError(f"TorchVK supports only strided tensors, not {layout} (op {op})")
 
 
+@register_backend(aten.empty.memory_format)
 def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     _check_layout(layout, "aten.empty.memory_format")
     dtype = dtype or torch.get_default_dtype()
@@ -38,15 +38,12 @@ def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memor
     return new_tensor(size, dtype, _device_of(device), stride, op="aten.empty.memory_format")
 
 
+@register_backend(aten.empty_strided.default)
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     _check_layout(layout, "aten.empty_strided")
     return new_tensor(size, dtype or torch.get_default_dtype(), _device_of(device), stride, op="aten.empty_strided")
 
 
-_lib.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
-_lib.impl("empty_strided", empty_strided, "PrivateUse1")
-TABLE[aten.empty.memory_format] = empty_memory_format
-TABLE[aten.empty_strided.default] = empty_strided
 
 
 @register(aten.new_empty.default)
@@ -87,20 +84,15 @@ def _host_const(fn):
     return impl
 
 
-_arange = _host_const(lambda *a, dtype=None: torch.arange(*a, dtype=dtype))
-_lib.impl("arange", _arange, "PrivateUse1")
-_lib.impl("arange.start", _arange, "PrivateUse1")
-_lib.impl("arange.start_step", _arange, "PrivateUse1")
-_eye = _host_const(lambda *a, dtype=None: torch.eye(*a, dtype=dtype))
-_lib.impl("eye", _eye, "PrivateUse1")
-_lib.impl("eye.m", _eye, "PrivateUse1")
-_linspace = _host_const(lambda *a, dtype=None: torch.linspace(*a, dtype=dtype))
-_lib.impl("linspace", _linspace, "PrivateUse1")
-_lib.impl("_efficientzerotensor", lambda size, **kw: torch.zeros(size, dtype=kw.get("dtype"), device=kw.get("device")), "PrivateUse1")
-_randperm = None
-TABLE[aten.arange.default] = _arange
-TABLE[aten.arange.start] = _arange
-TABLE[aten.arange.start_step] = _arange
+register_backend(aten.arange.default, aten.arange.start, aten.arange.start_step)(
+    _host_const(lambda *a, dtype=None: torch.arange(*a, dtype=dtype)))
+register_backend(aten.eye.default, aten.eye.m)(_host_const(lambda *a, dtype=None: torch.eye(*a, dtype=dtype)))
+register_backend(aten.linspace.default)(_host_const(lambda *a, dtype=None: torch.linspace(*a, dtype=dtype)))
+
+
+@register_backend(aten._efficientzerotensor.default)
+def _efficientzerotensor(size, **kw):
+    return torch.zeros(size, dtype=kw.get("dtype"), device=kw.get("device"))
 
 
 @register(aten.arange.start_out)

@@ -14,14 +14,15 @@ import numbers
 
 import torch
 
-from tvk_kernels.kernels import optim as K
+from tvk_kernels.kernels import optim as optim_kernels
 
 from .. import _checks
 from .._dispatch import check_devices, missing
-from .._glue import TABLE, register
+from ..op_registry import TABLE, register
 from .._tensor import TVKTensor, alias, from_cpu, is_dense, new_tensor
 from ._tensor_lists import checked, remember_outputs
 from .copies import copy_into
+from .reductions import foreach_norm_per_tensor
 
 aten = torch.ops.aten
 _F32 = torch.float32
@@ -64,7 +65,7 @@ def _run(kop, self, fit, b, c, value, values, b_scalar, inplace):
         outs = [new_tensor(s, _F32, a.device) for s in a.shapes] if a.contiguous else \
             [new_tensor(s, _F32, a.device, stride=st) for s, st in zip(a.shapes, a.strides)]
         dst = remember_outputs(outs, a).addresses(outs)
-    K.foreach_pointwise(a.device, kop, (dst, src, b, c, a.numels), value=value, values=values, b_scalar=b_scalar)
+    optim_kernels.foreach_pointwise(a.device, kop, (dst, src, b, c, a.numels), value=value, values=values, b_scalar=b_scalar)
     return outs
 
 
@@ -199,8 +200,10 @@ def _per_tensor(name: str, inplace: bool):
     return impl
 
 
-def _register_per_tensor():
-    """Every `_foreach_*` overload whose first argument is the tensor list, not yet in the table."""
+def _per_tensor_ops() -> dict:
+    """{overload: its per-tensor implementation} for every `_foreach_*` overload whose first argument
+    is the tensor list: the fused ones below take theirs as the fallback, the rest are declared so."""
+    ops = {}
     names = sorted({n.split("::")[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names()
                     if n.startswith("aten::_foreach_")})
     for name in names:
@@ -213,12 +216,12 @@ def _register_per_tensor():
         for ov in packet.overloads():
             op = getattr(packet, ov)
             first = op._schema.arguments[0]
-            if ov.endswith("out") or str(first.type) != "List[Tensor]" or op in TABLE:
-                continue
-            register(op, cross_device=True)(_per_tensor(base, inplace))
+            if not ov.endswith("out") and str(first.type) == "List[Tensor]":
+                ops[op] = _per_tensor(base, inplace)
+    return ops
 
 
-_register_per_tensor()
+_PER_TENSOR = _per_tensor_ops()
 
 
 @register(aten._foreach_pow.ScalarAndTensor)
@@ -249,17 +252,17 @@ for _name, _ovs in _OVERLOADS.items():
         _packet = getattr(aten, f"_foreach_{_name}{'_' if _inplace else ''}", None)
         for _ov in _ovs:
             if _packet is not None and _ov in _packet.overloads():
-                _prev = TABLE.get(getattr(_packet, _ov))
+                _prev = _PER_TENSOR.pop(getattr(_packet, _ov), None)
                 if _prev is None and _inplace:
                     _prev = TABLE.get(getattr(getattr(aten, f"_foreach_{_name}"), _ov))
                     _prev = _prev and _in_place_by_copy(_prev)
                 _foreach(_name, _ov, _inplace, _prev)
-_foreach("zero", "default", True, TABLE.get(aten._foreach_zero_.default))
-_foreach("copy", "default", True, TABLE.get(aten._foreach_copy_.default))
+_foreach("zero", "default", True, _PER_TENSOR.pop(aten._foreach_zero_.default, None))
+_foreach("copy", "default", True, _PER_TENSOR.pop(aten._foreach_copy_.default, None))
 
 
 # ------------------------------------------------------------------ norms (clip_grad_norm_)
-_per_tensor_norm = TABLE.get(aten._foreach_norm.Scalar)
+_PER_TENSOR.pop(aten._foreach_norm.Scalar, None)
 
 
 @register(aten._foreach_norm.Scalar)
@@ -269,11 +272,9 @@ def _foreach_norm(self, ord=2, dtype=None):
     if fit is not None and (ord_f == 2.0 or 0 not in fit[0].numels):
         a, (addresses,) = fit
         out = new_tensor([len(self)], _F32, a.device)
-        K.foreach_norms(a.device, (addresses, a.numels), out.tvk_address, ord_f)
+        optim_kernels.foreach_norms(a.device, (addresses, a.numels), out.tvk_address, ord_f)
         return [alias(out, [], [], i) for i in range(len(self))]
-    if _per_tensor_norm is None:
-        return missing(aten._foreach_norm.Scalar, (self, ord), {"dtype": dtype})
-    return _per_tensor_norm(self, ord, dtype)
+    return foreach_norm_per_tensor(self, ord, dtype)
 
 
 # ------------------------------------------------------------------ fused optimizers (fused=True)
@@ -338,7 +339,7 @@ def _fused_sgd_(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr
     name = "_fused_sgd_"
     lr_v, lr_addr = _lr(lr, name, dev)
     bufs = addresses[2] if momentum != 0 else None
-    K.fused_sgd(dev, (addresses[0], addresses[1], bufs, a.numels),
+    optim_kernels.fused_sgd(dev, (addresses[0], addresses[1], bufs, a.numels),
                 lr_v, momentum, dampening, weight_decay, nesterov, maximize, bool(is_first_step) and momentum != 0,
                 lr_addr=lr_addr, grad_scale=_device_scalar(grad_scale, name, "grad_scale", dev),
                 found_inf=_device_scalar(found_inf, name, "found_inf", dev))
@@ -362,7 +363,7 @@ def _fused_adam(name, decoupled, self, grads, exp_avgs, exp_avg_sqs, max_exp_avg
                          "(torch.optim makes them so for fused=True)")
     dev = a.device
     lr_v, lr_addr = _lr(lr, name, dev)
-    K.fused_adam(dev, (*addresses[:4], addresses[4] if amsgrad else None, step_addresses, a.numels),
+    optim_kernels.fused_adam(dev, (*addresses[:4], addresses[4] if amsgrad else None, step_addresses, a.numels),
                  lr_v, beta1, beta2, eps, weight_decay, amsgrad, decoupled, maximize, lr_addr=lr_addr,
                  grad_scale=_device_scalar(grad_scale, name, "grad_scale", dev),
                  found_inf=_device_scalar(found_inf, name, "found_inf", dev))
@@ -388,3 +389,8 @@ def _fused_adamw_(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_ste
 for _op in (aten._fused_sgd_, aten._fused_adam_, aten._fused_adamw_):
     for _ov in ("default", "tensor_lr"):
         _checks.skip_check(getattr(_op, _ov))
+
+
+# every other `_foreach_*` overload: one op per tensor
+for _op, _impl in _PER_TENSOR.items():
+    register(_op, cross_device=True)(_impl)

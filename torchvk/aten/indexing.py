@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import dim_index as _D
+from tvk_kernels.kernels import dim_index as dim_index_kernels
 
-from .._glue import register
+from ..op_registry import register
 from .._tensor import TVKTensor, new_tensor
 from .copies import cast, clone, contig, contig_dtype
 from ._index_check import check_index_range
@@ -43,7 +43,7 @@ def flip(self, dims):
     dims = [k % self.dim() for k in dims] if self.dim() else []  # torch has checked them
     x = _movable(self, "aten.flip")
     out = new_tensor(self.shape, x.dtype, dev(self))
-    _D.flip(dev(self), addr(out), addr(x), list(x.shape), dims, list(x.stride()), list(out.stride()),
+    dim_index_kernels.flip(dev(self), addr(out), addr(x), list(x.shape), dims, list(x.stride()), list(out.stride()),
             _ELEM_BYTES[x.dtype])
     return cast(out, self.dtype)
 
@@ -72,7 +72,7 @@ def scatter_src(self, dim, index, src):
     idx = contig_dtype(index, torch.int64)
     moved = _movable(out, "aten.scatter")
     source = _movable(src, "aten.scatter")
-    _D.scatter(dev(self), addr(moved), addr(source), addr(idx), shape, d, self_shape[d], list(source.stride()) or [1],
+    dim_index_kernels.scatter(dev(self), addr(moved), addr(source), addr(idx), shape, d, self_shape[d], list(source.stride()) or [1],
                list(moved.stride()) or [1], _ELEM_BYTES[moved.dtype])
     return cast(moved, self.dtype) if moved is not out else out
 
@@ -105,7 +105,7 @@ def gather(self, dim, index, *, sparse_grad=False):
     if idx.numel():
         check_index_range(idx, x.shape[d], "gather", "dim", d)
         idx = contig_dtype(idx, torch.int64)
-        _D.gather(dev(self), addr(out), addr(moved), addr(idx), list(idx.shape), d, x.shape[d], list(moved.stride()),
+        dim_index_kernels.gather(dev(self), addr(out), addr(moved), addr(idx), list(idx.shape), d, x.shape[d], list(moved.stride()),
                   list(out.stride()), _ELEM_BYTES[moved.dtype])
     return cast(out, self.dtype).view(list(index.shape))
 
@@ -297,7 +297,7 @@ def compact(values_2d, target, count, fill=None):
     if count and w:
         src = contig(moved)
         idx = contig(target.view(n, 1).expand(n, w))
-        _D.scatter(dev(target), addr(out), addr(src), addr(idx), [n, w], 0, count, list(src.stride()),
+        dim_index_kernels.scatter(dev(target), addr(out), addr(src), addr(idx), [n, w], 0, count, list(src.stride()),
                    list(out.stride()), _ELEM_BYTES[moved.dtype])
     return cast(out, values_2d.dtype)
 
@@ -422,7 +422,7 @@ def _segment_ends(lin_sorted, values_sorted, bound):
     moved = _movable(values_sorted, "aten.scatter_reduce")
     out = new_tensor([bound], moved.dtype, dev(lin_sorted))
     src, idx = contig(moved), contig(target)
-    _D.scatter(dev(idx), addr(out), addr(src), addr(idx), [n], 0, bound, [1], [1], _ELEM_BYTES[moved.dtype])
+    dim_index_kernels.scatter(dev(idx), addr(out), addr(src), addr(idx), [n], 0, bound, [1], [1], _ELEM_BYTES[moved.dtype])
     return cast(out, values_sorted.dtype)
 
 

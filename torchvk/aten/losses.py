@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 from torch._decomp import decomposition_table
 
-from tvk_kernels.kernels import loss as _L
+from tvk_kernels.kernels import loss as loss_kernels
 
-from .._glue import register, register_decomposition
+from ..op_registry import register, register_decomposition
 from .._tensor import new_tensor
 from ._index_check import check_index_range
 from ._util import addr, dev
@@ -36,7 +36,7 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
     red = _RED[reduction]
     out = new_tensor([N] if red == "none" and self.dim() == 2 else [], torch.float32, dev(self))
     total = new_tensor([], torch.float32, dev(self))
-    _L.nll_loss_forward(dev(self), addr(x), addr(t), addr(out), addr(total), N, C,
+    loss_kernels.nll_loss_forward(dev(self), addr(x), addr(t), addr(out), addr(total), N, C,
                         weight=addr(w) if w is not None else None, reduction=red, ignore_index=ignore_index)
     if red == "none":
         fill(total, 0.0)
@@ -50,7 +50,7 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     g = contig_dtype(grad_output, torch.float32)
     tw = contig_dtype(total_weight, torch.float32)
     gi = new_tensor([N, C], torch.float32, dev(self))
-    _L.nll_loss_backward(dev(self), addr(g), addr(t), addr(tw), addr(gi), N, C,
+    loss_kernels.nll_loss_backward(dev(self), addr(g), addr(t), addr(tw), addr(gi), N, C,
                          weight=addr(w) if w is not None else None, reduction=_RED[reduction],
                          ignore_index=ignore_index)
     return cast(gi.view(self.shape), self.dtype)
@@ -65,7 +65,7 @@ def cross_entropy_backward_from_log_probs(grad_output, log_probs, target, weight
     g = contig_dtype(grad_output, torch.float32)
     tw = contig_dtype(total_weight, torch.float32)
     gi = new_tensor([N, C], torch.float32, dev(log_probs))
-    _L.cross_entropy_backward_from_log_probs(dev(log_probs), addr(g), addr(x), addr(t), addr(tw), addr(gi), N, C,
+    loss_kernels.cross_entropy_backward_from_log_probs(dev(log_probs), addr(g), addr(x), addr(t), addr(tw), addr(gi), N, C,
                                              weight=addr(w) if w is not None else None, reduction=_RED[reduction],
                                              ignore_index=ignore_index)
     return cast(gi.view(log_probs.shape), log_probs.dtype)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import matmul as _mm
+from tvk_kernels.kernels import matmul as matmul_kernels
 
-from .._glue import register
+from ..op_registry import register
 from ._util import DTYPE_NAME, addr, dev, empty
 from .copies import contig, fill
 from .elementwise import add_into, axpby_into
@@ -65,7 +65,7 @@ def gemm(a, b, out, *, bias=None, alpha=1.0, activation=None):
         if bias is not None:
             add_into(out, bias)
         return out
-    _mm.matmul(dev(a), addr(a), addr(b), addr(out), M, N, K, batch=batch, a_strides=sa, b_strides=sb,
+    matmul_kernels.matmul(dev(a), addr(a), addr(b), addr(out), M, N, K, batch=batch, a_strides=sa, b_strides=sb,
                out_strides=so, bias_addr=addr(bias) if bias is not None else 0, activation=activation,
                alpha=float(alpha), dtype=DTYPE_NAME[a.dtype])
     return out

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import norm as _N
+from tvk_kernels.kernels import norm as norm_kernels
 
-from .._glue import register, register_decomposition
+from ..op_registry import register, register_decomposition
 from .._tensor import new_tensor
 from ._util import addr, dev
 from .copies import cast, contig, contig_dtype
@@ -33,7 +33,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     stat_shape = list(x.shape[: x.dim() - k]) + [1] * k
     mean = new_tensor(stat_shape, torch.float32, d)
     rstd = new_tensor(stat_shape, torch.float32, d)
-    _N.layer_norm(d, addr(x), addr(out), tuple(x.shape), k, _a(w), _a(b), float(eps), addr(mean), addr(rstd))
+    norm_kernels.layer_norm(d, addr(x), addr(out), tuple(x.shape), k, _a(w), _a(b), float(eps), addr(mean), addr(rstd))
     return cast(out, input.dtype), mean, rstd
 
 
@@ -46,7 +46,7 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
     gi = new_tensor(x.shape, torch.float32, d) if output_mask[0] else None
     gw = new_tensor(weight.shape, torch.float32, d) if output_mask[1] and weight is not None else None
     gb = new_tensor(bias.shape, torch.float32, d) if output_mask[2] and bias is not None else None
-    _N.layer_norm_backward(d, addr(g), addr(x), addr(contig(mean)), addr(contig(rstd)), tuple(x.shape), k, _a(w),
+    norm_kernels.layer_norm_backward(d, addr(g), addr(x), addr(contig(mean)), addr(contig(rstd)), tuple(x.shape), k, _a(w),
                            _a(gi), _a(gw), _a(gb))
     return (cast(gi, input.dtype) if gi is not None else None, gw, gb)
 
@@ -67,7 +67,7 @@ def _bn_forward(input, weight, bias, running_mean, running_var, training, moment
     else:
         save_mean = new_tensor([0], torch.float32, d)
         save_invstd = new_tensor([0], torch.float32, d)
-    _N.batch_norm(d, addr(x), addr(out), tuple(x.shape), _a(w), _a(b), _a(running_mean), _a(running_var),
+    norm_kernels.batch_norm(d, addr(x), addr(out), tuple(x.shape), _a(w), _a(b), _a(running_mean), _a(running_var),
                   bool(training), float(momentum), float(eps), _a(save_mean) if training else 0,
                   _a(save_invstd) if training else 0, relu=relu)
     return cast(out, input.dtype), save_mean, save_invstd
@@ -84,7 +84,7 @@ def _bn_backward(grad_out, input, weight, running_mean, running_var, save_mean, 
     gb = new_tensor([C], torch.float32, d) if output_mask[2] else None
     if not train and (running_mean is None or running_var is None):
         raise RuntimeError("batch norm backward in eval mode needs running statistics")
-    _N.batch_norm_backward(d, addr(g), addr(x), tuple(x.shape), _a(save_mean) if train else 0,
+    norm_kernels.batch_norm_backward(d, addr(g), addr(x), tuple(x.shape), _a(save_mean) if train else 0,
                            _a(save_invstd) if train else 0, _a(w), _a(gi), _a(gw), _a(gb), bool(train),
                            _a(running_mean), _a(running_var), float(eps))
     return (cast(gi, input.dtype) if gi is not None else None, gw, gb)

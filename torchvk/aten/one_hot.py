@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .._glue import register
+from ..op_registry import register, register_composite
 from .._tensor import TVKTensor
 from ._index_check import check_index_range
 from .copies import cast
@@ -61,5 +61,4 @@ def assert_async(self, assert_msg="Expected Tensor with single nonzero value, bu
     check_index_range(failed, 1, assert_msg, "assert")
 
 
-_lib = torch.library.Library("aten", "IMPL")
-_lib.impl("one_hot", one_hot, "AutogradPrivateUse1")
+register_composite(aten.one_hot.default, traced=traced_one_hot)(one_hot)

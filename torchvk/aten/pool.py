@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import pool as _P
+from tvk_kernels.kernels import pool as pool_kernels
 
-from .._glue import register
+from ..op_registry import register
 from .._tensor import new_tensor
 from ._half import float32_compute
 from ._util import addr, dev
@@ -33,10 +33,10 @@ def _stride(kernel_size, stride):
 def max_pool2d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     x, sq = _x4(self, "max_pool2d")
     stride = _stride(kernel_size, stride)
-    shape = _P.pool2d_output_shape(tuple(x.shape), kernel_size, stride, padding, dilation, ceil_mode)
+    shape = pool_kernels.pool2d_output_shape(tuple(x.shape), kernel_size, stride, padding, dilation, ceil_mode)
     out = new_tensor(shape, torch.float32, dev(x))
     idx = new_tensor(shape, torch.int64, dev(x))
-    _P.max_pool2d(dev(x), addr(x), addr(out), addr(idx), tuple(x.shape), kernel_size, stride, padding, dilation,
+    pool_kernels.max_pool2d(dev(x), addr(x), addr(out), addr(idx), tuple(x.shape), kernel_size, stride, padding, dilation,
                   ceil_mode)
     return (out.squeeze(0), idx.squeeze(0)) if sq else (out, idx)
 
@@ -48,7 +48,7 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
     g = contig(grad_output.unsqueeze(0) if sq else grad_output)
     idx = contig(indices.unsqueeze(0) if sq else indices)
     gi = new_tensor(x.shape, torch.float32, dev(x))
-    _P.max_pool2d_backward(dev(x), addr(g), addr(idx), addr(gi), tuple(x.shape), kernel_size,
+    pool_kernels.max_pool2d_backward(dev(x), addr(g), addr(idx), addr(gi), tuple(x.shape), kernel_size,
                            _stride(kernel_size, stride), padding, dilation, ceil_mode)
     return gi.squeeze(0) if sq else gi
 
@@ -59,9 +59,9 @@ def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_i
                divisor_override=None):
     x, sq = _x4(self, "avg_pool2d")
     stride = _stride(kernel_size, stride)
-    shape = _P.pool2d_output_shape(tuple(x.shape), kernel_size, stride, padding, 1, ceil_mode)
+    shape = pool_kernels.pool2d_output_shape(tuple(x.shape), kernel_size, stride, padding, 1, ceil_mode)
     out = new_tensor(shape, torch.float32, dev(x))
-    _P.avg_pool2d(dev(x), addr(x), addr(out), tuple(x.shape), kernel_size, stride, padding, ceil_mode,
+    pool_kernels.avg_pool2d(dev(x), addr(x), addr(out), tuple(x.shape), kernel_size, stride, padding, ceil_mode,
                   count_include_pad, divisor_override)
     return out.squeeze(0) if sq else out
 
@@ -73,7 +73,7 @@ def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
     x, sq = _x4(self, "avg_pool2d backward")
     g = contig(grad_output.unsqueeze(0) if sq else grad_output)
     gi = new_tensor(x.shape, torch.float32, dev(x))
-    _P.avg_pool2d_backward(dev(x), addr(g), addr(gi), tuple(x.shape), kernel_size, _stride(kernel_size, stride),
+    pool_kernels.avg_pool2d_backward(dev(x), addr(g), addr(gi), tuple(x.shape), kernel_size, _stride(kernel_size, stride),
                            padding, ceil_mode, count_include_pad, divisor_override)
     return gi.squeeze(0) if sq else gi
 
@@ -82,9 +82,9 @@ def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
 @float32_compute
 def _adaptive_avg_pool2d(self, output_size):
     x, sq = _x4(self, "adaptive_avg_pool2d")
-    shape = _P.adaptive_output_shape(tuple(x.shape), output_size)
+    shape = pool_kernels.adaptive_output_shape(tuple(x.shape), output_size)
     out = new_tensor(shape, torch.float32, dev(x))
-    _P.adaptive_avg_pool2d(dev(x), addr(x), addr(out), tuple(x.shape), output_size)
+    pool_kernels.adaptive_avg_pool2d(dev(x), addr(x), addr(out), tuple(x.shape), output_size)
     return out.squeeze(0) if sq else out
 
 
@@ -94,5 +94,5 @@ def _adaptive_avg_pool2d_backward(grad_output, self):
     x, sq = _x4(self, "adaptive_avg_pool2d backward")
     g = contig(grad_output.unsqueeze(0) if sq else grad_output)
     gi = new_tensor(x.shape, torch.float32, dev(x))
-    _P.adaptive_avg_pool2d_backward(dev(x), addr(g), addr(gi), tuple(x.shape), tuple(g.shape[2:]))
+    pool_kernels.adaptive_avg_pool2d_backward(dev(x), addr(g), addr(gi), tuple(x.shape), tuple(g.shape[2:]))
     return gi.squeeze(0) if sq else gi

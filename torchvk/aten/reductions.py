@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import reduce as _R
-from tvk_kernels.kernels import scan as _Sc
+from tvk_kernels.kernels import reduce as reduce_kernels
+from tvk_kernels.kernels import scan as scan_kernels
 
-from .._glue import register, register_decomposition
+from ..op_registry import register, register_decomposition
 from .._tensor import TVKTensor, new_tensor
 from ._util import addr, dev, norm_dims
 from .copies import cast, contig, device_copy, fill
@@ -63,7 +63,7 @@ def _reduce(op, self, dims, keepdim, out_dtype=None, empty_result=None):
         if x.numel() == 0 and empty_result is not None:
             fill(res, empty_result)
         else:
-            _R.reduce(dev(self), op, addr(x), addr(res), tuple(x.shape) or (1,), tuple(x.stride()) or (1,),
+            reduce_kernels.reduce(dev(self), op, addr(x), addr(res), tuple(x.shape) or (1,), tuple(x.stride()) or (1,),
                       dims if self.dim() else [0], keepdim, dtype=_KERNEL_DTYPE[x.dtype])
     if out_dtype is not None and out_dtype != res.dtype:
         res = cast(res, out_dtype)
@@ -88,7 +88,7 @@ def _int_sum(self, dims, keepdim):
     x = contig(cast(self.permute(kept + dims), torch.int64))
     rows = res.numel()
     scanned = new_tensor([rows, n], torch.int64, dev(self))
-    _Sc.scan(dev(self), "sum", addr(x), addr(scanned), rows, n, 1, dtype="int64")
+    scan_kernels.scan(dev(self), "sum", addr(x), addr(scanned), rows, n, 1, dtype="int64")
     return device_copy(res, scanned[:, n - 1].view(res.shape))
 
 
@@ -166,7 +166,7 @@ def _minmax_dim(op, self, dim, keepdim):
     vals = new_tensor(out_shape, torch.float32, dev(self))
     idx = new_tensor(out_shape, torch.int64, dev(self))
     if vals.numel():
-        _R.reduce(dev(self), op, addr(x), addr(vals), tuple(x.shape) or (1,), tuple(x.stride()) or (1,),
+        reduce_kernels.reduce(dev(self), op, addr(x), addr(vals), tuple(x.shape) or (1,), tuple(x.stride()) or (1,),
                   dims if self.dim() else [0], keepdim, dtype=_KERNEL_DTYPE[x.dtype],
                   index_addr=addr(idx))
     return cast(vals, self.dtype), idx
@@ -266,8 +266,8 @@ register_decomposition(aten.linalg_vector_norm.default, aten.norm.Scalar,
                        aten.norm.ScalarOpt_dim, aten.logsumexp.default)
 
 
-@register(aten._foreach_norm.Scalar)
-def _foreach_norm(self, ord=2, dtype=None):
+def foreach_norm_per_tensor(self, ord=2, dtype=None):
+    """aten._foreach_norm one tensor at a time (aten/foreach.py declares the op: its fused kernel first)."""
     out = []
     for t in self:
         if ord == 2:

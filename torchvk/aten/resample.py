@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import resample as _R
+from tvk_kernels.kernels import resample as resample_kernels
 
-from .._glue import register
+from ..op_registry import register
 from ._util import addr, dev, empty, need_float
 from .copies import contig
 
@@ -43,7 +43,7 @@ def _upsample(x, out_size, mode, op, scales, align_corners=False, spatial=2):
     out_hw = _plane_size(out_size, spatial)
     out = empty((*x.shape[:-spatial], *out_hw[2 - spatial:]), x.dtype, dev(x), op=op)
     s = _scales(mode, in_hw, out_hw, scales if spatial == 2 else (None, scales[0]), align_corners)
-    _R.forward(dev(x), mode, addr(x), addr(out), planes, in_hw, out_hw, s, align_corners=align_corners)
+    resample_kernels.forward(dev(x), mode, addr(x), addr(out), planes, in_hw, out_hw, s, align_corners=align_corners)
     return out
 
 
@@ -52,22 +52,22 @@ def _upsample_backward(grad, out_size, input_size, mode, op, scales, align_corne
     in_hw, out_hw = _plane_size(input_size, spatial), _plane_size(out_size, spatial)
     gi = empty(tuple(int(s) for s in input_size), g.dtype, dev(g), op=op)
     s = _scales(mode, in_hw, out_hw, scales if spatial == 2 else (None, scales[0]), align_corners)
-    _R.backward(dev(g), mode, addr(g), addr(gi), planes, in_hw, out_hw, s, align_corners=align_corners)
+    resample_kernels.backward(dev(g), mode, addr(g), addr(gi), planes, in_hw, out_hw, s, align_corners=align_corners)
     return gi
 
 
 def _scales(mode, in_hw, out_hw, scales, align_corners):
-    if mode == _R.BILINEAR:
-        return tuple(_R.linear_scale(i, o, align_corners, s) for i, o, s in zip(in_hw, out_hw, scales))
-    return tuple(_R.nearest_scale(i, o, s) for i, o, s in zip(in_hw, out_hw, scales))
+    if mode == resample_kernels.BILINEAR:
+        return tuple(resample_kernels.linear_scale(i, o, align_corners, s) for i, o, s in zip(in_hw, out_hw, scales))
+    return tuple(resample_kernels.nearest_scale(i, o, s) for i, o, s in zip(in_hw, out_hw, scales))
 
 
-@register(aten.upsample_nearest2d.default)
+@register(aten.upsample_nearest2d.default, traced_whole=True)
 def upsample_nearest2d(self, output_size, scales_h=None, scales_w=None):
-    return _upsample(self, output_size, _R.NEAREST, "upsample_nearest2d", (scales_h, scales_w))
+    return _upsample(self, output_size, resample_kernels.NEAREST, "upsample_nearest2d", (scales_h, scales_w))
 
 
-@register(aten.upsample_nearest2d.vec)
+@register(aten.upsample_nearest2d.vec, traced_whole=True)
 def upsample_nearest2d_vec(input, output_size, scale_factors):
     scales = scale_factors if scale_factors is not None else (None, None)
     return upsample_nearest2d(input, _vec_size(input, output_size, scale_factors), *scales)
@@ -75,16 +75,16 @@ def upsample_nearest2d_vec(input, output_size, scale_factors):
 
 @register(aten.upsample_nearest2d_backward.default)
 def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=None, scales_w=None):
-    return _upsample_backward(grad_output, output_size, input_size, _R.NEAREST, "upsample_nearest2d_backward",
+    return _upsample_backward(grad_output, output_size, input_size, resample_kernels.NEAREST, "upsample_nearest2d_backward",
                               (scales_h, scales_w))
 
 
-@register(aten._upsample_nearest_exact2d.default)
+@register(aten._upsample_nearest_exact2d.default, traced_whole=True)
 def upsample_nearest_exact2d(self, output_size, scales_h=None, scales_w=None):
-    return _upsample(self, output_size, _R.NEAREST_EXACT, "upsample_nearest_exact2d", (scales_h, scales_w))
+    return _upsample(self, output_size, resample_kernels.NEAREST_EXACT, "upsample_nearest_exact2d", (scales_h, scales_w))
 
 
-@register(aten._upsample_nearest_exact2d.vec)
+@register(aten._upsample_nearest_exact2d.vec, traced_whole=True)
 def upsample_nearest_exact2d_vec(input, output_size, scale_factors):
     scales = scale_factors if scale_factors is not None else (None, None)
     return upsample_nearest_exact2d(input, _vec_size(input, output_size, scale_factors), *scales)
@@ -92,16 +92,16 @@ def upsample_nearest_exact2d_vec(input, output_size, scale_factors):
 
 @register(aten._upsample_nearest_exact2d_backward.default)
 def upsample_nearest_exact2d_backward(grad_output, output_size, input_size, scales_h=None, scales_w=None):
-    return _upsample_backward(grad_output, output_size, input_size, _R.NEAREST_EXACT,
+    return _upsample_backward(grad_output, output_size, input_size, resample_kernels.NEAREST_EXACT,
                               "upsample_nearest_exact2d_backward", (scales_h, scales_w))
 
 
-@register(aten.upsample_bilinear2d.default)
+@register(aten.upsample_bilinear2d.default, traced_whole=True)
 def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_w=None):
-    return _upsample(self, output_size, _R.BILINEAR, "upsample_bilinear2d", (scales_h, scales_w), align_corners)
+    return _upsample(self, output_size, resample_kernels.BILINEAR, "upsample_bilinear2d", (scales_h, scales_w), align_corners)
 
 
-@register(aten.upsample_bilinear2d.vec)
+@register(aten.upsample_bilinear2d.vec, traced_whole=True)
 def upsample_bilinear2d_vec(input, output_size, align_corners, scale_factors):
     scales = scale_factors if scale_factors is not None else (None, None)
     return upsample_bilinear2d(input, _vec_size(input, output_size, scale_factors), align_corners, *scales)
@@ -110,17 +110,17 @@ def upsample_bilinear2d_vec(input, output_size, align_corners, scale_factors):
 @register(aten.upsample_bilinear2d_backward.default)
 def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h=None,
                                  scales_w=None):
-    return _upsample_backward(grad_output, output_size, input_size, _R.BILINEAR, "upsample_bilinear2d_backward",
+    return _upsample_backward(grad_output, output_size, input_size, resample_kernels.BILINEAR, "upsample_bilinear2d_backward",
                               (scales_h, scales_w), align_corners)
 
 
 # 1-d (N, C, L): the same kernels on rows of height 1
-@register(aten.upsample_nearest1d.default)
+@register(aten.upsample_nearest1d.default, traced_whole=True)
 def upsample_nearest1d(self, output_size, scales=None):
-    return _upsample(self, output_size, _R.NEAREST, "upsample_nearest1d", (scales,), spatial=1)
+    return _upsample(self, output_size, resample_kernels.NEAREST, "upsample_nearest1d", (scales,), spatial=1)
 
 
-@register(aten.upsample_nearest1d.vec)
+@register(aten.upsample_nearest1d.vec, traced_whole=True)
 def upsample_nearest1d_vec(input, output_size, scale_factors):
     scales = scale_factors if scale_factors is not None else (None,)
     return upsample_nearest1d(input, _vec_size(input, output_size, scale_factors), *scales)
@@ -128,16 +128,16 @@ def upsample_nearest1d_vec(input, output_size, scale_factors):
 
 @register(aten.upsample_nearest1d_backward.default)
 def upsample_nearest1d_backward(grad_output, output_size, input_size, scales=None):
-    return _upsample_backward(grad_output, output_size, input_size, _R.NEAREST, "upsample_nearest1d_backward",
+    return _upsample_backward(grad_output, output_size, input_size, resample_kernels.NEAREST, "upsample_nearest1d_backward",
                               (scales,), spatial=1)
 
 
-@register(aten._upsample_nearest_exact1d.default)
+@register(aten._upsample_nearest_exact1d.default, traced_whole=True)
 def upsample_nearest_exact1d(self, output_size, scales=None):
-    return _upsample(self, output_size, _R.NEAREST_EXACT, "upsample_nearest_exact1d", (scales,), spatial=1)
+    return _upsample(self, output_size, resample_kernels.NEAREST_EXACT, "upsample_nearest_exact1d", (scales,), spatial=1)
 
 
-@register(aten._upsample_nearest_exact1d.vec)
+@register(aten._upsample_nearest_exact1d.vec, traced_whole=True)
 def upsample_nearest_exact1d_vec(input, output_size, scale_factors):
     scales = scale_factors if scale_factors is not None else (None,)
     return upsample_nearest_exact1d(input, _vec_size(input, output_size, scale_factors), *scales)
@@ -145,16 +145,16 @@ def upsample_nearest_exact1d_vec(input, output_size, scale_factors):
 
 @register(aten._upsample_nearest_exact1d_backward.default)
 def upsample_nearest_exact1d_backward(grad_output, output_size, input_size, scales=None):
-    return _upsample_backward(grad_output, output_size, input_size, _R.NEAREST_EXACT,
+    return _upsample_backward(grad_output, output_size, input_size, resample_kernels.NEAREST_EXACT,
                               "upsample_nearest_exact1d_backward", (scales,), spatial=1)
 
 
-@register(aten.upsample_linear1d.default)
+@register(aten.upsample_linear1d.default, traced_whole=True)
 def upsample_linear1d(self, output_size, align_corners, scales=None):
-    return _upsample(self, output_size, _R.BILINEAR, "upsample_linear1d", (scales,), align_corners, spatial=1)
+    return _upsample(self, output_size, resample_kernels.BILINEAR, "upsample_linear1d", (scales,), align_corners, spatial=1)
 
 
-@register(aten.upsample_linear1d.vec)
+@register(aten.upsample_linear1d.vec, traced_whole=True)
 def upsample_linear1d_vec(input, output_size, align_corners, scale_factors):
     scales = scale_factors if scale_factors is not None else (None,)
     return upsample_linear1d(input, _vec_size(input, output_size, scale_factors), align_corners, *scales)
@@ -162,7 +162,7 @@ def upsample_linear1d_vec(input, output_size, align_corners, scale_factors):
 
 @register(aten.upsample_linear1d_backward.default)
 def upsample_linear1d_backward(grad_output, output_size, input_size, align_corners, scales=None):
-    return _upsample_backward(grad_output, output_size, input_size, _R.BILINEAR, "upsample_linear1d_backward",
+    return _upsample_backward(grad_output, output_size, input_size, resample_kernels.BILINEAR, "upsample_linear1d_backward",
                               (scales,), align_corners, spatial=1)
 
 
@@ -179,7 +179,7 @@ def _pad(self, padding, mode, spatial, op):
     pads, dh, dw = _pads(padding, spatial)
     out_hw = (in_hw[0] + dh, in_hw[1] + dw)
     out = empty((*x.shape[:-spatial], *out_hw[2 - spatial:]), x.dtype, dev(x), op=op)
-    _R.forward(dev(x), mode, addr(x), addr(out), planes, in_hw, out_hw, pads=pads)
+    resample_kernels.forward(dev(x), mode, addr(x), addr(out), planes, in_hw, out_hw, pads=pads)
     return out
 
 
@@ -188,7 +188,7 @@ def _pad_backward(grad_output, self, padding, mode, spatial, op):
     pads, dh, dw = _pads(padding, spatial)
     in_hw = (out_hw[0] - dh, out_hw[1] - dw)
     gi = empty(tuple(self.shape), g.dtype, dev(g), op=op)
-    _R.backward(dev(g), mode, addr(g), addr(gi), planes, in_hw, out_hw, pads=pads)
+    resample_kernels.backward(dev(g), mode, addr(g), addr(gi), planes, in_hw, out_hw, pads=pads)
     return gi
 
 
@@ -199,6 +199,6 @@ def _pad_ops(mode, name, spatial):
                                                                    name + "_backward"))
 
 
-for _mode, _kind in ((_R.REFLECT, "reflection"), (_R.REPLICATE, "replication")):
+for _mode, _kind in ((resample_kernels.REFLECT, "reflection"), (resample_kernels.REPLICATE, "replication")):
     for _spatial in (1, 2):
         _pad_ops(_mode, f"{_kind}_pad{_spatial}d", _spatial)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import rng as _G
+from tvk_kernels.kernels import rng as rng_kernels
 
 from .. import _rng
-from .._glue import register
+from ..op_registry import register
 from .._tensor import new_tensor
 from ._util import addr, dev
 from .copies import cast, clone, contig, device_copy, fill
@@ -32,9 +32,9 @@ def _fill_random(self, mode, a, b, op):
     seed, off = _rng.next_offset(n)
     dt = "float16" if target.dtype == torch.float16 else "float32"
     if mode == "normal":
-        _G.normal_(dev(self), addr(target), n, float(a), float(b), seed, off, dt)
+        rng_kernels.normal_(dev(self), addr(target), n, float(a), float(b), seed, off, dt)
     else:
-        _G.uniform_(dev(self), addr(target), n, float(a), float(b), seed, off, dt)
+        rng_kernels.uniform_(dev(self), addr(target), n, float(a), float(b), seed, off, dt)
     if target is not self:
         device_copy(self, target)
     return self
@@ -115,7 +115,7 @@ def native_dropout(input, p, train):
     n = x.numel()
     if n:
         seed, off, seed_buffer = _rng.kernel_seed(n)
-        _G.dropout(d, addr(x), addr(out), addr(mask), n, float(p), seed, off,
+        rng_kernels.dropout(d, addr(x), addr(out), addr(mask), n, float(p), seed, off,
                    "float16" if x.dtype == torch.float16 else "float32", seed_buffer=seed_buffer)
     return out, mask
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import rnn_cell as _K
+from tvk_kernels.kernels import rnn_cell as rnn_cell_kernels
 
 from .. import _checks
-from .._glue import register
+from ..op_registry import register, register_meta
 from .._tensor import new_tensor
 from ._half import float32_compute
 from ._util import addr, dev
@@ -70,7 +70,7 @@ def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=
     d = dev(cx)
     hy, cy = new_tensor(cx.shape, torch.float32, d), new_tensor(cx.shape, torch.float32, d)
     ws = new_tensor(ig.shape, torch.float32, d)
-    _K.lstm_forward(d, addr(ig), addr(hg), addr(cx), _a(bi), _a(bh), addr(hy), addr(cy), addr(ws), rows, hidden)
+    rnn_cell_kernels.lstm_forward(d, addr(ig), addr(hg), addr(cx), _a(bi), _a(bh), addr(hy), addr(cy), addr(ws), rows, hidden)
     return hy, cy, ws
 
 
@@ -85,7 +85,7 @@ def fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     d = dev(cx)
     grad_gates = new_tensor(ws.shape, torch.float32, d)
     grad_cx = new_tensor(cx.shape, torch.float32, d)
-    _K.lstm_backward(d, _a(ghy), _a(gcy), addr(cx), addr(cy), addr(ws), addr(grad_gates), addr(grad_cx), rows,
+    rnn_cell_kernels.lstm_backward(d, _a(ghy), _a(gcy), addr(cx), addr(cy), addr(ws), addr(grad_gates), addr(grad_cx), rows,
                      hidden)
     grad_bias = aten.sum.dim_IntList(grad_gates, [0]) if has_bias else None
     return grad_gates, grad_cx, grad_bias
@@ -101,7 +101,7 @@ def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=N
     d = dev(hx)
     hy = new_tensor(hx.shape, torch.float32, d)
     ws = new_tensor((rows, 5 * hidden), torch.float32, d)
-    _K.gru_forward(d, addr(ig), addr(hg), addr(hx), _a(bi), _a(bh), addr(hy), addr(ws), rows, hidden)
+    rnn_cell_kernels.gru_forward(d, addr(ig), addr(hg), addr(hx), _a(bi), _a(bh), addr(hy), addr(ws), rows, hidden)
     return hy, ws
 
 
@@ -115,7 +115,7 @@ def fused_gru_cell_backward(grad_hy, workspace, has_bias):
     gig = new_tensor((rows, 3 * hidden), torch.float32, d)
     ghg = new_tensor((rows, 3 * hidden), torch.float32, d)
     ghx = new_tensor(ghy.shape, torch.float32, d)
-    _K.gru_backward(d, addr(ghy), addr(ws), addr(gig), addr(ghg), addr(ghx), rows, hidden)
+    rnn_cell_kernels.gru_backward(d, addr(ghy), addr(ws), addr(gig), addr(ghg), addr(ghx), rows, hidden)
     if not has_bias:
         return gig, ghg, ghx, None, None
     return gig, ghg, ghx, aten.sum.dim_IntList(gig, [0]), aten.sum.dim_IntList(ghg, [0])
@@ -145,7 +145,5 @@ def _gru_cell_backward_meta(grad_hy, workspace, has_bias):
     return gates, grad_hy.new_empty((rows, 3 * hidden)), grad_hy.new_empty((rows, hidden)), *biases
 
 
-_meta = torch.library.Library("aten", "IMPL")
-for _name, _fn in (("_thnn_fused_gru_cell", _gru_cell_meta), ("_thnn_fused_gru_cell_backward", _gru_cell_backward_meta)):
-    if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{_name}", "Meta"):  # a later torch may have its own
-        _meta.impl(_name, _fn, "Meta")
+register_meta(aten._thnn_fused_gru_cell.default, _gru_cell_meta)  # a later torch may have its own
+register_meta(aten._thnn_fused_gru_cell_backward.default, _gru_cell_backward_meta)

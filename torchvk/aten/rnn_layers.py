@@ -24,8 +24,9 @@ import torch
 import torch.nn.functional as F
 
 from tvk_kernels import get_device
-from tvk_kernels.kernels import rnn_sequence as _K
+from tvk_kernels.kernels import rnn_sequence as rnn_sequence_kernels
 
+from ..op_registry import register_composite
 from .._tensor import TVKTensor, from_cpu
 from . import rnn_sequence
 from ._util import dev
@@ -53,7 +54,7 @@ class _Recurrence(torch.autograd.Function):
         T, H = len(sizes), h0.shape[1]
         starts = [0, *itertools.accumulate(sizes)][:T]
         # compiled mode traces fake tensors (on the CPU, or Dynamo's fake tvk ones): the default device decides
-        ctx.whole = _K.supports(dev(proj) if type(proj) is TVKTensor else get_device(), kind, H, T)
+        ctx.whole = rnn_sequence_kernels.supports(dev(proj) if type(proj) is TVKTensor else get_device(), kind, H, T)
         if ctx.whole:
             return _whole_forward(ctx, kind, proj, sizes, starts, w_hh, b_ih, b_hh, h0, c0, reverse)
         rows = proj.view(-1, proj.shape[-1])
@@ -168,7 +169,7 @@ def _whole_backward(ctx, d_out, d_hn, d_cn):
     d_proj, d_hidden, dh, dc = rnn_sequence.backward(kind, d_out, w_hh, saved, d_hn,
                                                      d_cn if lstm else None, steps, ctx.reverse)
     d_hidden = d_proj if lstm else d_hidden  # LSTM: the same grads
-    read_h = saved.view(saved.shape[0], -1, H)[:, _K.H_PREV_SLOT[kind]]  # every step's h_prev
+    read_h = saved.view(saved.shape[0], -1, H)[:, rnn_sequence_kernels.H_PREV_SLOT[kind]]  # every step's h_prev
     d_w = d_hidden.t().mm(read_h)
     d_bi = d_proj.sum(0) if ctx.has_bias else None
     d_bh = (d_hidden.sum(0) if not lstm else d_bi.clone()) if ctx.has_bias else None  # own tensors
@@ -262,16 +263,15 @@ def gru_packed(data, batch_sizes, hx, params, has_biases, num_layers, dropout, t
     return (out, *_states("gru", finals))
 
 
-_lib = torch.library.Library("aten", "IMPL")
-_lib.impl("lstm.input", lstm, "AutogradPrivateUse1")
-_lib.impl("gru.input", gru, "AutogradPrivateUse1")
-_lib.impl("lstm.data", lstm_packed, "AutogradPrivateUse1")
-_lib.impl("gru.data", gru_packed, "AutogradPrivateUse1")
-
-
 def traced_lstm(*args):
     return lstm(*args, traced=True)
 
 
 def traced_gru(*args):
     return gru(*args, traced=True)
+
+
+register_composite(aten.lstm.input, traced=traced_lstm)(lstm)  # whole sequences in compiled mode
+register_composite(aten.gru.input, traced=traced_gru)(gru)
+register_composite(aten.lstm.data)(lstm_packed)
+register_composite(aten.gru.data)(gru_packed)

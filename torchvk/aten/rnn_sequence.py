@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import rnn_sequence as _K
+from tvk_kernels.kernels import rnn_sequence as rnn_sequence_kernels
 
-from .._glue import register
+from ..op_registry import register
 from .._tensor import new_tensor
 from ._util import addr, dev
 from .copies import contig
@@ -41,7 +41,7 @@ def _steps(rows: int, batch: int, steps) -> int:
 @torch.library.register_fake("tvk::rnn_sequence_forward")
 def _forward_fake(kind, proj, w_hh, b_ih, b_hh, h0, c0, steps, reverse):
     N, (B, H) = proj.numel() // proj.shape[-1], h0.shape
-    return (proj.new_empty((N, H)), proj.new_empty((N, _K.saved_width(kind, H))), h0.new_empty((B, H)),
+    return (proj.new_empty((N, H)), proj.new_empty((N, rnn_sequence_kernels.saved_width(kind, H))), h0.new_empty((B, H)),
             h0.new_empty((B, H) if kind == "lstm" else (0,)))
 
 
@@ -68,10 +68,10 @@ def rnn_sequence_forward(kind, proj, w_hh, b_ih, b_hh, h0, c0, steps, reverse):
     d, lstm = dev(proj), kind == "lstm"
     rows, w_t, b_ih, b_hh, h0, c0, steps = _contiguous(proj, w_hh.t(), b_ih, b_hh, h0, c0, steps)
     N, (B, H) = rows.numel() // rows.shape[-1], h0.shape
-    out, saved = new_tensor((N, H), torch.float32, d), new_tensor((N, _K.saved_width(kind, H)), torch.float32, d)
+    out, saved = new_tensor((N, H), torch.float32, d), new_tensor((N, rnn_sequence_kernels.saved_width(kind, H)), torch.float32, d)
     h_n = new_tensor((B, H), torch.float32, d)
     c_n = new_tensor((B, H) if lstm else (0,), torch.float32, d)
-    _K.forward(d, kind, addr(rows), addr(w_t), _a(b_ih), _a(b_hh), _a(h0), _a(c0), addr(out),
+    rnn_sequence_kernels.forward(d, kind, addr(rows), addr(w_t), _a(b_ih), _a(b_hh), _a(h0), _a(c0), addr(out),
                addr(saved), addr(h_n), addr(c_n) if lstm else None, _a(steps), _steps(N, B, steps), B, H, reverse)
     return out, saved, h_n, c_n
 
@@ -85,7 +85,7 @@ def rnn_sequence_backward(kind, d_out, w_hh, saved, d_hn, d_cn, steps, reverse):
     d_hidden = new_tensor((0,) if lstm else (N, GH), torch.float32, d)
     dh = new_tensor((B, H), torch.float32, d)
     dc = new_tensor((B, H) if lstm else (0,), torch.float32, d)
-    _K.backward(d, kind, _a(d_out), _a(w_hh), _a(saved), _a(d_hn), _a(d_cn), addr(d_proj),
+    rnn_sequence_kernels.backward(d, kind, _a(d_out), _a(w_hh), _a(saved), _a(d_hn), _a(d_cn), addr(d_proj),
                 None if lstm else addr(d_hidden), addr(dh), addr(dc) if lstm else None, _a(steps),
                 _steps(N, B, steps), B, H, reverse)
     return d_proj, d_hidden, dh, dc

@@ -14,7 +14,7 @@ import math
 import torch
 from torch._decomp import decomposition_table
 
-from .._glue import register, register_decomposition
+from ..op_registry import register, register_decomposition
 from ._index_check import check_index_range
 from .copies import clone, copy_into
 
@@ -25,10 +25,11 @@ DECOMPOSED = (
     aten.alias_copy, aten.expand_copy, aten.permute_copy, aten.t_copy, aten.transpose_copy, aten.squeeze_copy,
     aten.unsqueeze_copy, aten.view_copy, aten.unbind_copy, aten.split_with_sizes_copy, aten.diagonal_copy,
     aten.as_strided_copy, aten.narrow_copy, aten.unfold_copy,
-    # a clone, then a copy into the view
-    aten.slice_scatter, aten.select_scatter, aten.diagonal_scatter, aten.as_strided_scatter, aten.unfold_backward,
+    # a clone, then a copy into the view (the functional overloads are kernels, below)
+    aten.slice_scatter.out, aten.select_scatter.out, aten.diagonal_scatter.out, aten.as_strided_scatter.out,
+    aten.unfold_backward,
     # rearrangements and small reductions built from other ops
-    aten.diag_embed, aten.trace, aten.nansum, aten.aminmax, aten.vdot, aten.addmv, aten.take, aten.masked_fill,
+    aten.diag_embed, aten.trace, aten.nansum, aten.aminmax, aten.vdot, aten.addmv, aten.take, aten.masked_fill.Scalar_out, aten.masked_fill.Tensor_out,
     aten.pixel_shuffle, aten.pixel_unshuffle, aten.channel_shuffle, aten.im2col, aten.col2im, aten.isin,
     aten.linalg_cross,
 )

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import softmax as _S
+from tvk_kernels.kernels import softmax as softmax_kernels
 
-from .._glue import register
+from ..op_registry import register
 from .._tensor import new_tensor
 from ._util import addr, dev
 from .copies import cast, contig_dtype
@@ -34,7 +34,7 @@ def _fwd(self, dim, half_to_float, log):
     x = contig_dtype(self, torch.float32)
     out = new_tensor(x.shape, torch.float32, dev(self))
     if out.numel():
-        _S.softmax(dev(self), addr(x), addr(out), tuple(x.shape) or (1,), dim % max(x.dim(), 1), log=log)
+        softmax_kernels.softmax(dev(self), addr(x), addr(out), tuple(x.shape) or (1,), dim % max(x.dim(), 1), log=log)
     want = torch.float32 if half_to_float else self.dtype
     return cast(out, want)
 
@@ -44,7 +44,7 @@ def _bwd(grad_output, output, dim, input_dtype, log):
     y = contig_dtype(output, torch.float32)
     gi = new_tensor(y.shape, torch.float32, dev(y))
     if gi.numel():
-        _S.softmax_backward(dev(y), addr(g), addr(y), addr(gi), tuple(y.shape) or (1,), dim % max(y.dim(), 1), log=log)
+        softmax_kernels.softmax_backward(dev(y), addr(g), addr(y), addr(gi), tuple(y.shape) or (1,), dim % max(y.dim(), 1), log=log)
     return cast(gi, input_dtype)
 
 

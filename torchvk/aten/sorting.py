@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from tvk_kernels.kernels import dim_index as _D
-from tvk_kernels.kernels import scan as _Sc
-from tvk_kernels.kernels import sort as _S
+from tvk_kernels.kernels import dim_index as dim_index_kernels
+from tvk_kernels.kernels import scan as scan_kernels
+from tvk_kernels.kernels import sort as sort_kernels
 
-from .._glue import register
+from ..op_registry import register
 from .._tensor import new_tensor
 from ._util import addr, dev
 from .copies import cast, contig, copy_into, resize_
@@ -54,7 +54,7 @@ def _sorted(self, dim, descending, k, op):
     idx = new_tensor(out_shape, torch.int64, dev(self))
     if vals.numel():
         keys = contig(cast(x, key_dtype))
-        _S.sort(dev(self), addr(keys), addr(vals), addr(idx), keys.numel() // n, n,
+        sort_kernels.sort(dev(self), addr(keys), addr(vals), addr(idx), keys.numel() // n, n,
                 "float32" if key_dtype == torch.float32 else "int64", descending, k)
     vals = cast(vals, self.dtype)
     if not self.dim():
@@ -123,7 +123,7 @@ def _scan(op, self, dim, out_dtype):
         inner *= s
     out = new_tensor(self.shape, compute, dev(self))
     if out.numel():
-        _Sc.scan(dev(self), op, addr(x), addr(out), outer, shape[d], inner,
+        scan_kernels.scan(dev(self), op, addr(x), addr(out), outer, shape[d], inner,
                  dtype="int64" if compute == torch.int64 else "float32")
     return cast(out, out_dtype)
 
@@ -311,7 +311,7 @@ def _insertion_points(sorted_sequence, values, right, sorter, out_int32):
     target = contig(torch.where(is_value, order - first_value, n))  # n: not a value, nothing written
     out = new_tensor([rows.shape[0], n], torch.int64, dev(values))
     src = contig(entries_before)
-    _D.scatter(dev(values), addr(out), addr(src), addr(target), [rows.shape[0], n + m], 1, n, list(src.stride()),
+    dim_index_kernels.scatter(dev(values), addr(out), addr(src), addr(target), [rows.shape[0], n + m], 1, n, list(src.stride()),
                list(out.stride()), 8)  # int64 elements
     return cast(out, out_dtype).view(values.shape)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .._glue import register
+from ..op_registry import register
 from .._tensor import TVKTensor, itemsize
 from .copies import contig
 
@@ -68,12 +68,12 @@ def _view_op(func):
 
 
 _VIEW_OPS = [
-    aten.view.default, aten._unsafe_view.default, aten.as_strided.default, aten.expand.default,
+    aten.view.default, aten.as_strided.default, aten.expand.default,
     aten.permute.default, aten.transpose.int, aten.t.default, aten.select.int, aten.slice.Tensor,
     aten.unsqueeze.default, aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.narrow.default,
     aten.unbind.int, aten.split.Tensor, aten.split_with_sizes.default, aten.chunk.default,
     aten.alias.default, aten._reshape_alias.default, aten.diagonal.default, aten.unfold.default,
-    aten.view_as_real.default if hasattr(aten, "view_as_real") else aten.alias.default,
+    aten.view_as_real.default,
 ]
 for _op in _VIEW_OPS:
     register(_op)(_view_op(_op))
@@ -89,7 +89,7 @@ def view_dtype(self, dtype):
     return _wrap_like(self, aten.view.dtype(meta_of(self), dtype))
 
 
-@register(aten._unsafe_view.default)
+@register(aten._unsafe_view.default)  # a view where it can be one, else a copy (torch's reshape of a non-view)
 def _unsafe_view(self, size):
     if self.is_contiguous():
         return _wrap_like(self, aten.view.default(meta_of(self), size))

@@ -14,7 +14,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._pytree import tree_map
 
 from .._dispatch import raise_mixed_devices
-from .._glue import NO_DEVICE_CHECK, hooks
+from .._glue import hooks
+from ..op_registry import NO_DEVICE_CHECK
 from .._tensor import TVKTensor
 
 _make_wrapper = torch.Tensor._make_wrapper_subclass

@@ -7,7 +7,8 @@ relu(batch_norm) -> one batch norm kernel writing relu(y), and cross-entropy's b
 `call_function` node whose target is a plain callable (FusedElementwise, MatmulEpilogue, ConvEpilogue)
 taking tvk tensors; its `meta["val"]` is the root's.
 
-Elementwise: a group is a tree of float32 ops from RULES under one root, each inner node used
+Elementwise: a group is a tree of float32 ops with a fusion rule (declared with the op in the op
+registry, `FUSION`: torchvk/op_registry.py) under one root, each inner node used
 only by its consumer in the group and of the root's shape, with at most 3 distinct external
 tensors (the N-d kernel's operand limit). The kernel ops' GLSL expressions (OPS in
 tvk_kernels/kernels/elementwise.py) are composed into one expression, registered as a new
@@ -26,10 +27,10 @@ import torch
 import torch.fx as fx
 
 from tvk_kernels.errors import CompilerNotFoundError
-from tvk_kernels.kernels import activations
 from tvk_kernels.runtime.compiler import find_glslc
-from tvk_kernels.kernels import elementwise as E
+from tvk_kernels.kernels import elementwise as elementwise_kernels
 
+from ..op_registry import FUSION
 from .._tensor import TVKTensor, new_tensor
 from ..aten._layout import result_strides
 from ..aten._util import operand
@@ -60,61 +61,6 @@ def fusion_compiler_present() -> bool:
 MAX_INPUTS = 3       # tensor slots of elementwise_nd.comp
 MAX_EXPR = 2000      # ops that repeat an operand (relu, square) duplicate sub-expressions
 MAX_SCALARS = 16     # push constants: 4 addresses + meta address + n + 16 floats fit Vulkan's minimum 128 bytes
-
-# aten op -> (kernel op, or a function of the bound args choosing one; operand arg names (a, b, c);
-#             scalar arg names, or numbers for fixed scalars)
-_UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal"]
-RULES: dict = {getattr(aten, n).default: (n, ("self",), ()) for n in _UNARY}
-RULES.update({
-    aten.add.Tensor: ("add", ("self", "other"), ("alpha",)),
-    aten.add.Scalar: ("add", ("self", "other"), ("alpha",)),
-    aten.sub.Tensor: ("sub", ("self", "other"), ("alpha",)),
-    aten.sub.Scalar: ("sub", ("self", "other"), ("alpha",)),
-    aten.rsub.Tensor: ("sub", ("other", "self"), ("alpha",)),
-    aten.rsub.Scalar: ("sub", ("other", "self"), ("alpha",)),
-    aten.mul.Tensor: ("mul", ("self", "other"), ()),
-    aten.mul.Scalar: ("mul", ("self", "other"), ()),
-    aten.div.Tensor: ("div", ("self", "other"), ()),
-    aten.div.Scalar: ("div", ("self", "other"), ()),
-    aten.maximum.default: ("maximum", ("self", "other"), ()),
-    aten.minimum.default: ("minimum", ("self", "other"), ()),
-    aten.square.default: ("square", ("self",), ()),
-    aten.pow.Tensor_Scalar: ("pow_scalar", ("self",), ("exponent",)),
-    aten.clamp.default: ("clamp", ("self",), ("min", "max")),
-    aten.clamp_min.default: ("clamp", ("self",), ("min", math.inf)),
-    aten.clamp_max.default: ("clamp", ("self",), (-math.inf, "max")),
-    aten.hardtanh.default: ("clamp", ("self",), ("min_val", "max_val")),
-    aten.leaky_relu.default: ("leaky_relu", ("self",), ("negative_slope",)),
-    aten.threshold_backward.default: ("threshold_backward", ("grad_output", "self"), ("threshold",)),
-    aten.addcmul.default: ("addcmul", ("self", "tensor1", "tensor2"), ("value",)),
-    aten.addcdiv.default: ("addcdiv", ("self", "tensor1", "tensor2"), ("value",)),
-    aten.lerp.Scalar: ("lerp_scalar", ("self", "end"), ("weight",)),
-})
-
-# activation after addmm or convolution -> a function of its bound args giving the epilogue's name
-EPILOGUES: dict = {}
-
-
-def _activation_rules(act):
-    """The fusable activations of tvk_kernels/kernels/activations.py: their aten op in elementwise
-    groups and as an epilogue, their aten backward (grad_output and self or output) in groups.
-    Entries sharing an aten op (gelu, gelu_tanh) share the rule: select() picks per node."""
-    if act.aten is None or not act.fusable:
-        return
-
-    def pick(kw, name=act.aten):
-        return activations.select(name, kw).name
-
-    forward = getattr(aten, act.aten).default
-    RULES[forward] = (pick, (forward._schema.arguments[0].name,), ())
-    EPILOGUES[forward] = pick
-    backward = getattr(aten, act.aten + "_backward", None)
-    if act.grad and backward is not None:
-        operands = tuple(a.name for a in backward.default._schema.arguments[:2])
-        RULES[backward.default] = (lambda kw, name=act.aten: pick(kw, name) + "_backward", operands, ())
-
-
-activations.each(_activation_rules)  # the table's entries now, and any added later
 
 _NUM = (bool, int, float)
 _TOKEN = re.compile(r"\b([abc])\b|\bS\((\d+)\)")
@@ -166,13 +112,13 @@ class _Elem:
 
 def _elem(n) -> _Elem | None:
     """The node as a float32 kernel op, or None where it is not fusible."""
-    rule = RULES.get(n.target) if n.op == "call_function" else None
+    rule = FUSION.get(n.target) if n.op == "call_function" else None
     if rule is None or not _is_f32(n):
         return None
     kw = _bind(n.target, n.args, n.kwargs)
     if kw is None:
         return None
-    kop, names, snames = rule
+    kop, names, snames = rule.kernel_op, rule.operands, rule.scalars
     kop = kop(kw) if callable(kop) else kop
     operands = tuple(kw[k] for k in names)
     if not all(_is_f32(x) if isinstance(x, fx.Node) else isinstance(x, _NUM) for x in operands):
@@ -180,7 +126,7 @@ def _elem(n) -> _Elem | None:
     scalars = []
     for k, s in enumerate(snames):
         v = kw[s] if isinstance(s, str) else s
-        side = E.OPS[kop].unbounded[k] if k < len(E.OPS[kop].unbounded) else None
+        side = elementwise_kernels.OPS[kop].unbounded[k] if k < len(elementwise_kernels.OPS[kop].unbounded) else None
         if v is None and side:  # clamp without a bound
             v = -math.inf if side == "lo" else math.inf
         if not isinstance(v, _NUM):
@@ -210,7 +156,7 @@ def compose(root, elems: dict, members: set):
                 scalars.append(float(x))
                 subs.append(f"S({len(scalars) - 1})")
         return _TOKEN.sub(lambda m: subs["abc".index(m[1])] if m[1] else f"S({base + int(m[2])})",
-                          E.OPS[e.kop].expr)
+                          elementwise_kernels.OPS[e.kop].expr)
 
     return expr(root), ext, scalars
 
@@ -218,8 +164,8 @@ def compose(root, elems: dict, members: set):
 def register_op(expr: str, arity: int, nscalars: int) -> str:
     """The composed expression as an elementwise OpSpec; the name is a hash, so equal groups share a pipeline."""
     name = "fused_" + hashlib.sha1(f"{arity}|{nscalars}|{expr}".encode()).hexdigest()[:12]
-    if name not in E.OPS:
-        E.OPS[name] = E.OpSpec(arity, expr, nscalars=nscalars, float_only=True)
+    if name not in elementwise_kernels.OPS:
+        elementwise_kernels.add_op(name, elementwise_kernels.OpSpec(arity, expr, nscalars=nscalars, float_only=True))
     return name
 
 
@@ -238,11 +184,11 @@ class FusedElementwise:
         tvk = next(t for t in tensors if isinstance(t, TVKTensor))
         ts = [t if isinstance(t, TVKTensor) else t.to(tvk.device) for t in tensors]  # CPU 0-dim constants
         shapes = [tuple(t.shape) for t in ts]
-        shape = shapes[0] if all(s == shapes[0] for s in shapes) else E.broadcast_shapes(*shapes)
+        shape = shapes[0] if all(s == shapes[0] for s in shapes) else elementwise_kernels.broadcast_shapes(*shapes)
         dev = tvk._tvk.device
         out = new_tensor(shape, torch.float32, dev, stride=result_strides(shape, ts))  # the traced layout, as unfused
         if out.numel():
-            E.elementwise(dev, self.op, tuple(operand(t) for t in ts), operand(out), self.scalars)
+            elementwise_kernels.elementwise(dev, self.op, tuple(operand(t) for t in ts), operand(out), self.scalars)
         return out
 
 
@@ -376,7 +322,8 @@ def _grow(root, elems, taken, clean_between) -> set:
 def _epilogues(graph, nodes, clean_between, stats):
     """act(addmm(bias, x, w)) -> one MatmulEpilogue node; act(convolution(...)) -> one ConvEpilogue."""
     for act in nodes:
-        mk = EPILOGUES.get(act.target) if act.op == "call_function" else None
+        rule = FUSION.get(act.target) if act.op == "call_function" else None
+        mk = rule.epilogue if rule is not None else None
         if mk is None or not act.args or not isinstance(act.args[0], fx.Node):
             continue
         mm = act.args[0]

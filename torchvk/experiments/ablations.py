@@ -29,9 +29,9 @@ import torch.nn.functional as F
 import torchvk
 from tvk_kernels.bench.common import environment, installed_size, md_table, median, write_result
 from tvk_kernels.config import default_params, lookup
-from tvk_kernels.kernels import matmul as mm
-from tvk_kernels.kernels import optim as K
-from tvk_kernels.kernels import reduce as rd
+from tvk_kernels.kernels import matmul as matmul_kernels
+from tvk_kernels.kernels import optim as optim_kernels
+from tvk_kernels.kernels import reduce as reduce_kernels
 from tvk_kernels.runtime.compiler import template_checksum
 from tvk_kernels.search_space import bucket_of
 from tvk_kernels.tune.measure import time_candidate
@@ -74,7 +74,7 @@ def _square_matmul(device, n: int):
     """A zero-argument launcher of one fp32 n^3 matmul on scratch buffers (freed afterwards)."""
     a, b, c = (device.allocator.alloc(n * n * 4) for _ in range(3))
     try:
-        yield lambda: mm.matmul(device, a.address, b.address, c.address, n, n, n)
+        yield lambda: matmul_kernels.matmul(device, a.address, b.address, c.address, n, n, n)
     finally:
         for x in (a, b, c):
             x.free()
@@ -108,7 +108,7 @@ def _matmul_variants(device, quick):
             b = device.upload(np.random.default_rng(1).standard_normal((n, n)).astype(np_dt))
             c = device.allocator.alloc(n * n * np.dtype(np_dt).itemsize)
             bufs[dt] = (a, b, c)
-        run = lambda dt, params=None: mm.matmul(device, bufs[dt][0].address, bufs[dt][1].address,  # noqa: E731
+        run = lambda dt, params=None: matmul_kernels.matmul(device, bufs[dt][0].address, bufs[dt][1].address,  # noqa: E731
                                                 bufs[dt][2].address, n, n, n, dtype=dt, params=params)
         info16 = run("float16")
         t32 = _gpu_time(device, lambda: run("float32"))
@@ -129,14 +129,14 @@ def _reduction_variants(device, quick):
     n = 1 << (16 if quick else 24)
     x = device.upload(np.random.default_rng(0).standard_normal(n).astype(np.float32))
     out = device.allocator.alloc(4)
-    fam_params = rd.family(device, rd.Reduce).resolve("large")
+    fam_params = reduce_kernels.family(device, reduce_kernels.Reduce).resolve("large")
     res = {}
     for label, sub in (("subgroup", 1), ("shared_memory", 0)):
         params = dict(fam_params, SUBGROUP=sub)
         if sub and not device.facts.features.get("subgroup_arithmetic"):
             res[label] = None
             continue
-        res[label] = _gpu_time(device, lambda: rd.reduce(device, "sum", x.address, out.address, (n,), params=params))
+        res[label] = _gpu_time(device, lambda: reduce_kernels.reduce(device, "sum", x.address, out.address, (n,), params=params))
     x.free(), out.free()
     res["n"] = n
     res["subgroup_speedup"] = (res["shared_memory"] / res["subgroup"]) if res.get("subgroup") else None
@@ -214,11 +214,11 @@ def _optimizer_step_ms(device, steps: int, quick: bool) -> dict:
             entries = [(p.tvk_address, p.grad.tvk_address, m.tvk_address, v.tvk_address, 0, p.numel())
                        for p, (m, v) in zip(params, states)]
             host["one_fused_launch"], res["one_fused_launch"] = _time_steps(
-                lambda: K.adamw_step(device, entries, 1e-3, step=1), steps)
+                lambda: optim_kernels.adamw_step(device, entries, 1e-3, step=1), steps)
         else:
             entries = [(p.tvk_address, p.grad.tvk_address, m.tvk_address, p.numel()) for p, (m, _) in zip(params, states)]
             host["one_fused_launch"], res["one_fused_launch"] = _time_steps(
-                lambda: K.sgd_step(device, entries, 1e-2, 0.9), steps)
+                lambda: optim_kernels.sgd_step(device, entries, 1e-2, 0.9), steps)
         out[name], out["host_ms"][name], out["host_ms_fresh_grads"][name] = res, host, fresh
     return out
 

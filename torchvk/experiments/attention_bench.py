@@ -24,7 +24,7 @@ import torch
 import torchvk
 from tvk_kernels.bench import cuda_timer
 from tvk_kernels.bench.common import md_table
-from tvk_kernels.kernels import attention as A
+from tvk_kernels.kernels import attention as attention_kernels
 
 FULL = {"batch": 8, "heads": 8, "seq": 1024, "head": 64}
 QUICK = {"batch": 1, "heads": 2, "seq": 64, "head": 32}
@@ -75,11 +75,11 @@ def sdpa(device, quick, has_cuda, gpu_time) -> list:
         kw = {"dtype": dtype, "scale": 1.0 / d ** 0.5}
 
         def fwd():
-            A.attention_forward(device, q, k, v, o, lse, shape, **kw)
+            attention_kernels.attention_forward(device, q, k, v, o, lse, shape, **kw)
 
         def fwd_bwd():
             fwd()
-            A.attention_backward(device, q, k, v, o, g, lse, dq, dk, dv, shape, delta=delta, **kw)
+            attention_kernels.attention_backward(device, q, k, v, o, g, lse, dq, dk, dv, shape, delta=delta, **kw)
 
         t_fwd, t_all = gpu_time(fwd), gpu_time(fwd_bwd)
         flops = 4 * b * h * n * n * d

@@ -16,7 +16,7 @@ import numpy as np
 
 from tvk_kernels.bench.common import md_table
 from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS
-from tvk_kernels.kernels import matmul as mm
+from tvk_kernels.kernels import matmul as matmul_kernels
 from tvk_kernels.kernels.matmul import TUNE_TARGET
 from tvk_kernels.tune.measure import time_candidate
 
@@ -80,7 +80,7 @@ def _tvk_one(device, g: dict, dtype: str, repeats: int, quick: bool) -> dict:
     info = {}
 
     def run(i):
-        info.update(mm.matmul(device, A.address, B.address, C.address, M, N, K, batch=batch, a_strides=sa,
+        info.update(matmul_kernels.matmul(device, A.address, B.address, C.address, M, N, K, batch=batch, a_strides=sa,
                               b_strides=sb, dtype=dtype))
 
     try:

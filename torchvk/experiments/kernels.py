@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from tvk_kernels.bench.common import environment, md_table, median, write_result
 from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS, time_cuda
 from tvk_kernels.kernels import conv, norm, reduce, softmax
-from tvk_kernels.kernels import elementwise as ew
+from tvk_kernels.kernels import elementwise as elementwise_kernels
 from tvk_kernels.kernels.elementwise import add
 from tvk_kernels.runtime.graph import capture
 from tvk_kernels.tune.measure import time_candidate
@@ -106,7 +106,7 @@ def bandwidth(device, n_rows, n_cols, has_cuda, quick=False):
     R = device.allocator.alloc(4 * n_rows)
     row = device.upload(np.ones(n_cols, np.float32))
     shape = (n_rows, n_cols)
-    F = ew.Operand
+    F = elementwise_kernels.Operand
     ops = {  # name: (tvk call, bytes moved, torch CUDA call)
         "sum (all)": (lambda: reduce.reduce(device, "sum", X.address, R.address, shape), 4 * n,
                       lambda t: t.sum()),
@@ -116,11 +116,11 @@ def bandwidth(device, n_rows, n_cols, has_cuda, quick=False):
                            lambda t: t.softmax(-1)),
         "layer norm (rows)": (lambda: norm.layer_norm(device, X.address, Y.address, shape), 8 * n,
                               lambda t: torch.nn.functional.layer_norm(t, (n_cols,))),
-        "mul, row broadcast": (lambda: ew.binary_nd(device, "mul", F(X, shape), F(row, (1, n_cols)), F(Y, shape)),
+        "mul, row broadcast": (lambda: elementwise_kernels.binary_nd(device, "mul", F(X, shape), F(row, (1, n_cols)), F(Y, shape)),
                                8 * n, lambda t: t * t[0:1]),
-        "transposed copy": (lambda: ew.copy(device, F(X, (n_cols, n_rows), (1, n_cols)), F(Y, (n_cols, n_rows))),
+        "transposed copy": (lambda: elementwise_kernels.copy(device, F(X, (n_cols, n_rows), (1, n_cols)), F(Y, (n_cols, n_rows))),
                             8 * n, lambda t: t.t().contiguous()),
-        "relu": (lambda: ew.unary(device, "relu", F(X, shape), F(Y, shape)), 8 * n, lambda t: t.relu()),
+        "relu": (lambda: elementwise_kernels.unary(device, "relu", F(X, shape), F(Y, shape)), 8 * n, lambda t: t.relu()),
     }
     ct = torch.from_numpy(x).cuda() if has_cuda else None
     rows = []

@@ -11,7 +11,9 @@
 
 Ops are data: `OPS` maps a name to its arity, a GLSL expression in `a, b, c` (the operands
 in the compute type `CT`) and `S(k)` (push-constant scalars), and how its compute type is
-picked. The expression becomes the OP_EXPR define; no Python per-op code.
+picked. The expression becomes the OP_EXPR define; no Python per-op code. A row naming aten ops
+(`aten=`) is also their eager kernel and compiled-mode fusion rule in torchvk: adding an op is
+one row (`add_op`, or a line of the table).
 
 On the host, dims of size 1 are dropped, dims are ordered by output stride and adjacent
 dims that are contiguous in every operand are merged, so most real cases become 1-3
@@ -135,6 +137,10 @@ class OpSpec:
     compute: str = "inputs"    # compute type from: "inputs", "values" (skip the condition), "out"
     defaults: tuple = ()       # default scalars
     unbounded: tuple = ()      # per scalar: "lo"/"hi" meaning None -> -inf/+inf (or int min/max)
+    # the aten ops the row is, operand for operand, with no scalars: torchvk declares their eager
+    # kernels, in-place forms and compiled mode's fusion rule from this row (torchvk/aten/elementwise.py)
+    aten: tuple = ()
+    ints: str = "keep"         # integer inputs: "keep" (torch's promotion), "float" (they give float), "refuse"
 
 
 def _u(expr, **kw):
@@ -152,42 +158,42 @@ OPS: dict[str, OpSpec] = {
     "fill": OpSpec(0, "S(0)", nscalars=1, compute="out"),
     "copy": _u("a"),
     # unary arithmetic
-    "neg": _u("-a"),
-    "abs": _u("abs(a)"),
+    "neg": _u("-a", aten=("neg",)),
+    "abs": _u("abs(a)", aten=("abs",)),
     "square": _u("a * a"),
-    "reciprocal": _u("1.0 / a", **_F),
-    "exp": _u("exp(a)", **_F),
-    "log": _u("log(a)", **_F),
-    "sqrt": _u("sqrt(a)", **_F),
-    "rsqrt": _u("inversesqrt(a)", **_F),
+    "reciprocal": _u("1.0 / a", **_F, aten=("reciprocal",), ints="float"),
+    "exp": _u("exp(a)", **_F, aten=("exp",), ints="float"),
+    "log": _u("log(a)", **_F, aten=("log",), ints="float"),
+    "sqrt": _u("sqrt(a)", **_F, aten=("sqrt",), ints="float"),
+    "rsqrt": _u("inversesqrt(a)", **_F, aten=("rsqrt",), ints="float"),
     # computed in the result's type: an integer tensor with a float scalar gives a float result
     "pow_scalar": _u("TVK_POW(a, S(0))", nscalars=1, compute="out"),                 # x ** s
     "rpow_scalar": _u("TVK_POW(S(0), a)", nscalars=1, compute="out"),                # s ** x
     "clamp": _u("tvk_min(tvk_max(a, S(0)), S(1))", nscalars=2, unbounded=("lo", "hi"), compute="out"),
     "leaky_relu": _u("(a < CT(0) ? a * S(0) : a)", nscalars=1, defaults=(0.01,), **_F),
     # unary math (helpers in the template: "math helpers of the OPS table")
-    "sin": _u("tvk_sin(a)", **_F),
-    "cos": _u("tvk_cos(a)", **_F),
-    "tan": _u("tvk_tan(a)", **_F),
-    "asin": _u("tvk_asin(a)", **_F),
-    "acos": _u("tvk_acos(a)", **_F),
-    "atan": _u("(isnan(a) ? a : atan(a))", **_F),
-    "sinh": _u("tvk_sinh(a)", **_F),
-    "cosh": _u("tvk_cosh(a)", **_F),
-    "asinh": _u("tvk_asinh(a)", **_F),
-    "acosh": _u("tvk_acosh(a)", **_F),
-    "atanh": _u("tvk_atanh(a)", **_F),
-    "erf": _u("tvk_erf(a)", **_F),
-    "erfc": _u("tvk_erfc(a)", **_F),
-    "erfinv": _u("tvk_erfinv(a)", **_F),
-    "erfcx": _u("tvk_erfcx(a)", **_F),
-    "log_ndtr": _u("tvk_log_ndtr(a)", **_F),
-    "ndtri": _u("tvk_ndtri(a)", **_F),
-    "expm1": _u("tvk_expm1(a)", **_F),
-    "log1p": _u("tvk_log1p(a)", **_F),
-    "log2": _u("log2(a)", **_F),
-    "log10": _u("(log2(a) * 0.30102999566398120)", **_F),
-    "exp2": _u("exp2(a)", **_F),
+    "sin": _u("tvk_sin(a)", **_F, aten=("sin",), ints="float"),
+    "cos": _u("tvk_cos(a)", **_F, aten=("cos",), ints="float"),
+    "tan": _u("tvk_tan(a)", **_F, aten=("tan",), ints="float"),
+    "asin": _u("tvk_asin(a)", **_F, aten=("asin",), ints="float"),
+    "acos": _u("tvk_acos(a)", **_F, aten=("acos",), ints="float"),
+    "atan": _u("(isnan(a) ? a : atan(a))", **_F, aten=("atan",), ints="float"),
+    "sinh": _u("tvk_sinh(a)", **_F, aten=("sinh",), ints="float"),
+    "cosh": _u("tvk_cosh(a)", **_F, aten=("cosh",), ints="float"),
+    "asinh": _u("tvk_asinh(a)", **_F, aten=("asinh",), ints="float"),
+    "acosh": _u("tvk_acosh(a)", **_F, aten=("acosh",), ints="float"),
+    "atanh": _u("tvk_atanh(a)", **_F, aten=("atanh",), ints="float"),
+    "erf": _u("tvk_erf(a)", **_F, aten=("erf",), ints="float"),
+    "erfc": _u("tvk_erfc(a)", **_F, aten=("erfc",), ints="float"),
+    "erfinv": _u("tvk_erfinv(a)", **_F, aten=("erfinv",), ints="float"),
+    "erfcx": _u("tvk_erfcx(a)", **_F, aten=("special_erfcx",), ints="float"),
+    "log_ndtr": _u("tvk_log_ndtr(a)", **_F, aten=("special_log_ndtr",), ints="float"),
+    "ndtri": _u("tvk_ndtri(a)", **_F, aten=("special_ndtri",), ints="float"),
+    "expm1": _u("tvk_expm1(a)", **_F, aten=("expm1",), ints="float"),
+    "log1p": _u("tvk_log1p(a)", **_F, aten=("log1p",), ints="float"),
+    "log2": _u("log2(a)", **_F, aten=("log2",), ints="float"),
+    "log10": _u("(log2(a) * 0.30102999566398120)", **_F, aten=("log10",), ints="float"),
+    "exp2": _u("exp2(a)", **_F, aten=("exp2",), ints="float"),
     "ceil": _u("ceil(a)", **_F),
     "floor": _u("floor(a)", **_F),
     "trunc": _u("trunc(a)", **_F),
@@ -196,18 +202,18 @@ OPS: dict[str, OpSpec] = {
     "frac": _u("(a - trunc(a))", **_F),
     "signbit": _u("B2CT(tvk_signbit(a))", **_CMP),
     "nan_to_num": _u("(isnan(a) ? S(0) : (isinf(a) ? (a > 0.0 ? S(1) : S(2)) : a))", nscalars=3, **_F),
-    "lgamma": _u("tvk_lgamma(a)", **_F),
-    "digamma": _u("tvk_digamma(a)", **_F),
+    "lgamma": _u("tvk_lgamma(a)", **_F, aten=("lgamma",), ints="float"),
+    "digamma": _u("tvk_digamma(a)", **_F, aten=("digamma",), ints="float"),
     "polygamma": _u("tvk_polygamma(S(0), a)", nscalars=1, **_F),
-    "i0": _u("tvk_i0(a)", **_F),
-    "i0e": _u("tvk_i0e(a)", **_F),
-    "i1": _u("tvk_i1(a)", **_F),
-    "i1e": _u("tvk_i1e(a)", **_F),
-    "spherical_bessel_j0": _u("tvk_spherical_bessel_j0(a)", **_F),
-    "entr": _u("tvk_entr(a)", **_F),
-    "sinc": _u("tvk_sinc(a)", **_F),
+    "i0": _u("tvk_i0(a)", **_F, aten=("i0", "special_modified_bessel_i0"), ints="float"),
+    "i0e": _u("tvk_i0e(a)", **_F, aten=("special_i0e",), ints="float"),
+    "i1": _u("tvk_i1(a)", **_F, aten=("special_i1", "special_modified_bessel_i1"), ints="float"),
+    "i1e": _u("tvk_i1e(a)", **_F, aten=("special_i1e",), ints="float"),
+    "spherical_bessel_j0": _u("tvk_spherical_bessel_j0(a)", **_F, aten=("special_spherical_bessel_j0",), ints="float"),
+    "entr": _u("tvk_entr(a)", **_F, aten=("special_entr",), ints="float"),
+    "sinc": _u("tvk_sinc(a)", **_F, aten=("sinc",), ints="float"),
     "logit": _u("tvk_logit(a, S(0))", nscalars=1, defaults=(-1.0,), **_F),   # eps < 0: no clamp
-    "angle": _u("(isnan(a) ? a : (a < 0.0 ? TVK_PI : 0.0))", **_F),
+    "angle": _u("(isnan(a) ? a : (a < 0.0 ? TVK_PI : 0.0))", **_F, aten=("angle",), ints="float"),
     # activations with parameters (the scalar-free ones come from activations.py, below)
     # elu: S = alpha * scale, scale, input_scale
     "elu": _u("(a <= 0.0 ? tvk_expm1(a * S(2)) * S(0) : a * S(1))", nscalars=3, **_F),
@@ -224,7 +230,7 @@ OPS: dict[str, OpSpec] = {
     "maximum": _b("tvk_max(a, b)"),
     "minimum": _b("tvk_min(a, b)"),
     "lerp_scalar": _b("a + S(0) * (b - a)", nscalars=1, **_F),
-    "atan2": _b("tvk_atan2(a, b)", **_F),
+    "atan2": _b("tvk_atan2(a, b)", **_F, aten=("atan2",), ints="float"),
     "remainder": _b("tvk_remainder(a, b)"),      # sign of the divisor
     "bitwise_and": _b("(a & b)"),                 # integer inputs only (bool goes through logical_*)
     "bitwise_or": _b("(a | b)"),
@@ -236,17 +242,17 @@ OPS: dict[str, OpSpec] = {
     "fmod": _b("tvk_fmod(a, b)"),                # sign of the dividend
     "floor_divide": _b("tvk_floor_div(a, b)"),
     "trunc_divide": _b("tvk_trunc_div(a, b)"),
-    "copysign": _b("tvk_copysign(a, b)", **_F),
-    "hypot": _b("tvk_hypot(a, b)", **_F),
-    "logaddexp": _b("tvk_logaddexp(a, b)", **_F),
-    "logaddexp2": _b("tvk_logaddexp2(a, b)", **_F),
-    "xlogy": _b("tvk_xlogy(a, b)", **_F),
-    "xlog1py": _b("tvk_xlog1py(a, b)", **_F),
-    "fmax": _b("tvk_fmax(a, b)"),                # a nan loses, unlike maximum
-    "fmin": _b("tvk_fmin(a, b)"),
+    "copysign": _b("tvk_copysign(a, b)", **_F, aten=("copysign",), ints="float"),
+    "hypot": _b("tvk_hypot(a, b)", **_F, aten=("hypot",), ints="refuse"),
+    "logaddexp": _b("tvk_logaddexp(a, b)", **_F, aten=("logaddexp",), ints="refuse"),
+    "logaddexp2": _b("tvk_logaddexp2(a, b)", **_F, aten=("logaddexp2",), ints="refuse"),
+    "xlogy": _b("tvk_xlogy(a, b)", **_F, aten=("xlogy",), ints="float"),
+    "xlog1py": _b("tvk_xlog1py(a, b)", **_F, aten=("special_xlog1py",), ints="float"),
+    "fmax": _b("tvk_fmax(a, b)", aten=("fmax",)),                # a nan loses, unlike maximum
+    "fmin": _b("tvk_fmin(a, b)", aten=("fmin",)),
     "heaviside": _b("(a == CT(0) ? b : B2CT(a > CT(0)))"),
-    "nextafter": _b("tvk_nextafter(a, b)", **_F),
-    "zeta": _b("tvk_zeta(a, b)", **_F),                  # Hurwitz zeta(x = a, q = b)
+    "nextafter": _b("tvk_nextafter(a, b)", **_F, aten=("nextafter",), ints="refuse"),
+    "zeta": _b("tvk_zeta(a, b)", **_F, aten=("special_zeta",), ints="float"),                  # Hurwitz zeta(x = a, q = b)
     "prelu": _b("(a > 0.0 ? a : b * a)", **_F),          # b = weight
     "glu": _b("(a * tvk_sigmoid(b))", **_F),             # a, b = the two halves
     # comparisons
@@ -275,12 +281,34 @@ OPS: dict[str, OpSpec] = {
 }
 
 
+_subscribers: list = []  # what derives from each row (torchvk's aten declarations)
+
+
+def add_op(name: str, spec: OpSpec) -> None:
+    """One more row of the table; what subscribed with each_op() derives from it at once. A name
+    already in the table raises: a second row would silently replace the first."""
+    if name in OPS:
+        raise ValueError(f"elementwise op {name!r} is already in the table: {OPS[name]}")
+    if spec.ints not in ("keep", "float", "refuse"):
+        raise ValueError(f"elementwise op {name!r}: ints must be 'keep', 'float' or 'refuse', not {spec.ints!r}")
+    OPS[name] = spec
+    for derive in _subscribers:
+        derive(name, spec)
+
+
+def each_op(derive) -> None:
+    """Call derive(name, spec) for every row now and for every row added later."""
+    for name, spec in list(OPS.items()):
+        derive(name, spec)
+    _subscribers.append(derive)
+
+
 def _activation_ops(act):
     """An activation table entry as ops: `name` (a = x) and `name_backward` (a = the gradient,
     b = the forward's input x or output y, as the entry says)."""
-    OPS[act.name] = _u(act.glsl("a"), float_only=act.ints != "keep")
+    add_op(act.name, _u(act.glsl("a"), float_only=act.ints != "keep"))
     if act.grad:
-        OPS[act.name + "_backward"] = _b(act.grad_glsl("a", "b"), float_only=act.ints != "keep")
+        add_op(act.name + "_backward", _b(act.grad_glsl("a", "b"), float_only=act.ints != "keep"))
 
 
 activations.each(_activation_ops)
