@@ -14,6 +14,8 @@ from collections import defaultdict
 
 import torch
 
+from torchvk import op_registry
+
 from . import check, runner
 
 DOC = runner.ROOT / "docs" / "op-coverage.md"
@@ -91,7 +93,24 @@ def render(rows, known: dict, randoms: dict) -> str:
     for r in rows:
         if r["op"] in randoms:
             out.append(f"| {r['op']} | {r['status']} | {randoms[r['op']]['why']} |")
+    out += declared_ops([d for d in op_registry.coverage_rows() if d["op"].split(".")[0] in ("aten", "tvk")])
     return "\n".join(out) + "\n"
+
+
+def declared_ops(declared: list) -> list:
+    """The op registry's declarations (torchvk/op_registry.py), one row per aten overload."""
+    kinds = defaultdict(int)
+    for d in declared:
+        kinds[d["kind"]] += 1
+    out = ["", "## Declared ops", "",
+           "Every aten overload TorchVK declares (`torchvk/op_registry.py`; an out= or in-place variant not listed "
+           "runs through its functional overload): how it runs, whether compiled mode fuses it, its autocast policy, and the module "
+           "that declares it. " + ", ".join(f"{kinds[k]} {k}" for k in sorted(kinds)) + ".",
+           "", "| op | kind | fusion | autocast | meta | declared in |", "|---|---|---|---|---|---|"]
+    for d in declared:
+        out.append(f"| `{d['op']}` | {d['kind']} | {d['fusion']} | {d['autocast']} | {'yes' if d['meta'] else ''} | "
+                   f"{d['where']} |")
+    return out
 
 
 def _pct(k: int, n: int) -> str:
