@@ -164,6 +164,11 @@ def test_the_glue_module_imports_nothing_from_torchvk():
     assert graph()["torchvk._glue"] == set(), "torchvk/_glue.py is the bottom layer: it must import no torchvk module"
 
 
+def test_the_op_registry_imports_nothing_from_torchvk():
+    assert graph()["torchvk.op_registry"] == set(), \
+        "torchvk/op_registry.py is under every op module: it must import no torchvk module"
+
+
 def test_every_function_level_import_says_why_it_is_lazy():
     bare = [f"{p.relative_to(PACKAGE.parent)}:{line}: {src}" for p in sorted(PACKAGE.rglob("*.py"))
             for line, src, lazy in function_imports(p) if not lazy]

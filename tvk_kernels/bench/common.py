@@ -1,7 +1,7 @@
 """What every benchmark result carries: where, when, on what, from which commit."""
 from __future__ import annotations
 
-import datetime as _dt
+import datetime
 import json
 import os
 import platform
@@ -27,7 +27,7 @@ def environment(device) -> dict:
 
     f = device.facts
     env = {
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": os.environ.get("TVK_COMMIT") or git_commit(),
         "torchvk_version": __version__,
         "device": f.name, "device_index": f.index, "vendor_id": f.vendor_id, "device_id": f.device_id,

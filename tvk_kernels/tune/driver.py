@@ -27,7 +27,7 @@ is written as this device's winner.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
+import datetime
 import json
 import math
 import os
@@ -468,7 +468,7 @@ def write_config(out_dir: Path, facts, source: str, results: dict, match: str = 
     dev = {**device_key(facts), "match": match, **(device_overrides or {})}
     data.update({"schema": SCHEMA_VERSION, "source": source, "device": dev})
     fams = data.setdefault("families", {})
-    stamp = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "torchvk_version": __version__}
+    stamp = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "torchvk_version": __version__}
     for family, (template, buckets) in results.items():
         entry = fams.get(family, {})
         checksum = template_checksum(template)
