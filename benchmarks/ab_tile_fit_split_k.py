@@ -16,7 +16,7 @@ import torchvk  # noqa
 import torch
 from tvk_kernels.runtime import get_device
 from tvk_kernels.search_space import search_space
-from tvk_kernels.kernels import matmul as matmul_kernels
+from tvk_kernels.kernels import matmul as matmul_kernels, matmul_plan
 from torchvk.experiments import gemm_sweep, conv_sweep
 
 dev = get_device(0)
@@ -141,7 +141,7 @@ if "coop" in parts:
             print("COOP", name, "geomean", round(geomean(xs), 3), "over2x",
                   sum(x > 2 for x in xs), flush=True)
 if "prefetch" in parts:
-    defines0 = matmul_kernels.defines
+    defines0 = matmul_plan.defines  # the tiled family (matmul_plan.Matmul.gemm) builds its kernels with it
 
     def forced(value):
         return lambda params, **kw: defines0(dict(params, PREFETCH=value), **kw)
@@ -152,9 +152,9 @@ if "prefetch" in parts:
     i = 0
     for g in gemms:
         for dt in dts:
-            res = alternating_best(g, dt, {"off": lambda: setattr(mm, "defines", forced(0)),
-                                           "on": lambda: setattr(mm, "defines", forced(1))})
-            matmul_kernels.defines = defines0
+            res = alternating_best(g, dt, {"off": lambda: setattr(matmul_plan, "defines", forced(0)),
+                                           "on": lambda: setattr(matmul_plan, "defines", forced(1))})
+            matmul_plan.defines = defines0
             c = cuda[i] if cuda else None
             i += 1
             if res["on"]["kernel"] != "tiled":

@@ -60,14 +60,14 @@ def child() -> int:
     from tvk_kernels.runtime import get_device
     from tvk_kernels.runtime.compiler import compile_template, spirv_optimized
     from tvk_kernels.tune.rdna1 import on_null_navi10
-    from tvk_kernels.tune.targets import load_optional_targets
+    from tvk_kernels.tune.targets import load_targets
 
     device = get_device(0)
     if not on_null_navi10(device):
         print(f"expected the null Navi 10 device, got {device.facts.name!r}", file=sys.stderr)
         return 1
     results, keys_shown = [], False
-    for family, target in sorted(load_optional_targets().items()):
+    for family, target in sorted(load_targets().items()):
         if not hasattr(target, "static_defines"):
             continue
         for params, source in variants(target, device.facts):

@@ -13,6 +13,7 @@ F = torch.nn.functional
 
 from tvk_kernels import InvalidConfigError  # noqa: E402
 from tvk_kernels.kernels import conv  # noqa: E402
+from tvk_kernels.tune.targets import conv2d as conv2d_target  # noqa: E402
 
 REL = 2e-5
 
@@ -209,7 +210,7 @@ def test_numpy_reference_and_tune_target(device, rng):
     np.testing.assert_allclose(gi, xt.grad.numpy(), atol=1e-9)
     np.testing.assert_allclose(gw, wt.grad.numpy(), atol=1e-9)
 
-    target = conv.TUNE_TARGET
+    target = conv2d_target.TARGET
     for direction in conv.DIRS:
         shape = conv.tune_shape(direction, xs, ws, 2, 1, 1, 2)
         case = target.prepare(device, shape, n_inputs=2)

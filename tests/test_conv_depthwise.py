@@ -21,6 +21,7 @@ from rdna1_check import assert_fits_rdna1, navi10_stats  # noqa: E402
 from tvk_kernels import InvalidConfigError  # noqa: E402
 from tvk_kernels.kernels import conv, conv_depthwise  # noqa: E402
 from tvk_kernels.runtime.stream import Stream  # noqa: E402
+from tvk_kernels.tune.targets import conv2d_depthwise as conv2d_depthwise_target  # noqa: E402
 from tvk_kernels.search_space import bucket_of  # noqa: E402
 
 REL = 2e-5
@@ -113,7 +114,7 @@ def test_grad_weight_slices_and_tap_passes_are_deterministic(device, rng, labels
             assert np.array_equal(runs[0], runs[1]), (params, split_k)
     assert "conv2d_depthwise_split_sum" in labels
     _depthwise_ran(labels, "bwd_weight")
-    g, _ = conv._geometry(xs, ws, *geo)
+    g, _ = conv.geometry(xs, ws, *geo)
     splits, chunk = conv_depthwise.split_plan(device, g, 9, 5)
     positions = 3 * out_shape[2] * out_shape[3]
     assert splits == 5 and (splits - 1) * chunk < positions <= splits * chunk
@@ -243,7 +244,7 @@ def test_torchvk_compile_training_step(labels):
 
 def test_tune_target(device):
     """The tuner's depthwise target checks and runs a candidate of every direction."""
-    target = conv_depthwise.TUNE_TARGET
+    target = conv2d_depthwise_target.TARGET
     params = {"WG": 32, "ITEMS": 2, "TAPS": 4}
     for shape in target.suites["tiny"]:
         assert bucket_of(conv_depthwise.DepthwiseConv.family, shape).startswith(shape["dir"])

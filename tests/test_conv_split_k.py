@@ -126,7 +126,7 @@ def test_forward_act_splits_and_the_sum_applies_it(device, rng, monkeypatch):
 def test_backward_input_split_k(device, rng, xs, ws, stride, padding, dilation, split_k):
     """Every stride phase writes every partial-sum slice (zeros where its K runs out or it has
     no taps); one reduce at the end."""
-    phases = len(conv._bwd_input_phases(conv._geometry(xs, ws, stride, padding, dilation, 1)[0]))
+    phases = len(conv._bwd_input_phases(conv.geometry(xs, ws, stride, padding, dilation, 1)[0]))
     assert _backward_input(device, rng, xs, ws, stride, padding, dilation, split_k=split_k,
                            params=SMALL) == phases + 1
 

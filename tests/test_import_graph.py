@@ -1,11 +1,15 @@
-"""The torch layer's import graph stays layered (issue #13: the import knot must not come back).
+"""Both packages' import graphs stay layered (issue #13: the import knot must not come back; issue
+#26: the tuner's targets apart from the kernels).
 
-Parses torchvk/ with `ast` (nothing is imported) and builds the graph of its modules'
-imports of each other, module-level and function-level alike. Two rules:
-  - the largest strongly connected component (modules that import each other, directly or in a
-    ring) has at most MAX_CYCLE modules;
+Parses torchvk/ and tvk_kernels/ with `ast` (nothing is imported) and builds the graph of each
+package's imports of its own modules, module-level and function-level alike. Rules:
+  - no import cycle: the largest strongly connected component (modules that import each other,
+    directly or in a ring) is one module;
   - an import inside a function is a lazy import of a heavy or optional dependency and says so
-    with a `# lazy: <reason>` comment on its line or the line above.
+    with a `# lazy: <reason>` comment on its line, or on the line above it or above the block of
+    imports (one statement a line, no blank line between) it opens;
+  - tvk_kernels' kernels never import its tuner (tvk_kernels/tune/targets/ holds the targets).
+(Module aliases: tests/test_module_aliases.py.)
 
 Run as a script (`python tests/test_import_graph.py`) to print the components and the
 function-level imports.
@@ -17,8 +21,12 @@ import functools
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "torchvk"
-MAX_CYCLE = 3
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "torchvk"
+PACKAGES = (PACKAGE, ROOT / "tvk_kernels")
+MAX_CYCLE = 1
 LAZY = "# lazy:"
 
 
@@ -68,18 +76,26 @@ def imports(name: str, path: Path, known) -> list:
 
 
 def function_imports(path: Path) -> list:
-    """[(line, source line, has the lazy comment)] for every import statement inside a function."""
+    """[(line, source line, has the lazy comment)] for every import statement inside a function.
+    An import right below another (no blank line) shares the lazy comment of the block's first."""
     lines = path.read_text().splitlines()
     tree = ast.parse("\n".join(lines), str(path))
     out = []
 
+    def commented(node) -> bool:
+        here = lines[node.lineno - 1]
+        above = lines[node.lineno - 2] if node.lineno >= 2 else ""
+        return LAZY in here or above.strip().startswith(LAZY)
+
     def walk(node, in_function):
+        block_lazy, block_end = False, -1  # the block of imports the previous statement ended
         for child in ast.iter_child_nodes(node):
             if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
-                here = lines[child.lineno - 1]
-                above = lines[child.lineno - 2] if child.lineno >= 2 else ""
-                lazy = LAZY in here or above.strip().startswith(LAZY)
-                out.append((child.lineno, here.strip(), lazy))
+                lazy = commented(child) or (block_lazy and child.lineno == block_end + 1)
+                out.append((child.lineno, lines[child.lineno - 1].strip(), lazy))
+                block_lazy, block_end = lazy, child.end_lineno
+            else:
+                block_lazy = False
             walk(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
     walk(tree, False)
@@ -153,11 +169,19 @@ def test_function_level_imports_are_counted(tmp_path):
     assert function_imports(pkg / "aten" / "copies.py") == [(2, "from .. import _dispatch", False)]
 
 
-def test_no_import_cycle_longer_than_three_modules():
-    largest = components(graph())[0]
+def test_a_lazy_comment_covers_the_block_of_imports_below_it(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("def f():\n    # lazy: optional\n    import a\n    import b\n\n    import c\n    x = 1\n    import d\n")
+    assert [lazy for _, _, lazy in function_imports(src)] == [True, True, False, False]
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
+def test_no_import_cycle(package):
+    largest = components(graph(package))[0]
     assert len(largest) <= MAX_CYCLE, (
-        f"torchvk modules {largest} import each other (module- or function-level): a ring of {len(largest)} "
-        f"modules, more than {MAX_CYCLE}. Move what they share into a lower module (torchvk/_glue.py) instead.")
+        f"{package.name} modules {largest} import each other (module- or function-level): a ring of {len(largest)} "
+        "modules. Move what they share into a lower module (torchvk/_glue.py; tvk_kernels/kernels/matmul_plan.py "
+        "and conv_geometry.py are two), or let only one of them import the other.")
 
 
 def test_the_glue_module_imports_nothing_from_torchvk():
@@ -169,22 +193,32 @@ def test_the_op_registry_imports_nothing_from_torchvk():
         "torchvk/op_registry.py is under every op module: it must import no torchvk module"
 
 
-def test_every_function_level_import_says_why_it_is_lazy():
-    bare = [f"{p.relative_to(PACKAGE.parent)}:{line}: {src}" for p in sorted(PACKAGE.rglob("*.py"))
+def test_kernels_import_nothing_from_the_tuner():
+    tuner = {(name, t) for name, targets in graph(ROOT / "tvk_kernels").items() if name.startswith("tvk_kernels.kernels")
+             for t in targets if t.startswith("tvk_kernels.tune")}
+    assert not tuner, (f"kernel modules import the tuner: {sorted(tuner)}; a tuner target lives in "
+                       "tvk_kernels/tune/targets/<family>.py and imports its kernel module, never the reverse")
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
+def test_every_function_level_import_says_why_it_is_lazy(package):
+    bare = [f"{p.relative_to(ROOT)}:{line}: {src}" for p in sorted(package.rglob("*.py"))
             for line, src, lazy in function_imports(p) if not lazy]
     assert not bare, ("imports inside functions without a `# lazy: <reason>` comment (import at module level, "
                       "or say why the import must wait):\n  " + "\n  ".join(bare))
 
 
 if __name__ == "__main__":
-    comps = [c for c in components(graph()) if len(c) > 1]
-    for c in comps:
-        print(f"cycle of {len(c)}: {' '.join(c)}")
-    total = lazy = 0
-    for p in sorted(PACKAGE.rglob("*.py")):
-        for line, src, ok in function_imports(p):
-            total += 1
-            lazy += ok
-            if "-v" in sys.argv:
-                print(f"{'lazy ' if ok else 'BARE '}{p.relative_to(PACKAGE.parent)}:{line}: {src}")
-    print(f"largest cycle: {len(comps[0]) if comps else 1} modules; function-level imports: {total} ({lazy} lazy)")
+    for package in PACKAGES:
+        comps = [c for c in components(graph(package)) if len(c) > 1]
+        for c in comps:
+            print(f"cycle of {len(c)}: {' '.join(c)}")
+        total = lazy = 0
+        for p in sorted(package.rglob("*.py")):
+            for line, src, ok in function_imports(p):
+                total += 1
+                lazy += ok
+                if "-v" in sys.argv:
+                    print(f"{'lazy ' if ok else 'BARE '}{p.relative_to(ROOT)}:{line}: {src}")
+        print(f"{package.name}: largest cycle: {len(comps[0]) if comps else 1} modules; "
+              f"function-level imports: {total} ({lazy} lazy)")

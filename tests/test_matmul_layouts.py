@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import torchvk
-from tvk_kernels.kernels import matmul as matmul_kernels
+from tvk_kernels.kernels import matmul as matmul_kernels, matmul_plan
 from tvk_kernels.search_space import bucket_of
+from tvk_kernels.tune.targets.matmul import MatmulTarget
 from rdna1_check import assert_fits_rdna1, navi10_stats
 
 TOL = {torch.float32: (1e-5, 1e-6), torch.float16: (2e-3, 1e-3)}
@@ -127,7 +128,7 @@ def test_bucket_key_holds_layout_and_batch(device):
 def test_kernel_runs_the_bucket_the_tuner_keys_its_shape_by(device):
     """The tuner groups its suites by bucket_of; the kernel reports (and looks up) the same key."""
     fam = matmul_kernels.family(device, matmul_kernels.Matmul)
-    for s in matmul_kernels.TUNE_TARGET.suites["tiny"]:
+    for s in MatmulTarget.suites["tiny"]:
         a_t, b_t = (c == "t" for c in s.get("layout", "nn"))
         M, N, K, batch = s["M"], s["N"], s["K"], s["batch"]
         sa = (M * K, 1, M) if a_t else (M * K, K, 1)
@@ -160,12 +161,12 @@ def test_cooperative_matrix_splits_k_where_its_tiles_are_few(device, monkeypatch
     coop.subgroup = 32  # 256 invocations, 128x128 tiles
     tile = coop.geometry({"SG_M": 2, "SG_N": 4, "FM": 4, "FN": 2, "BK": 32, "PAD": 8, "STAGES": 2})
     assert (tile["WG"], tile["BM"], tile["BN"]) == (256, 128, 128)
-    monkeypatch.setattr(matmul_kernels, "_target_groups", lambda fam, wg: 264 * 256 / wg)
+    monkeypatch.setattr(matmul_plan, "target_groups", lambda fam, wg: 264 * 256 / wg)
     fam = matmul_kernels.family(device, matmul_kernels.Matmul)
-    assert matmul_kernels._split_count(fam, tile, 1655, 126, 5263, 1, None) == 20  # ceil(264 / 13), at most K / 256
-    assert matmul_kernels._split_count(fam, tile, 112, 983, 1383, 1, None) == 5  # 8 tiles; K / 256 = 5
-    assert matmul_kernels._split_count(fam, tile, 1655, 126, 300, 1, None) == 1  # K too short to split
-    assert matmul_kernels._split_count(fam, tile, 4096, 4096, 4096, 1, None) == 1  # 1024 tiles
+    assert matmul_plan.split_count(fam, tile, 1655, 126, 5263, 1, None) == 20  # ceil(264 / 13), at most K / 256
+    assert matmul_plan.split_count(fam, tile, 112, 983, 1383, 1, None) == 5  # 8 tiles; K / 256 = 5
+    assert matmul_plan.split_count(fam, tile, 1655, 126, 300, 1, None) == 1  # K too short to split
+    assert matmul_plan.split_count(fam, tile, 4096, 4096, 4096, 1, None) == 1  # 1024 tiles
 
 
 def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(device, rng, monkeypatch):
@@ -244,9 +245,9 @@ def test_split_k_when_tiles_do_not_fill_the_gpu(device, rng):
 def test_tuner_target_runs_layouts(device):
     from tvk_kernels.config import default_params
 
-    for shape in matmul_kernels.TUNE_TARGET.suites["tiny"][-2:]:
+    for shape in MatmulTarget.suites["tiny"][-2:]:
         assert shape.get("layout", "nn") != "nn" or shape["batch"] > 1
-        case = matmul_kernels.TUNE_TARGET.prepare(device, shape, n_inputs=1)
+        case = MatmulTarget().prepare(device, shape, n_inputs=1)
         try:
             ok, err = case.check(default_params("matmul", device.facts, bucket_of("matmul", shape).split(".")[0]))
             assert ok, err
@@ -261,7 +262,7 @@ def test_gemm_sweep_sample_and_quick_run(device):
     assert sample == gemm_sweep.sample() and len(sample) == gemm_sweep.COUNT  # seeded: the same GEMMs every run
     assert {g["layout"] for g in sample} == set(LAYOUTS) and any(g["batch"] > 1 for g in sample)
     assert any(g["batch"] == 1 for g in sample) and any(g["bcast_b"] for g in sample)
-    tuned = {(s["M"], s["N"], s["K"], s["batch"]) for suite in matmul_kernels.TUNE_TARGET.suites.values() for s in suite}
+    tuned = {(s["M"], s["N"], s["K"], s["batch"]) for suite in MatmulTarget.suites.values() for s in suite}
     for g in sample:
         assert 1 <= min(g["M"], g["N"], g["K"]) and max(g["M"], g["N"], g["K"]) <= gemm_sweep.MAX_DIM
         assert 2 * g["batch"] * g["M"] * g["N"] * g["K"] <= gemm_sweep.FLOP_CAP

@@ -11,6 +11,7 @@ F = torch.nn.functional
 
 from tvk_kernels import InvalidConfigError  # noqa: E402
 from tvk_kernels.kernels import pool  # noqa: E402
+from tvk_kernels.tune.targets import pool as pool_target  # noqa: E402
 
 REL = 1e-5
 
@@ -163,8 +164,8 @@ def test_bad_shapes():
 
 def test_tune_target(device):
     """The tuner's pooling target: candidates reproduce the default result; work() is sane."""
-    target = pool.TUNE_TARGET
-    for shape in pool._pool_suite((1, 3, 9, 11)):
+    target = pool_target.TARGET
+    for shape in pool_target.pool_suite((1, 3, 9, 11)):
         case = target.prepare(device, shape, n_inputs=2)
         try:
             ok, err = case.check({"WG": 32, "ITEMS": 4})
@@ -188,6 +189,6 @@ def test_one_spirv_module_serves_every_items_value():
 
 def test_tune_target_lists_every_op_kernel():
     """carry_over compiles a tuned config's kernels from the tuner target's list: every op."""
-    kernels = pool.PoolTarget.kernel_defines({"WG": 64, "ITEMS": 2})
+    kernels = pool_target.PoolTarget.kernel_defines({"WG": 64, "ITEMS": 2})
     assert sorted(d["OP"] for d in kernels) == sorted(pool.OPS.values())
     assert all(d["ITEMS"] == 2 for d in kernels)

@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,8 +11,35 @@ import pytest
 from tvk_kernels import config
 from tvk_kernels.kernels import elementwise
 from tvk_kernels import search_space as space
-from tvk_kernels.tune import driver
-from tvk_kernels.tune.targets import Case, ElementwiseTarget
+from tvk_kernels.tune import driver, targets
+from tvk_kernels.tune.targets import Case
+from tvk_kernels.tune.targets.elementwise import ElementwiseTarget
+
+
+def test_every_target_module_is_found_by_its_family_name():
+    """tvk-tune finds a target as tune/targets/<family>.py (no list to keep), named after the family its
+    tuned configs are keyed by."""
+    modules = {p.stem for p in Path(targets.__file__).parent.glob("*.py")} - {"__init__"}
+    assert set(targets.load_targets()) == modules
+    assert all(t.family == name for name, t in targets.load_targets().items())
+
+
+def test_a_target_module_that_fails_to_import_is_an_error(tmp_path, monkeypatch):
+    """Never a family silently left out: a device that cannot run a target says so through its
+    `unavailable`; a module that cannot be imported, or is misnamed, fails the load."""
+    monkeypatch.setattr(targets, "__path__", [str(tmp_path)])
+    monkeypatch.setattr(targets, "TARGETS", {})
+    (tmp_path / "broken.py").write_text("import tvk_kernels.no_such_module\n")
+    with pytest.raises(ImportError):
+        targets.load_targets.__wrapped__()
+    (tmp_path / "broken.py").unlink()
+    (tmp_path / "misnamed.py").write_text("class Target:\n    family = 'softmax'\n\n\nTARGET = Target()\n")
+    try:
+        with pytest.raises(ValueError, match="name the module after its family"):
+            targets.load_targets.__wrapped__()
+    finally:  # the misnamed module imported: forget it
+        sys.modules.pop(f"{targets.__name__}.misnamed", None)
+        vars(targets).pop("misnamed", None)
 
 
 def test_search_space_constraints_hold(device):

@@ -13,7 +13,8 @@ import sqlalchemy
 
 from tvk_kernels import config
 from tvk_kernels.tune import driver, measure, targets
-from tvk_kernels.tune.targets import ElementwiseTarget
+from tvk_kernels.tune.targets.elementwise import ElementwiseTarget
+from tvk_kernels.tune.targets.matmul import MatmulTarget
 
 CLI = [sys.executable, "-m", "tvk_kernels.tune.cli", "--no-progress"]
 
@@ -87,7 +88,7 @@ def test_write_partial_writes_the_best_so_far_of_the_interrupted_study(device, t
             case.check = interrupting_check
             return case
 
-    monkeypatch.setitem(targets.TARGETS, "elementwise", Interrupting())
+    monkeypatch.setitem(targets.load_targets(), "elementwise", Interrupting())
     storage = f"sqlite:///{tmp_path}/p.db"
     with pytest.raises(driver.TuneInterrupted) as info:
         driver.tune(device, ["elementwise"], suite="tiny", trials=50, storage=storage, out_dir=tmp_path / "out",
@@ -141,8 +142,6 @@ def test_time_budget_holds_on_this_device(device, tmp_path):
     # every shape of the suite was tuned or said to be skipped
     buckets = json.loads(next((tmp_path / "out").glob("*.json")).read_text())["families"]["matmul"]["buckets"]
     tuned = [s for entry in buckets.values() for s in entry["provenance"]["shapes"]]
-    from tvk_kernels.kernels.matmul import MatmulTarget
-
     for shape in MatmulTarget.suites["suite"]:
         assert shape in tuned or f"skipping shape {shape}" in run.stdout, (shape, run.stdout)
 

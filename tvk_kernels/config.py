@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .errors import InvalidConfigError
 from .paths import data_dir
+from .runtime.device import Device
 from .search_space import bucket_of, search_space, violations
 
 SCHEMA_VERSION = 1
@@ -287,8 +288,6 @@ def constraint_problems(family: str, params: dict, facts) -> list[str]:
 
 @lru_cache(maxsize=None)
 def _store(device_index: int, facts_id: int):
-    from .runtime.device import Device
-
     return ConfigStore(Device.get(device_index).facts)
 
 

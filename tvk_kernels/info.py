@@ -5,7 +5,9 @@ import argparse
 import json
 import sys
 
+from .config import arch_family
 from .errors import TVKError
+from .runtime import list_devices
 from .runtime.device_limits import limits_profile
 
 
@@ -16,8 +18,6 @@ def _size(n) -> str:
 
 
 def describe(f) -> str:
-    from .config import arch_family
-
     lines = [
         f"[{f.index}] {f.name}",
         f"    vendor/device id : 0x{f.vendor_id:04x} / 0x{f.device_id:04x} ({f.vendor}, {f.device_type}, arch {arch_family(f)})",
@@ -52,8 +52,6 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
     try:
-        from .runtime import list_devices
-
         devices = list_devices()
     except TVKError as e:
         print(f"tvk-info: {e}", file=sys.stderr)

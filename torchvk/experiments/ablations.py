@@ -35,7 +35,7 @@ from tvk_kernels.kernels import reduce as reduce_kernels
 from tvk_kernels.runtime.compiler import template_checksum
 from tvk_kernels.search_space import bucket_of
 from tvk_kernels.tune.measure import time_candidate
-from tvk_kernels.tune.targets import load_optional_targets, unavailable
+from tvk_kernels.tune.targets import load_targets, unavailable
 
 from . import models
 from .overlap import step_overlap_ms
@@ -45,7 +45,7 @@ def _family_tuned_vs_default(device, quick):
     # quick (lavapipe): 3 timed runs after the warm-up runs, not 10 after 50 ms of queued warm-up runs
     timing = {"repeats": 3, "warm_seconds": 0.0} if quick else {}
     rows = []
-    for family, target in sorted(load_optional_targets().items()):
+    for family, target in sorted(load_targets().items()):
         if unavailable(target, device):  # a family this device cannot run (the cooperative-matrix GEMM)
             continue
         for shape in target.suites["tiny" if quick else "suite"]:

@@ -3,7 +3,7 @@
 ResNet-18/50 at 224 px (the 7x7 stem, 3x3 convs with and without stride 2, 1x1 bottleneck
 reduce/expand, 1x1 stride-2 downsamples), VGG 3x3 at 224/112/56 px, MobileNetV2 depthwise 3x3
 (stride 1 and 2) and pointwise 1x1, UNet 3x3 at 128/64 px and a dilated 3x3; none is in the
-conv2d tuning suites (tvk_kernels/kernels/conv.py TUNE_TARGET), so the sweep measures what
+conv2d tuning suites (tvk_kernels/tune/targets/conv2d.py), so the sweep measures what
 tuning did not see. Batch sizes (1, 8 or 32) keep each layer at most ~2 GFLOP. Each layer runs
 forward, grad-input and grad-weight; each tvk result is checked against torch CPU in float64.
 cuDNN runs in a process of its own that never imports torchvk (see torchvk/experiments/peer.py),
@@ -22,6 +22,7 @@ from tvk_kernels.bench.common import md_table
 from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS
 from tvk_kernels.kernels import conv
 from tvk_kernels.tune.measure import time_candidate
+from tvk_kernels.tune.targets.conv2d import Conv2dTarget
 
 from .sweep_common import geomean, run_cuda_peer, worst
 
@@ -99,7 +100,7 @@ def _gemm_mnk(direction: str, layer: dict) -> list[int]:
 
 def tuned_keys() -> set:
     """The geometries of the conv2d tuning suites, for leaving them out of the sweep."""
-    return {_key(s) for suite in conv.TUNE_TARGET.suites.values() for s in suite}
+    return {_key(s) for suite in Conv2dTarget.suites.values() for s in suite}
 
 
 def _key(s: dict) -> tuple:

@@ -17,8 +17,8 @@ import numpy as np
 from tvk_kernels.bench.common import md_table
 from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS
 from tvk_kernels.kernels import matmul as matmul_kernels
-from tvk_kernels.kernels.matmul import TUNE_TARGET
 from tvk_kernels.tune.measure import time_candidate
+from tvk_kernels.tune.targets.matmul import MatmulTarget
 
 from .sweep_common import geomean, run_cuda_peer, worst
 
@@ -33,7 +33,7 @@ QUICK = {"count": 6, "max_dim": 40, "flop_cap": 2 ** 18}
 def sample(seed: int = SEED, count: int = COUNT, max_dim: int = MAX_DIM, flop_cap: int = FLOP_CAP) -> list[dict]:
     """`count` GEMMs {M, N, K, batch, layout, bcast_b}, the same for the same arguments."""
 
-    tuned = {(s["M"], s["N"], s["K"], s.get("batch", 1)) for suite in TUNE_TARGET.suites.values() for s in suite}
+    tuned = {(s["M"], s["N"], s["K"], s.get("batch", 1)) for suite in MatmulTarget.suites.values() for s in suite}
     rng = np.random.default_rng(seed)
     out, seen = [], set()
 

@@ -5,9 +5,17 @@ import datetime
 import json
 import os
 import platform
+import re
+import shutil
 import statistics
 import subprocess
+from importlib import metadata
 from pathlib import Path
+
+from .. import __version__
+from ..config import ConfigStore, arch_family
+from ..paths import data_dir
+from .plots import plot
 
 
 def git_commit() -> str:
@@ -22,9 +30,6 @@ def git_commit() -> str:
 
 
 def environment(device) -> dict:
-    from .. import __version__
-    from ..config import arch_family
-
     f = device.facts
     env = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -37,7 +42,7 @@ def environment(device) -> dict:
     env["gpu_clocks"] = gpu_clocks()
     env["config_source"] = config_source(device)
     try:
-        import torch
+        import torch  # lazy: torch is optional: without it the torch baselines are left out
 
         env["torch_version"] = torch.__version__
         if torch.cuda.is_available():
@@ -50,8 +55,6 @@ def environment(device) -> dict:
 def config_source(device) -> list[str]:
     """Which tuned-config files apply to this device (best first), each with its source
     (measured / static-model); empty: every kernel runs its defaults from tuning/."""
-    from ..config import ConfigStore
-
     return [f"{data.get('source', 'measured')}:{path.name}" for _, _, data, path in ConfigStore(device.facts).candidates]
 
 
@@ -59,8 +62,6 @@ def gpu_clocks() -> str | None:
     """SM clock, P-state and throttle reasons where nvidia-smi exists. Seen on the H200: after a
     host-bound phase the driver sits at its 345 MHz idle clock and Vulkan kernels run ~5x slower,
     so every result records the clock it was written under."""
-    import shutil
-
     if not shutil.which("nvidia-smi"):
         return None
     try:
@@ -74,10 +75,6 @@ def gpu_clocks() -> str | None:
 def installed_size() -> dict:
     """Bytes TorchVK puts on disk (its two packages and shipped data, no caches) and the
     bytes of its non-torch dependencies, as installed here."""
-    from importlib import metadata
-
-    from ..paths import data_dir
-
     pkg = Path(__file__).resolve().parents[1]
     roots = [pkg, pkg.parent / "torchvk"] + [data_dir(d) for d in ("templates", "tuning", "tuned_configs")]
     seen, own = set(), 0
@@ -99,8 +96,6 @@ def installed_size() -> dict:
 
 
 def slug(name: str) -> str:
-    import re
-
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:48]
 
 
@@ -112,8 +107,6 @@ def write_result(out_dir: str | Path, experiment: str, payload: dict, table_md: 
     header = (f"# {experiment}\n\n{env['device']} ({env['driver']} {env['driver_info']}), torch {env.get('torch_version')}, "
               f"commit {env['commit']}, {env['date']}\n\n")
     (out / f"{experiment}.md").write_text(header + table_md + "\n")
-    from .plots import plot
-
     plot(payload, out)
     return out / f"{experiment}.json"
 

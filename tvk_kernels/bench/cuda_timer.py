@@ -105,7 +105,7 @@ def graph_seconds(fn, repeats: int = 10, spin_seconds: float = SPIN_UP_SECONDS) 
 def profiler_seconds(fn, repeats: int = 10, spin_seconds: float = SPIN_UP_SECONDS) -> float:
     """GPU seconds per call of `fn`: the device time of the kernels torch.profiler saw, per call."""
     import torch  # lazy: as above
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile  # lazy: as above
 
     spin_up(fn, torch.cuda.synchronize, spin_seconds)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

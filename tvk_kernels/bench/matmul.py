@@ -10,7 +10,9 @@ import itertools
 import time
 
 import numpy as np
+from tqdm import tqdm
 
+from ..kernels.matmul import matmul
 from .common import environment, md_table, median, write_result
 from .cuda_timer import SPIN_UP_SECONDS, spin_up, time_cuda
 
@@ -34,8 +36,6 @@ def _from_storage(x: np.ndarray, dtype: str) -> np.ndarray:
 
 def measure_tvk(device, n: int, dtype: str, repeats: int, n_inputs: int = 2,
                 spin_seconds: float = SPIN_UP_SECONDS) -> dict:
-    from ..kernels.matmul import matmul
-
     rng = np.random.default_rng(n)
     hosts = [(_to_storage(rng.standard_normal((n, n), dtype=np.float32), dtype),
               _to_storage(rng.standard_normal((n, n), dtype=np.float32), dtype)) for _ in range(n_inputs)]
@@ -73,7 +73,7 @@ def measure_tvk(device, n: int, dtype: str, repeats: int, n_inputs: int = 2,
 
 
 def _torch_operands(n: int, dtype: str, device: str):
-    import torch
+    import torch  # lazy: torch is optional: without it the torch baselines are left out
 
     tdtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
     return torch.randn(n, n, device=device).to(tdtype), torch.randn(n, n, device=device).to(tdtype)
@@ -94,7 +94,7 @@ def measure_torch_cpu(n: int, dtype: str, repeats: int) -> float | None:
 
 def measure_torch_cuda(n: int, dtype: str, repeats: int) -> tuple[float, str]:
     """(GPU seconds of one torch CUDA product, TF32 off; the timing method), from cuda_timer.py."""
-    import torch
+    import torch  # lazy: as above
 
     torch.backends.cuda.matmul.allow_tf32 = False
     a, b = _torch_operands(n, dtype, "cuda")
@@ -109,15 +109,13 @@ def run(device, out_dir, sizes=None, progress=True, dtypes=None) -> dict:
         if feats.get("storage_16bit") and feats.get("shader_float16"):
             dtypes.append("float16")
     try:
-        import torch
+        import torch  # lazy: as above
 
         has_cuda = torch.cuda.is_available()
     except Exception:
         torch, has_cuda = None, False
     jobs = [(d, n) for d in dtypes for n in sizes]
     if progress:
-        from tqdm import tqdm
-
         jobs = tqdm(jobs, desc="matmul", unit="shape")
     results, rows = [], []
     for dtype, n in jobs:

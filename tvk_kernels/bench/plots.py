@@ -3,14 +3,15 @@
 redraws every committed result."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # lazy: matplotlib is optional (pip install torchvk[bench]): without it, no plots
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: as above, after choosing the Agg backend
 
     return plt
 
@@ -71,8 +72,6 @@ def low_vram(payload, ax):
 
 
 def ablations(payload, ax):
-    import math
-
     res = payload["results"]
     names, values = [], []
     fams = sorted({x["family"] for x in res["tuned_vs_default"]})

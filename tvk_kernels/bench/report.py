@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
+
+from ..paths import data_dir
+from .plots import plot
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -169,11 +173,23 @@ def low_vram(r) -> list[str]:
 
 def kernels(r) -> list[str]:
     out = []
+    peaks = r.get("roofline")  # absent from results older than the roofline probe
+    if peaks:
+        kinds = [f"fp32 FMA {peaks['fp32_fma_tflops']:.1f} TFLOP/s"]
+        if peaks.get("fp16_fma_tflops"):
+            kinds.append(f"fp16 FMA {peaks['fp16_fma_tflops']:.1f}")
+        if peaks.get("coopmat_fp16_tflops"):
+            kinds.append(f"cooperative matrices fp16 -> fp32 {peaks['coopmat_fp16_tflops']:.0f}")
+        kinds.append(f"copy {peaks['copy_gbps']:.0f} GB/s")
+        line = "Measured peaks (our probe kernels, `tvk-bench roofline`): " + ", ".join(kinds) + "."
+        shares = [f"{key} {v['tvk']:.0%}" + (f" (CUDA {v['cuda']:.0%})" if v.get("cuda") else "")
+                  for key, v in r.get("of_peak", {}).items() if v.get("tvk")]
+        if shares:
+            line += " Fraction of the peak of its kind, geometric mean of the rows: " + ", ".join(shares) + "."
+        out.append(line)
     conv = [x for x in r["conv2d"] if x.get("tvk_over_cudnn_time")]
     if conv:
         worst = max(conv, key=lambda x: x["tvk_over_cudnn_time"])
-        import math
-
         geo = math.exp(sum(math.log(x["tvk_over_cudnn_time"]) for x in conv) / len(conv))
         out.append(f"conv2d on the CIFAR CNN layers: {geo:.2f}x cuDNN's time (geometric mean over forward and both "
                    f"backwards; worst {worst['tvk_over_cudnn_time']:.2f}x, {worst['layer']} {worst['direction']}; target 1.5x).")
@@ -243,8 +259,6 @@ def zoo(r) -> list[str]:
             ratios.append((x["model"], x["mode"], x["step_ms_median"] / p["step_ms_median"]))
     for mode in dict.fromkeys(m for _, m, _ in ratios):
         rs = [(n, q) for n, m, q in ratios if m == mode]
-        import math
-
         geo = math.exp(sum(math.log(q) for _, q in rs) / len(rs))
         worst = max(rs, key=lambda t: t[1])
         out.append(f"{mode}: step time {geo:.2f}x torch CUDA eager's (geometric mean over {len(rs)} models; "
@@ -292,8 +306,6 @@ def distributed(r) -> list[str]:
 def ablations(r, matmul_result=None) -> list[str]:
     res = r["results"]
     tv = res["tuned_vs_default"]
-    import math
-
     fams = sorted({x["family"] for x in tv})
     per = []
     for f in fams:
@@ -454,16 +466,12 @@ def build(results: Path, configs: Path) -> str:
 
 
 def main(argv=None) -> int:
-    from ..paths import data_dir
-
     ap = argparse.ArgumentParser(prog="python -m tvk_kernels.bench.report", description=__doc__)
     ap.add_argument("--results", default="benchmarks/results")
     ap.add_argument("--write", default=None, help="replace the Results section of this markdown file")
     ap.add_argument("--plots", action="store_true", help="redraw every result's PNG from its JSON")
     args = ap.parse_args(argv)
     if args.plots:
-        from .plots import plot
-
         for folder in sorted(p for p in Path(args.results).iterdir() if p.is_dir()):
             for name, payload in _load(folder).items():
                 plot(payload, folder)

@@ -15,7 +15,10 @@ import sys
 import time
 
 import numpy as np
+from tqdm import tqdm
 
+from ..kernels.elementwise import _PUSH, Binary, add
+from ..kernels.launch import family
 from .common import environment, md_table, median, write_result
 from .cuda_timer import SPIN_UP_SECONDS, spin_up, time_cuda
 
@@ -27,8 +30,6 @@ def _repeats(n: int) -> int:
 
 
 def measure_tvk(device, n: int, spin_seconds: float = SPIN_UP_SECONDS):
-    from ..kernels.elementwise import add
-
     rng = np.random.default_rng(n)
     a = rng.standard_normal(n, dtype=np.float32)
     b = rng.standard_normal(n, dtype=np.float32)
@@ -57,7 +58,7 @@ def measure_tvk(device, n: int, spin_seconds: float = SPIN_UP_SECONDS):
 
 def measure_torch_cpu(n: int) -> float:
     """Median wall seconds of one torch CPU add."""
-    import torch
+    import torch  # lazy: torch is optional: without it the torch baselines are left out
 
     a, b = torch.randn(n), torch.randn(n)
     c = torch.empty_like(a)
@@ -73,7 +74,7 @@ def measure_torch_cpu(n: int) -> float:
 
 def measure_torch_cuda(n: int) -> tuple[float, str]:
     """(GPU seconds of one torch CUDA add, the timing method), from cuda_timer.py."""
-    import torch
+    import torch  # lazy: as above
 
     a, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     c = torch.empty_like(a)
@@ -84,9 +85,6 @@ def host_cost_per_dispatch(device, count: int = 10_000) -> dict:
     """Host time to queue one dispatch (bind, push constants, dispatch, barrier; no wait),
     over `count` dispatches recorded into one command buffer. Execution is excluded: the
     batch threshold is lifted for the measurement, and the submit is timed separately."""
-    from ..kernels.elementwise import _PUSH, Binary, add
-    from ..kernels.launch import family
-
     A, B, C = (device.allocator.alloc(4 * 1024) for _ in range(3))
     fam = family(device, Binary)
     params = fam.resolve("small")
@@ -148,7 +146,7 @@ def cold_start(index: int) -> dict:
 def run(device, out_dir, sizes=None, progress=True) -> dict:
     sizes = sizes or DEFAULT_SIZES
     try:
-        import torch
+        import torch  # lazy: as above
 
         has_cuda = torch.cuda.is_available()
     except Exception:
@@ -156,8 +154,6 @@ def run(device, out_dir, sizes=None, progress=True) -> dict:
     rows, results = [], []
     it = sizes
     if progress:
-        from tqdm import tqdm
-
         it = tqdm(sizes, desc="vector-add", unit="size")
     for n in it:
         r = {"n": n, **measure_tvk(device, n)}

@@ -18,12 +18,13 @@ import math
 import struct
 
 from . import activations, conv_depthwise
+from .conv_geometry import checked_split_k, conv2d_output_shape, geometry
 from .launch import Family, address, family, grid_1d, positive, record_shape
 from .reduce import reduce
 from .. import benchmark_mode
 from ..config import by_class
 from ..errors import InvalidConfigError
-from ..search_space import candidates as space_candidates, search_space, with_derived
+from ..search_space import candidates as space_candidates, search_space
 
 REDUCE_TEMPLATE = "conv2d_reduce.comp"
 DIRS = {"fwd": 0, "bwd_input": 1, "bwd_weight": 2}
@@ -35,59 +36,6 @@ ACTIVATIONS = activations.EPILOGUES  # forward epilogues: name -> the template's
 
 
 # ------------------------------------------------------------------ shapes
-def pair(v, name: str) -> tuple[int, int]:
-    """(a, b) from a conv/pool argument given as an int or a 1- or 2-sequence."""
-    if isinstance(v, int):
-        return (v, v)
-    t = tuple(int(e) for e in v)
-    if len(t) == 1:
-        return (t[0], t[0])
-    if len(t) != 2:
-        raise ValueError(f"{name} must be an int or a pair, got {v!r}")
-    return t
-
-
-def conv2d_output_shape(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1) -> tuple:
-    """(N, OC, OH, OW) of conv2d(x, w); raises ValueError on inconsistent shapes."""
-    n, c, h, w = (int(v) for v in x_shape)
-    oc, icg, kh, kw = (int(v) for v in w_shape)
-    sh, sw = pair(stride, "stride")
-    ph, pw = pair(padding, "padding")
-    dh, dw = pair(dilation, "dilation")
-    if groups < 1 or c % groups or oc % groups:
-        raise ValueError(f"groups={groups} must divide in_channels={c} and out_channels={oc}")
-    if icg != c // groups:
-        raise ValueError(f"weight {tuple(w_shape)} expects {icg * groups} input channels, input has {c}")
-    if min(sh, sw, dh, dw) < 1 or min(ph, pw) < 0:
-        raise ValueError("stride and dilation must be >= 1, padding >= 0")
-    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    if oh < 1 or ow < 1:
-        raise ValueError(f"input {tuple(x_shape)} is smaller than the dilated kernel {kh}x{kw} (padding {padding})")
-    return (n, oc, oh, ow)
-
-
-def _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw=None):
-    """The kernels' geometry; `out_hw` (oh, ow) cuts the output to fewer rows/columns than the
-    shapes give: a transposed conv whose output_padding >= stride has one output row the
-    matching conv would compute but the transposed conv's input lacks."""
-    out = conv2d_output_shape(x_shape, w_shape, stride, padding, dilation, groups)
-    if out_hw is not None:
-        oh, ow = (int(v) for v in out_hw)
-        if not (1 <= oh <= out[2] and 1 <= ow <= out[3]):
-            raise ValueError(f"out_hw {tuple(out_hw)} must lie within the conv's output size {out[2:]}")
-        out = out[:2] + (oh, ow)
-    n, c, h, w = (int(v) for v in x_shape)
-    oc, icg, kh, kw = (int(v) for v in w_shape)
-    sh, sw = pair(stride, "stride")
-    ph, pw = pair(padding, "padding")
-    dh, dw = pair(dilation, "dilation")
-    if max(n * c * h * w, math.prod(out), oc * icg * kh * kw) >= 1 << 31:
-        raise ValueError("conv2d kernels index with 32-bit ints: split the batch so every tensor has < 2^31 elements")
-    return dict(n=n, ic=c, h=h, w=w, oc=oc, oh=out[2], ow=out[3], groups=int(groups), kh=kh, kw=kw,
-                sh=sh, sw=sw, ph=ph, pw=pw, dh=dh, dw=dw), out
-
-
 def stride_phases(size: int, k: int, s: int, p: int, d: int) -> list[tuple]:
     """grad-input phases along one axis: for each r < s, the inputs i with (i + p) % s == r
     (i = i0 + a*s, a < count) and the kernel taps t with t*d % s == r (t = t0 + b*step, b < taps).
@@ -204,13 +152,6 @@ def _split_plan(device, params: dict, M: int, N: int, K: int, groups: int, split
     return math.ceil(K / chunk), chunk
 
 
-def checked_split_k(split_k) -> int:
-    """A forced split count (split_k=): a positive int."""
-    if not isinstance(split_k, int) or split_k < 1:
-        raise ValueError(f"split_k must be a positive int, got {split_k!r}")
-    return split_k
-
-
 def _chunk(K: int, splits: int, bk: int) -> int:
     """K per slice when K is cut into at most `splits` slices: a multiple of BK."""
     return max(1, math.ceil(math.ceil(K / splits) / bk)) * bk
@@ -293,12 +234,13 @@ def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label, act=None):
 def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape, stride=1, padding=0, dilation=1,
                    groups=1, params=None, act: str | None = None, out_hw=None, split_k=None) -> tuple:
     """out = act(conv2d(x, w, bias)); bias_addr may be None/0; act None or an activation of
-    activations.EPILOGUES (an epilogue: no extra pass); out_hw: see _geometry. Returns the output shape (N, OC, OH, OW).
-    split_k: as conv2d_backward_weight's (None: planned, an int: forced, 1: none); split, act is
-    applied by the pass that sums the partials; the depthwise kernels do not split."""
+    activations.EPILOGUES (an epilogue: no extra pass); out_hw: see conv_geometry.geometry.
+    Returns the output shape (N, OC, OH, OW). split_k: as conv2d_backward_weight's (None: planned,
+    an int: forced, 1: none); split, act is applied by the pass that sums the partials; the
+    depthwise kernels do not split."""
     if act is not None and act not in ACTIVATIONS:
         raise ValueError(f"conv2d_forward: activation {act!r} is not one of {sorted(ACTIVATIONS)}")
-    g, out_shape = _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
+    g, out_shape = geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     if out_shape[0] * out_shape[1] == 0:
         return out_shape
     bias = address(bias_addr)
@@ -325,11 +267,11 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
 
 def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, w_shape, stride=1, padding=0,
                           dilation=1, groups=1, params=None, out_hw=None, split_k=None) -> tuple:
-    """grad_in (shape x_shape) = d conv2d / d x applied to grad_out (out_hw: see _geometry).
+    """grad_in (shape x_shape) = d conv2d / d x applied to grad_out (out_hw: see conv_geometry.geometry).
     Returns x_shape. It is also a transposed conv's forward (aten/conv.py). split_k: as
     conv2d_backward_weight's, planned from one stride phase's launch (phases run one after
     another); all phases write the same partial-sum slices, summed once at the end."""
-    g, _ = _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
+    g, _ = geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     x_shape = tuple(int(v) for v in x_shape)
     if x_shape[0] * x_shape[1] * x_shape[2] * x_shape[3] == 0:
         return x_shape
@@ -361,8 +303,9 @@ def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, 
     """grad_w (shape w_shape) = d conv2d / d w applied to grad_out. Returns w_shape.
     The long reduction (K = N*OH*OW) is split over workgroups when the output tiles alone
     would leave the device idle (tuning/conv2d.json "split_k"; split_k= forces a count):
-    the slices write partial sums to a scratch buffer that a second pass adds up. out_hw: see _geometry."""
-    g, _ = _geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
+    the slices write partial sums to a scratch buffer that a second pass adds up. out_hw: see
+    conv_geometry.geometry."""
+    g, _ = geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     w_shape = tuple(int(v) for v in w_shape)
     numel = w_shape[0] * w_shape[1] * w_shape[2] * w_shape[3]
     if numel == 0:
@@ -375,8 +318,9 @@ def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, 
                                dilation, groups, p, split_k, out_hw)
 
     if conv_depthwise.is_depthwise(g):
-        conv_depthwise.backward_weight(device, g, address(grad_out_addr), address(x_addr), address(grad_w_addr),
-                                       params, run, split_k)
+        splits, launch = conv_depthwise.backward_weight(device, g, address(grad_out_addr), address(x_addr), params,
+                                                        run, split_k)
+        _split_k_sum(device, fam, address(grad_w_addr), numel, splits, launch, label="conv2d_depthwise_split_sum")
         return w_shape
     params = fam.resolve_gemm("bwd_weight", g, params, run)
     splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k, direction="bwd_weight")
@@ -423,9 +367,9 @@ def _taps(xp, g, kh, kw):
 
 def reference_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """conv2d in numpy (float64), for checks without torch."""
-    import numpy as np
+    import numpy as np  # lazy: numpy only for the host reference: importing the kernels loads no numpy
 
-    g, (n, oc, oh, ow) = _geometry(x.shape, w.shape, stride, padding, dilation, groups)
+    g, (n, oc, oh, ow) = geometry(x.shape, w.shape, stride, padding, dilation, groups)
     G, icg, ocg = groups, g["ic"] // groups, oc // groups
     xp = np.pad(np.asarray(x, np.float64), ((0, 0), (0, 0), (g["ph"],) * 2, (g["pw"],) * 2))
     w64 = np.asarray(w, np.float64).reshape(G, ocg, icg, g["kh"], g["kw"])
@@ -442,9 +386,9 @@ def reference_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1)
 
 def reference_conv2d_backward(grad_out, x, w, stride=1, padding=0, dilation=1, groups=1):
     """(grad_input, grad_weight) of conv2d in numpy (float64)."""
-    import numpy as np
+    import numpy as np  # lazy: numpy only for the host reference: importing the kernels loads no numpy
 
-    g, (n, oc, oh, ow) = _geometry(x.shape, w.shape, stride, padding, dilation, groups)
+    g, (n, oc, oh, ow) = geometry(x.shape, w.shape, stride, padding, dilation, groups)
     G, icg, ocg = groups, g["ic"] // groups, oc // groups
     xp = np.pad(np.asarray(x, np.float64), ((0, 0), (0, 0), (g["ph"],) * 2, (g["pw"],) * 2))
     gip = np.zeros_like(xp)
@@ -461,10 +405,10 @@ def reference_conv2d_backward(grad_out, x, w, stride=1, padding=0, dilation=1, g
     return gi, gw.reshape(w.shape)
 
 
-# ------------------------------------------------------------------ autotuner target
+# ------------------------------------------------------------------ tuner shapes (tvk-tune --model records them)
 def tune_shape(direction: str, x, w, stride=1, padding=0, dilation=1, groups=1) -> dict:
     """A tuner shape: the conv geometry plus the bucket names (dir, M, N, K)."""
-    g, _ = _geometry(x, w, stride, padding, dilation, groups)
+    g, _ = geometry(x, w, stride, padding, dilation, groups)
     M, N, K = gemm_dims(direction, g)
     return {"dir": direction, "M": M, "N": N, "K": K, "x": list(x), "w": list(w), "stride": stride,
             "padding": padding, "dilation": dilation, "groups": groups}
@@ -478,101 +422,3 @@ def launch_tune_shape(direction: str, g: dict) -> dict:
 
     return tune_shape(direction, [g["n"], g["ic"], g["h"], g["w"]], [g["oc"], g["ic"] // g["groups"], g["kh"], g["kw"]],
                       one(g["sh"], g["sw"]), one(g["ph"], g["pw"]), one(g["dh"], g["dw"]), g["groups"])
-
-
-def _suite(x, w, stride=1, padding=0, dilation=1, groups=1):
-    return [tune_shape(d, x, w, stride, padding, dilation, groups) for d in DIRS]
-
-
-class Conv2dTarget:
-    """What tvk-tune needs to tune the implicit-GEMM conv (see tvk_kernels/tune/targets.py).
-    A shape is tune_shape(direction, ...); candidates are checked against numpy."""
-
-    family = Conv2d.family
-    template = Conv2d.template
-    suites = {
-        "suite": (_suite((8, 64, 56, 56), (64, 64, 3, 3), 1, 1) + _suite((8, 128, 28, 28), (128, 128, 3, 3), 1, 1)
-                  + _suite((8, 256, 14, 14), (256, 256, 3, 3), 1, 1) + _suite((8, 64, 56, 56), (128, 64, 1, 1), 2)
-                  + _suite((8, 3, 112, 112), (32, 3, 3, 3), 2, 1)  # depthwise shapes: conv_depthwise.py's target
-                  + _suite((32, 16, 16, 16), (8, 16, 3, 3), 1, 1)
-                  # the experiments' models at their benchmark batch sizes (MNIST CNN b256, CIFAR CNN b128)
-                  + _suite((256, 1, 28, 28), (32, 1, 3, 3), 1, 1) + _suite((256, 32, 14, 14), (64, 32, 3, 3), 1, 1)
-                  + _suite((128, 3, 32, 32), (32, 3, 3, 3), 1, 1) + _suite((128, 32, 32, 32), (32, 32, 3, 3), 1, 1)
-                  + _suite((128, 32, 16, 16), (64, 32, 3, 3), 1, 1) + _suite((128, 64, 16, 16), (64, 64, 3, 3), 1, 1)
-                  + _suite((128, 64, 8, 8), (128, 64, 3, 3), 1, 1)),
-        "tiny": (_suite((2, 1, 28, 28), (8, 1, 3, 3), 1, 1) + _suite((2, 8, 14, 14), (16, 8, 3, 3), 1, 1)
-                 + _suite((2, 3, 32, 32), (16, 3, 3, 3), 1, 1)),
-    }
-
-    def prepare(self, device, shape, n_inputs=3, seed=0):
-        import numpy as np
-
-        from ..tune.targets import Case
-
-        direction = shape["dir"]
-        xs, ws = tuple(shape["x"]), tuple(shape["w"])
-        geo = (shape["stride"], shape["padding"], shape["dilation"], shape["groups"])
-        out_shape = conv2d_output_shape(xs, ws, *geo)
-        rng = np.random.default_rng(seed)
-        host = [tuple(rng.standard_normal(s, dtype=np.float32) for s in (xs, ws, out_shape))
-                for _ in range(n_inputs + 1)]
-        bufs = [tuple(device.upload(a) for a in h) for h in host]
-        result_shape = {"fwd": out_shape, "bwd_input": xs, "bwd_weight": ws}[direction]
-        out = device.allocator.alloc(4 * math.prod(result_shape))
-
-        def run(params, i):
-            x, w, go = bufs[i]
-            if direction == "fwd":
-                conv2d_forward(device, x, w, None, out, xs, ws, *geo, params=params)
-            elif direction == "bwd_input":
-                conv2d_backward_input(device, go, w, out, xs, ws, *geo, params=params)
-            else:
-                conv2d_backward_weight(device, go, x, out, xs, ws, *geo, params=params)
-
-        ref = []
-
-        def check(params):
-            run(params, n_inputs)  # the set never used for timing
-            got = device.download(out, np.float32, result_shape).astype(np.float64)
-            if not ref:
-                x, w, go = host[-1]
-                if direction == "fwd":
-                    ref.append(reference_conv2d(x, w, None, *geo))
-                else:
-                    gi, gw = reference_conv2d_backward(go, x, w, *geo)
-                    ref.append(gi if direction == "bwd_input" else gw)
-            err = float(np.abs(got - ref[0]).max()) if got.size else 0.0
-            return bool(err <= 1e-4 * max(1.0, float(np.abs(ref[0]).max()))), err
-
-        return Case(device, shape, run, check, [bufs, out])
-
-    @staticmethod
-    def work(shape, params) -> dict:
-        d = with_derived(search_space(Conv2d.family), params)
-        g, (n, oc, oh, ow) = _geometry(shape["x"], shape["w"], shape["stride"], shape["padding"], shape["dilation"],
-                                       shape["groups"])
-        M, N, K = gemm_dims(shape["dir"], g)
-        tm, tn = math.ceil(M / params["BM"]), math.ceil(N / params["BN"])
-        groups = g["groups"] * tm * tn
-        steps = math.ceil(K / params["BK"])
-        return {
-            "flops": 2 * g["groups"] * M * N * K,
-            "dram_bytes": 4 * g["groups"] * (M * K * tn + K * N * tm + M * N),
-            "lds_bytes": groups * steps * (4 * params["BK"] * (params["BM"] + params["BN"])
-                                           + d["WG"] * params["BK"] * (params["TM"] + params["TN"]) * 4),
-            "groups": groups, "invocations": d["WG"], "lds_per_group": d["shared_bytes"],
-        }
-
-    @staticmethod
-    def static_defines(params) -> tuple[dict, tuple, int | None]:
-        wg = with_derived(search_space(Conv2d.family), params)["WG"]
-        return gemm_defines(0, params, wg), (wg, 1, 1), None
-
-    @staticmethod
-    def kernel_defines(params) -> list[dict]:
-        """Every define set the family builds from one tuned parameter set (tune/carry_over.py)."""
-        wg = with_derived(search_space(Conv2d.family), params)["WG"]
-        return [gemm_defines(d, params, wg) for d in DIRS.values()]
-
-
-TUNE_TARGET = Conv2dTarget()

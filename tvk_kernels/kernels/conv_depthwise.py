@@ -7,27 +7,26 @@ invocation per element, grad-weight a reduction per (channel, tap) over batch an
 split into slices summed by conv.py's conv2d_reduce pass when one slice per channel would leave
 the device idle. Search space, buckets, defaults and the split plan: tuning/conv2d_depthwise.json.
 
-The functions take conv.py's geometry dict `g` (conv._geometry) and resolved-or-None params.
+The functions take the geometry dict `g` (conv_geometry.geometry) and resolved-or-None params.
 """
 from __future__ import annotations
 
 import struct
-from functools import cached_property
 
 from . import activations
-from . import conv as _conv
+from .conv_geometry import checked_split_k, geometry
 from .launch import Family, family, grid_1d, positive, powers_of_two, record_shape
 from .. import benchmark_mode
 from ..config import by_class
 from ..errors import InvalidConfigError
-from ..search_space import search_space, with_derived
+from ..search_space import search_space
 
 DIRS = {"fwd": 0, "bwd_input": 1, "bwd_weight": 2}
 _PUSH = struct.Struct("<4Q18I")  # a, b, c, bias; n ch h w; oc oh ow kh; kw sh sw ph; pw dh dw flags; chunk splits
 
 
 def is_depthwise(g: dict) -> bool:
-    """One input channel per group (conv._geometry's dict); groups == 1 stays on the GEMM."""
+    """One input channel per group (conv_geometry.geometry's dict); groups == 1 stays on the GEMM."""
     return g["groups"] > 1 and g["ic"] == g["groups"]
 
 
@@ -64,7 +63,7 @@ def defines(dir_id: int, params: dict, act: str | None = None) -> dict:
     """The template's defines (WG, ITEMS, TAPS are its specialization constants); ACT only when asked for."""
     d = {"DIR": dir_id, "WG": params["WG"], "ITEMS": params["ITEMS"], "TAPS": params["TAPS"]}
     if act is not None:
-        d.update(activations.act_define(_conv.ACTIVATIONS[act]))
+        d.update(activations.act_define(activations.EPILOGUES[act]))
     return d
 
 
@@ -106,7 +105,7 @@ def split_plan(device, g: dict, taps_per_group: int, split_k=None) -> tuple[int,
         return 1, 0
     units = g["oc"] * -(-g["kh"] * g["kw"] // taps_per_group)
     if split_k is not None:
-        splits = _conv.checked_split_k(split_k)
+        splits = checked_split_k(split_k)
     else:
         cfg, facts = search_space(DepthwiseConv.family).get("split", {}), device.facts
         target = by_class(cfg.get("target_groups"), facts, 256)
@@ -118,7 +117,9 @@ def split_plan(device, g: dict, taps_per_group: int, split_k=None) -> tuple[int,
     return -(-positions // chunk), chunk
 
 
-def backward_weight(device, g, grad_out, x, grad_w, params, run, split_k=None):
+def backward_weight(device, g, grad_out, x, params, run, split_k=None):
+    """(splits, launch): launch(c) writes grad-weight's `splits` partial sums of OC*KH*KW floats to c
+    (grad-weight itself when splits == 1), which conv.py's conv2d_reduce pass then adds up."""
     fam = family(device, DepthwiseConv)
     prm = fam.resolve_dir("bwd_weight", g, params, run)
     splits, chunk = split_plan(device, g, prm["TAPS"], split_k)
@@ -129,14 +130,13 @@ def backward_weight(device, g, grad_out, x, grad_w, params, run, split_k=None):
     def launch(c):
         device.stream.dispatch(pipe, grid, _push(grad_out, x, c, 0, g, 0, chunk, splits), "conv2d_depthwise_bwd_weight")
 
-    _conv._split_k_sum(device, family(device, _conv.Conv2d), grad_w, g["oc"] * g["kh"] * g["kw"], splits, launch,
-                       label="conv2d_depthwise_split_sum")
+    return splits, launch
 
 
-# ------------------------------------------------------------------ autotuner target
+# ------------------------------------------------------------------ tuner shapes (tvk-tune --model records them)
 def tune_shape(direction: str, x, w, stride=1, padding=0, dilation=1, groups=1) -> dict:
     """A tuner shape: the conv geometry plus the bucket names (dir, taps, positions)."""
-    g, _ = _conv._geometry(x, w, stride, padding, dilation, groups)
+    g, _ = geometry(x, w, stride, padding, dilation, groups)
     if not is_depthwise(g):
         raise ValueError(f"conv2d_depthwise: x {tuple(x)}, w {tuple(w)}, groups={groups} is not depthwise")
     return {**bucket_shape(direction, g), "x": list(x), "w": list(w), "stride": stride, "padding": padding,
@@ -150,54 +150,3 @@ def launch_tune_shape(direction: str, g: dict) -> dict:
 
     return tune_shape(direction, [g["n"], g["ic"], g["h"], g["w"]], [g["oc"], 1, g["kh"], g["kw"]],
                       one(g["sh"], g["sw"]), one(g["ph"], g["pw"]), one(g["dh"], g["dw"]), g["groups"])
-
-
-def _suite(n, c, hw, k=3, stride=1, mult=1):
-    return [tune_shape(d, (n, c, hw, hw), (c * mult, 1, k, k), stride, k // 2, 1, c) for d in DIRS]
-
-
-class DepthwiseConvTarget:
-    """What tvk-tune needs to tune the depthwise kernels (tvk_kernels/tune/targets.py): MobileNetV2's
-    and EfficientNet's depthwise layers; candidates are checked against conv.py's numpy reference."""
-
-    family = DepthwiseConv.family
-    template = DepthwiseConv.template
-
-    @cached_property  # built on first use: conv.py may still be importing this module at import time
-    def suites(self):
-        return {
-            "suite": (_suite(32, 32, 112) + _suite(32, 96, 112, stride=2) + _suite(32, 144, 56)
-                      + _suite(32, 144, 56, stride=2) + _suite(32, 192, 28) + _suite(32, 576, 14, stride=2)
-                      + _suite(32, 960, 7) + _suite(32, 240, 28, k=5) + _suite(32, 672, 14, k=5, stride=2)),
-            "tiny": _suite(2, 8, 14) + _suite(2, 6, 9, k=5, stride=2, mult=2),
-        }
-
-    def prepare(self, device, shape, n_inputs=3, seed=0):
-        return _conv.Conv2dTarget.prepare(self, device, shape, n_inputs, seed)
-
-    @staticmethod
-    def work(shape, params) -> dict:
-        g, (n, oc, oh, ow) = _conv._geometry(shape["x"], shape["w"], shape["stride"], shape["padding"],
-                                             shape["dilation"], shape["groups"])
-        taps, xs, outs = g["kh"] * g["kw"], n * g["ic"] * g["h"] * g["w"], n * oc * oh * ow
-        d = with_derived(search_space(DepthwiseConv.family), params)
-        if shape["dir"] == "bwd_weight":
-            groups = oc * -(-taps // params["TAPS"])
-            lds, lds_group = groups * d["shared_bytes"] * 2, d["shared_bytes"]
-        else:
-            groups = -(-(outs if shape["dir"] == "fwd" else xs) // (params["WG"] * params["ITEMS"]))
-            lds, lds_group = 0, 0
-        return {"flops": 2 * outs * taps, "dram_bytes": 4 * (xs + outs + oc * taps), "lds_bytes": lds,
-                "groups": groups, "invocations": params["WG"], "lds_per_group": lds_group}
-
-    @staticmethod
-    def static_defines(params) -> tuple[dict, tuple, int | None]:
-        return defines(0, params), (params["WG"], 1, 1), None
-
-    @staticmethod
-    def kernel_defines(params) -> list[dict]:
-        """Every define set the family builds from one tuned parameter set (tune/carry_over.py)."""
-        return [defines(d, params) for d in DIRS.values()]
-
-
-TUNE_TARGET = DepthwiseConvTarget()

@@ -229,9 +229,9 @@ _recorder = None  # tune/record.py's ShapeRecorder while one is active, else Non
 
 def record_shape(family: str, shape) -> None:
     """Tell an active shape recorder (tvk-tune --model) the tuner shape of a launch: a dict in the
-    family's TUNE_TARGET format, or a function returning one or None (built only while recording;
-    None: the target has no shape for this launch). With no recorder this is one global test:
-    eager launches pay nothing else."""
+    format of the family's tuner target (tune/targets/<family>.py), or a function returning one or
+    None (built only while recording; None: the target has no shape for this launch). With no
+    recorder this is one global test: eager launches pay nothing else."""
     if _recorder is not None:
         if callable(shape):
             shape = shape()

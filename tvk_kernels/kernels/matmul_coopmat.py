@@ -14,10 +14,11 @@ import itertools
 import warnings
 
 from ..errors import InvalidConfigError, TVKError
+from ..runtime.vk import NULL, check, ffi, lib, structure_type
 from ..search_space import param_values, search_space
 from . import activations
 from .launch import Family, family
-from .matmul import _PUSH, DTYPES, Matmul, _contig_choice, _load_widths, gemm_case, plan_launch
+from .matmul_plan import DTYPES, PUSH, Matmul, contig_choice, load_widths, plan_launch
 
 _warned: set = set()
 
@@ -70,7 +71,7 @@ class CoopMatmul(Family):
         for a_kmajor, b_nmajor in itertools.product((True, False), repeat=2):
             g = self.geometry(c, a_kmajor, b_nmajor)
             self.device.pipelines.check_limits((g["WG"], 1, 1), shared_bytes=g["shared"], subgroup_size=g["subgroup"],
-                                               push_size=_PUSH.size)
+                                               push_size=PUSH.size)
         return c
 
     def pipeline(self, params: dict, mode: int, act: str | None, vec_a: int, vec_b: int, a_kmajor: bool,
@@ -82,17 +83,17 @@ class CoopMatmul(Family):
                    "STAGES": params["STAGES"], "SUBGROUP_SIZE": self.subgroup, "VEC_A": vec_a, "VEC_B": vec_b,
                    "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor), "DTYPE": DTYPES["float16"][0], "MODE": mode,
                    **activations.act_define(act if mode == 0 else None)}
-        return self.variant(defines, g["WG"], _PUSH.size, shared_bytes=g["shared"], subgroup_size=g["subgroup"])
+        return self.variant(defines, g["WG"], PUSH.size, shared_bytes=g["shared"], subgroup_size=g["subgroup"])
 
     def prepare(self, a_addr: int, b_addr: int, M: int, N: int, K: int, batch: int, sa, sb, sc, act, bucket: str,
                 tune_shape: dict, explicit: dict | None = None, split_k=None):
-        """The launch (matmul._Prepared) of one fp16 GEMM: the bucket's config (or `explicit` on top),
+        """The launch (matmul_plan.Prepared) of one fp16 GEMM: the bucket's config (or `explicit` on top),
         split-K by matmul's rule."""
         params = self.resolve(bucket, explicit)
         source = "explicit" if explicit else self.params(bucket)[1]
-        a_kmajor = _contig_choice(sa[1], sa[2], M, K)
-        b_nmajor = _contig_choice(sb[1], sb[2], K, N)
-        vec_a, vec_b = _load_widths(8, a_addr, b_addr, 2, sa, sb, a_kmajor, b_nmajor)
+        a_kmajor = contig_choice(sa[1], sa[2], M, K)
+        b_nmajor = contig_choice(sb[1], sb[2], K, N)
+        vec_a, vec_b = load_widths(8, a_addr, b_addr, 2, sa, sb, a_kmajor, b_nmajor)
         tile = self.geometry(params, a_kmajor, b_nmajor)
         info = {"kernel": "coopmat", "bucket": bucket, "config_bucket": bucket,
                 "params": {n: params[n] for n in search_space(self.family)["params"]}, "source": source}
@@ -102,7 +103,7 @@ class CoopMatmul(Family):
 
     def verify(self) -> bool:
         """Run a small product with ragged edges and a transposed operand and compare it with numpy."""
-        import numpy as np
+        import numpy as np  # lazy: numpy only for this one-time check: importing the kernels loads no numpy
 
         dev = self.device
         rng = np.random.default_rng(7)
@@ -180,8 +181,6 @@ def candidates(device) -> list[dict]:
 
 def coop_shapes(device) -> list[dict]:
     """The device's VkCooperativeMatrixPropertiesKHR entries (empty where the extension is missing)."""
-    from ..runtime.vk import NULL, check, ffi, lib, structure_type
-
     if "VK_KHR_cooperative_matrix" not in device.facts.extensions:
         return []
     ptr = lib.vkGetInstanceProcAddr(device.instance.handle, b"vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
@@ -222,58 +221,3 @@ def pick_shape(shapes: list[dict]):
         return None
     fits.sort(key=lambda s: ((s["M"], s["N"], s["K"]) != (16, 16, 16), -s["M"] * s["N"], -s["K"]))
     return fits[0]
-
-
-# ------------------------------------------------------------------ tuner target
-class CoopMatmulTarget:
-    """What tvk-tune needs to tune the cooperative-matrix kernel (see tvk_kernels/tune/targets.py):
-    fp16 GEMMs, checked against float64 at fp16 accuracy. Only a device with a verified kernel tunes it."""
-
-    family = CoopMatmul.family
-    template = CoopMatmul.template
-    suites = {
-        "suite": [{"M": 1024, "N": 1024, "K": 1024, "batch": 1}, {"M": 2048, "N": 2048, "K": 2048, "batch": 1},
-                  {"M": 4096, "N": 4096, "K": 4096, "batch": 1}, {"M": 256, "N": 256, "K": 256, "batch": 1},
-                  {"M": 512, "N": 512, "K": 512, "batch": 1},
-                  # a linear layer's forward (x @ W^T) and backward (grad^T @ x): layout buckets .nt, .tn
-                  {"M": 4096, "N": 4096, "K": 1024, "batch": 1, "layout": "nt"},
-                  {"M": 512, "N": 2048, "K": 2048, "batch": 1, "layout": "nt"},
-                  {"M": 2048, "N": 2048, "K": 4096, "batch": 1, "layout": "tn"},
-                  {"M": 2048, "N": 2048, "K": 512, "batch": 1, "layout": "tn"},
-                  {"M": 2048, "N": 2048, "K": 2048, "batch": 1, "layout": "tt"},
-                  # attention: scores q @ k^T and probs @ v, 16 sequences x 8 heads of 128 tokens
-                  {"M": 128, "N": 128, "K": 64, "batch": 128, "layout": "nt"},
-                  {"M": 128, "N": 64, "K": 128, "batch": 128, "layout": "nn"}],
-        "tiny": [{"M": 64, "N": 64, "K": 64, "batch": 1}, {"M": 200, "N": 136, "K": 96, "batch": 1, "layout": "nt"}],
-    }
-
-    @staticmethod
-    def unavailable(device) -> str | None:
-        if verified(device) is None:
-            return "it has no verified cooperative-matrix matmul (VK_KHR_cooperative_matrix with fp16 inputs)"
-        return None
-
-    def prepare(self, device, shape, n_inputs=3, seed=0):
-        # fp32 accumulation, one fp16 rounding of the result: 2^-11 of |C| and a little of the sum's scale
-        return gemm_case(device, shape, n_inputs, seed, "float16",
-                         lambda want, scale: 2.0 ** -10 * abs(want) + 1e-5 * scale + 1e-3, kernel="coopmat")
-
-    @staticmethod
-    def work(shape, params) -> dict:
-        M, N, K, batch = shape["M"], shape["N"], shape["K"], shape.get("batch", 1)
-        return {"flops": 2 * batch * M * N * K, "dram_bytes": 2 * batch * (M * K + K * N + M * N)}
-
-    @staticmethod
-    def kernel_defines(params) -> list[dict]:
-        """Kernels one tuned parameter set builds (tune/carry_over.py): the GEMM and its split-K partials
-        in every layout at each load width, on the 16x16x16 matrix shape (the one pick_shape prefers, every
-        vendor's) at the subgroup sizes GPUs run it with; the device's shape and subgroup are not recorded."""
-        c = {"STAGES": 2, **params}
-        return [{"MS": 16, "NS": 16, "KS": 16, "SG_M": c["SG_M"], "SG_N": c["SG_N"], "FM": c["FM"], "FN": c["FN"],
-                 "BK": c["BK"], "PAD": c["PAD"], "STAGES": c["STAGES"], "SUBGROUP_SIZE": sg, "VEC_A": vec,
-                 "VEC_B": vec, "A_KMAJOR": int(ak), "B_NMAJOR": int(bn), "DTYPE": DTYPES["float16"][0], "MODE": mode}
-                for mode in (0, 1) for sg in (32, 64) for ak in (True, False) for bn in (True, False)
-                for vec in (8, 1)]
-
-
-TUNE_TARGET = CoopMatmulTarget()

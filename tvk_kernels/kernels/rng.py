@@ -17,8 +17,8 @@ from . import dtypes
 from .launch import Family, address, family, grid_1d
 
 _PUSH = struct.Struct("<QQQQQIff")
-_MODES = {"uniform": 0, "normal": 1, "dropout": 2}
-_DT = dtypes.codes("float32", "float16")
+MODES = {"uniform": 0, "normal": 1, "dropout": 2}
+DTYPE_CODES = dtypes.codes("float32", "float16")
 _M64 = (1 << 64) - 1
 
 
@@ -29,7 +29,7 @@ class Rng(Family):
 
 def defines(mode: str, dtype: str, seed_buf: bool) -> dict:
     """The defines of one RNG kernel (the runtime and the tuner target build them here)."""
-    return {"MODE": _MODES[mode], "DT": _DT[dtype], "SEED_BUF": int(seed_buf)}
+    return {"MODE": MODES[mode], "DT": DTYPE_CODES[dtype], "SEED_BUF": int(seed_buf)}
 
 
 def _launch(device, mode, x, out, mask, n, s0, s1, seed, offset, dtype, seed_buffer=None, params=None):
@@ -39,7 +39,7 @@ def _launch(device, mode, x, out, mask, n, s0, s1, seed, offset, dtype, seed_buf
     if n >= 1 << 32:
         raise ValueError(f"{n} elements; the RNG kernels index with 32 bits")
     dtype = dtype_name(dtype)
-    if dtype not in _DT:
+    if dtype not in DTYPE_CODES:
         raise TypeError(f"random kernels write float32 or float16, not {dtype}")
     feats = device.facts.features
     if dtype == "float16" and not feats.get("storage_16bit"):
@@ -83,7 +83,7 @@ def normal_(device, addr, n: int, mean: float = 0.0, std: float = 1.0, seed: int
 def philox_words(seed: int, offset: int, n: int):
     """The first n uint32 words the kernel draws for (seed, offset), computed on the host (numpy,
     the same Philox4x32-10 as templates/elementwise_rng.comp): word i is element i's."""
-    import numpy as np
+    import numpy as np  # lazy: numpy only for the host reference: importing the kernels loads no numpy
 
     m32 = np.uint64(0xFFFFFFFF)
     t = np.arange((n + 3) // 4, dtype=np.uint64)
@@ -95,50 +95,3 @@ def philox_words(seed: int, offset: int, n: int):
         p0, p1 = np.uint64(0xD2511F53) * c[0], np.uint64(0xCD9E8D57) * c[2]
         c = [(p1 >> np.uint64(32)) ^ c[1] ^ k0, p1 & m32, (p0 >> np.uint64(32)) ^ c[3] ^ k1, p0 & m32]
     return np.stack(c, axis=1).reshape(-1)[:n].astype(np.uint32)
-
-
-class RngTarget:
-    """What tvk-tune needs to tune the RNG kernel (see tvk_kernels/tune/targets.py): float32 uniform_
-    of n elements, checked bit for bit against the host's Philox."""
-
-    family = "rng"
-    template = "elementwise_rng.comp"
-    suites = {"suite": [{"n": 4096}, {"n": 1 << 20}, {"n": 1 << 24}], "tiny": [{"n": 1000}, {"n": 70_000}]}
-
-    def prepare(self, device, shape, n_inputs=3, seed=0):
-        import numpy as np
-
-        from ..tune.targets import Case
-
-        n = shape["n"]
-        outs = [device.allocator.alloc(4 * n) for _ in range(n_inputs + 1)]
-
-        def run(params, i):
-            uniform_(device, outs[i], n, seed=seed, offset=i % len(outs), params=params)
-
-        def check(params):
-            run(params, -1)
-            want = (philox_words(seed, len(outs) - 1, n) >> 8).astype(np.float32) / np.float32(1 << 24)
-            got = device.download(outs[-1], np.float32, (n,))
-            return bool(np.array_equal(got, want)), float(np.max(np.abs(got - want)))
-
-        return Case(device, shape, run, check, outs)
-
-    @staticmethod
-    def work(shape, params) -> dict:
-        n = shape["n"]
-        return {"flops": 40 * n, "dram_bytes": 4 * n, "lds_bytes": 0, "groups": -(-n // (4 * params["WG"])),
-                "invocations": params["WG"], "lds_per_group": 0}
-
-    @staticmethod
-    def static_defines(params) -> tuple[dict, tuple, int | None]:
-        """float32 uniform_ (what the suite times)."""
-        return defines("uniform", "float32", False), (params["WG"], 1, 1), None
-
-    @staticmethod
-    def kernel_defines(params) -> list[dict]:
-        """The kernels one tuned parameter set builds (tune/carry_over.py): every mode and dtype, both seed sources."""
-        return [defines(mode, dtype, seed_buf) for mode in _MODES for dtype in _DT for seed_buf in (False, True)]
-
-
-TUNE_TARGET = RngTarget()

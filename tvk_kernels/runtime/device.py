@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import os
 
+from .error_word import ErrorWord
 from .instance import Instance, DeviceFacts
 from .lock import runtime_lock
+from .memory import Allocator
+from .pipeline import PipelineCache
+from .stream import Stream
 from .vk import NULL, check, cstr_array, ffi, lib, new
 from ..errors import DeviceNotFoundError, TVKError
 
@@ -55,11 +59,6 @@ class Device:
         q = ffi.new("VkQueue*")
         lib.vkGetDeviceQueue(self.handle, self.queue_family, 0, q)
         self.queue = q[0]
-
-        from .error_word import ErrorWord
-        from .memory import Allocator
-        from .pipeline import PipelineCache
-        from .stream import Stream
 
         self.pipelines = PipelineCache(self)
         # Mesa's null devices (RADV_FORCE_FAMILY) compile pipelines but run nothing
@@ -121,12 +120,12 @@ class Device:
 
     # convenience for users of the torch-free API ---------------------------------
     def upload(self, array):
-        from .transfer import upload
+        from .transfer import upload  # lazy: numpy (transfer.py) only for host arrays: the runtime loads no numpy
 
         return upload(self, array)
 
     def download(self, buf, dtype, shape):
-        from .transfer import download
+        from .transfer import download  # lazy: as upload's
 
         return download(self, buf, dtype, shape)
 

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 
 from . import cache_file
 from .compiler import compile_template, forget_template, split_defines
+from .executable_stats import read_stats
 from .vk import NULL, check, ffi, lib, new
 from ..errors import InvalidConfigError, ShaderCompileError, VulkanError
 from ..paths import cache_dir
@@ -185,8 +186,6 @@ class PipelineCache:
             layout, handle = self._rebuild_from_template(p, template, defines, spec, subgroup_size, capture_stats, first)
         t2 = time.perf_counter()
         if capture_stats:
-            from .executable_stats import read_stats
-
             p.stats = read_stats(self.device, handle)
         p.layout, p.compile_s = layout, time.perf_counter() - t0
         p.handle = handle  # last: a non-None handle means the pipeline is complete

@@ -6,17 +6,17 @@ nested structs early (seen as random VK_ERROR_UNKNOWN) and cost ~6x more per cal
 """
 from __future__ import annotations
 
+import re
+
+from ..errors import VulkanError, VulkanNotFoundError
+
 try:
     from vulkan import ffi, lib
 except OSError as e:  # the wheel loads libvulkan at import time
-    from ..errors import VulkanNotFoundError
-
     raise VulkanNotFoundError(
         f"could not load the Vulkan loader ({e}). Install it: Debian/Ubuntu `apt-get install libvulkan1 "
         "mesa-vulkan-drivers`; Windows: a current GPU driver (it ships vulkan-1.dll)."
     ) from None
-
-from ..errors import VulkanError
 
 NULL = ffi.NULL
 
@@ -70,8 +70,6 @@ def structure_type(ctype: str) -> int:
     """VkPhysicalDeviceVulkan12Features -> VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES."""
     if ctype in _STYPE_CACHE:
         return _STYPE_CACHE[ctype]
-    import re
-
     name = ctype[2:]
     vendor = ""
     for suffix in ("KHR", "EXT", "NV", "AMD"):

@@ -38,15 +38,17 @@ from pathlib import Path
 
 from ..config import search_space
 from ..errors import ShaderCompileError
+from ..runtime.device import get_device
 from ..runtime.compiler import _template_hash, compile_file, split_defines, template_checksum, template_path
 from ..search_space import with_derived
+from . import rdna1
 from .same_kernel import find_spirv_dis, same_kernel
-from .targets import load_optional_targets
+from .targets import load_targets
 
 
 def kernel_defines(family: str, params: dict) -> list[dict]:
     """The define sets a family builds from one tuned parameter set, from its tuner target."""
-    target = load_optional_targets().get(family)
+    target = load_targets().get(family)
     if target is None or not hasattr(target, "kernel_defines"):
         raise SystemExit(f"carry_over: {family!r} does not list its kernels (give its tuner target kernel_defines)")
     return target.kernel_defines(params)
@@ -65,9 +67,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     device = None
     if args.machine_code:
-        from ..runtime.device import get_device
-        from . import rdna1
-
         device = get_device()
         if not rdna1.on_null_navi10(device):
             return rdna1.reexec_on_null_navi10(argv or sys.argv[1:], "tvk_kernels.tune.carry_over",

@@ -16,7 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from .storage import HEARTBEAT_SECONDS
+from ..config import user_config_dir
+from ..errors import TVKError
+from ..runtime import get_device
+from ..search_space import bucket_of
+from .storage import HEARTBEAT_SECONDS, StorageError
+from .targets import load_targets
 
 INTERRUPTED = 130  # the shell's code for a run stopped by Ctrl-C (128 + SIGINT)
 
@@ -91,9 +96,8 @@ def main(argv=None) -> int:
     elif args.input_shape is not None or args.target_shape is not None:
         ap.error("--input-shape and --target-shape go with --model")
 
-    from ..errors import TVKError
+    # lazy: imports read TVK_* settings (tune/measure.py): inside main's try, a bad one is a one-line error
     from .driver import TuneInterrupted
-    from .storage import StorageError
 
     try:  # the runtime reads its settings (TVK_*) on import and on device set-up: their errors are one line too
         return _run(ap, args, argv, started)
@@ -109,21 +113,17 @@ def main(argv=None) -> int:
 
 
 def _run(ap, args, argv, started) -> int:
-    from ..config import user_config_dir
-    from ..errors import TVKError
-    from ..runtime import get_device
-    from .driver import tune
-    from .targets import load_optional_targets
+    from .driver import tune  # lazy: see main: importing the driver reads TVK_* settings
 
-    TARGETS = load_optional_targets()
-    families = args.ops.split(",") if args.ops else sorted(TARGETS)
-    unknown = [f for f in families if f not in TARGETS]
+    targets = load_targets()
+    families = args.ops.split(",") if args.ops else sorted(targets)
+    unknown = [f for f in families if f not in targets]
     if unknown:
-        ap.error(f"--ops: no tuner for {unknown}; choose from {sorted(TARGETS)}")
+        ap.error(f"--ops: no tuner for {unknown}; choose from {sorted(targets)}")
     suite = args.shapes
     if suite not in ("suite", "tiny"):
         try:
-            custom = _custom_shapes(suite, TARGETS)
+            custom = _custom_shapes(suite, targets)
         except ValueError as e:
             ap.error(str(e))
         lacking = [f for f in families if f not in custom]
@@ -131,7 +131,7 @@ def _run(ap, args, argv, started) -> int:
             ap.error(f"--shapes {suite} has no shapes for {lacking}; add them, or leave them out of --ops")
         families = families if args.ops else sorted(custom)
         for fam, shapes in custom.items():
-            TARGETS[fam].suites["custom"] = shapes
+            targets[fam].suites["custom"] = shapes
         suite = "custom"
     out = Path(args.out) if args.out else Path("tuned_configs") if args.target == "rdna1" else user_config_dir()
     problem = _cannot_write(out)  # found now, not when the first study is done
@@ -142,7 +142,7 @@ def _run(ap, args, argv, started) -> int:
         return _error(f"cannot write tuned configs to {out}, {where} ({problem}); set TVK_CONFIG_DIR to a "
                       "writable folder, or pass --out")
     if args.model is not None:
-        from .model import record_training_step
+        from .model import record_training_step  # lazy: only --model records a model's shapes (it loads torch)
 
         try:
             recorded = record_training_step(args.model, args.input_shape, args.loss, args.target_shape, args.device)
@@ -154,10 +154,10 @@ def _run(ap, args, argv, started) -> int:
         if not families:
             return _error(f"{args.model} launched no shapes of {args.ops or 'any tunable family'}; nothing to tune")
         for fam in families:
-            TARGETS[fam].suites["model"] = recorded[fam]
+            targets[fam].suites["model"] = recorded[fam]
         suite = "model"
     if args.target == "rdna1":
-        from . import rdna1
+        from . import rdna1  # lazy: only --target rdna1 needs the static model
 
         device = get_device(0)
         if not rdna1.on_null_navi10(device):
@@ -228,8 +228,6 @@ def _dims(flag: str, text):
 
 def _show_recorded(recorded: dict, families: list) -> list:
     """Print the recorded shapes with their buckets; returns the families to tune (asked for, recorded)."""
-    from ..search_space import bucket_of
-
     for fam, shapes in sorted(recorded.items()):
         note = "" if fam in families else "  (not tuned: not in --ops)"
         print(f"tvk-tune: recorded {len(shapes)} {fam} shapes{note}")

@@ -35,7 +35,10 @@ import signal
 import socket
 import threading
 import time
+import warnings
 from pathlib import Path
+
+from tqdm import tqdm
 
 from .. import __version__
 from ..config import SCHEMA_VERSION, default_params, device_key, device_key_name, reload, search_space, user_config_dir
@@ -44,6 +47,7 @@ from ..runtime.compiler import template_checksum
 from .measure import MIN_REPEATS, OutOfTime, time_candidate
 from ..search_space import bucket_of, param_values, violations
 from .storage import HEARTBEAT_SECONDS, default_storage, open_storage, shown
+from .targets import load_targets, unavailable
 
 # A shape is tuned only if this many of its minimal measurements fit its study's share of the
 # budget: the default, one trial, the default again.
@@ -161,7 +165,7 @@ def finished_trials(study) -> int:
 
 def finished_states() -> tuple:
     """The trial states that count toward --trials: timed, or rejected with a reason."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # lazy: optuna, an optional dependency, loads only to tune
 
     return TrialState.COMPLETE, TrialState.PRUNED
 
@@ -174,7 +178,7 @@ def best_trial(trials, default_times, here: str):
     """The timed trial with the lowest geometric-mean time ratio to the default, or None. A trial
     measured on this host (`here`) is compared with `default_times`, this host's default; one
     measured on another host with the default that host measured."""
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # lazy: optuna, an optional dependency, loads only to tune
 
     def ratio(t):
         mine = t.user_attrs.get("host", here) == here  # trials from before hosts were recorded: here
@@ -187,8 +191,7 @@ def best_trial(trials, default_times, here: str):
 def start_over(study_name: str, storage) -> None:
     """Delete the study, unless another worker is running one of its trials (its heartbeat is
     fresh): deleting would throw away what that worker finds, and make it fail."""
-    import warnings
-
+    # lazy: optuna, an optional dependency (pip install torchvk[tune]), loads only to tune
     import optuna
 
     try:
@@ -221,6 +224,7 @@ def tune_bucket(device, target, bucket, shapes, trials, deadline, storage, resum
     it has them). deadline: a time.perf_counter() value the study ends by (None: no limit); needs:
     see evaluate_params. Ctrl-C propagates unless `write_partial`: then the best so far is
     returned, marked "interrupted" in its provenance."""
+    # lazy: optuna, an optional dependency (pip install torchvk[tune]), loads only to tune
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # a trial stopped by Ctrl-C is reported by tune()
@@ -251,8 +255,6 @@ def tune_bucket(device, target, bucket, shapes, trials, deadline, storage, resum
             study.enqueue_trial({k: v for k, v in start.items() if k in values and v in values[k]}, skip_if_exists=True)
         bar = None
         if progress:
-            from tqdm import tqdm
-
             bar = tqdm(total=trials, initial=finished_trials(study), desc=f"{target.family}/{bucket}", unit="trial")
 
         ctrl_c = HeldCtrlC()
@@ -493,10 +495,10 @@ def tune(device, families, suite="suite", trials=30, time_budget=None, storage=N
     storage: an Optuna storage URL (default: SQLite in the cache folder); heartbeat: see storage.py.
     time_budget: seconds for the whole run, from now; deadline: the same as a time.perf_counter()
     value (the CLI starts the clock at launch). Ctrl-C raises TuneInterrupted."""
+    # lazy: optuna, an optional dependency (pip install torchvk[tune]), loads only to tune
     import optuna
 
-    from .targets import TARGETS, unavailable
-
+    targets = load_targets()
     url = storage or default_storage()
     storage = open_storage(url, heartbeat)  # first: a bad URL or a server down is said before any work
     out_dir = Path(out_dir) if out_dir else user_config_dir()
@@ -504,9 +506,9 @@ def tune(device, families, suite="suite", trials=30, time_budget=None, storage=N
         deadline = time.perf_counter() + time_budget
     jobs = []
     for family in families:
-        if family not in TARGETS:
-            raise ValueError(f"no tuner target for {family!r}; choose from {sorted(TARGETS)}")
-        target = TARGETS[family]
+        if family not in targets:
+            raise ValueError(f"no tuner target for {family!r}; choose from {sorted(targets)}")
+        target = targets[family]
         why = unavailable(target, device)
         if why:
             say(f"tvk-tune: {family}: not tuned on {device.facts.name}: {why}")

@@ -27,8 +27,15 @@ import os
 import random
 import subprocess
 import sys
+from pathlib import Path
 
+from ..config import default_params
 from ..env_flags import env_flag
+from ..errors import InvalidConfigError, ShaderCompileError
+from ..kernels.launch import subgroup_size_params
+from ..search_space import bucket_of, candidates, search_space, violations
+from .driver import write_config
+from .targets import load_targets, unavailable
 
 SIMDS = 72
 CLOCK_HZ = 1.56e9
@@ -103,10 +110,6 @@ def reexec_on_null_navi10(argv, module: str = "tvk_kernels.tune.cli", what: str 
 
 def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
     """Compile up to `trials` candidates (the default first), keep those that fit, rank by the model."""
-    from ..config import default_params
-    from ..errors import InvalidConfigError, ShaderCompileError
-    from ..search_space import bucket_of, candidates
-
     facts = dataclasses.replace(device.facts, max_shared_memory=shared_limit)
     bucket = bucket_of(target.family, shapes[0])
     default = default_params(target.family, facts, bucket)
@@ -147,17 +150,12 @@ def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
 
 def wave_param(family: str) -> str | None:
     """The family's required-subgroup-size parameter (kind "subgroup_size"), if it has one."""
-    from ..kernels.launch import subgroup_size_params
-
     return next(iter(subgroup_size_params(family)), None)
 
 
 def wave_variants(family: str, params: dict, facts) -> list[dict]:
     """params at each explicit subgroup size the device can give (Navi 10: 32 and 64) that the family's
     constraints admit."""
-    from ..config import search_space
-    from ..search_space import violations
-
     space, name = search_space(family), wave_param(family)
     sizes = [v for v in space["params"][name]["values"] if v]
     return [p for p in (dict(params, **{name: v}) for v in sizes) if not violations(space, p, facts)]
@@ -174,17 +172,12 @@ def best_by_wave(family: str, scored) -> dict:
 
 
 def static_tune(device, families, suite, trials, out_dir):
-    from pathlib import Path
-
-    from .driver import write_config
-    from ..search_space import bucket_of
-    from .targets import TARGETS, unavailable
-
+    targets = load_targets()
     paths = []
     for driver_name, (driver_id, shared_limit) in DRIVERS.items():
         results = {}
         for family in families:
-            target = TARGETS[family]
+            target = targets[family]
             if not hasattr(target, "work") or unavailable(target, device):
                 continue
             by_bucket: dict = {}

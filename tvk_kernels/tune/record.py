@@ -2,7 +2,7 @@
 
     with ShapeRecorder() as rec:
         run_the_model()
-    rec.shapes  # {family: [shape, ...]}: each a TUNE_TARGET shape dict, in launch order, deduplicated
+    rec.shapes  # {family: [shape, ...]}: each a shape dict of its tuner target, in launch order, deduplicated
 
 Kernel families report each launch through kernels/launch.py's record_shape; families whose launch
 site cannot give their target's shape format exactly report nothing (see cli.py's --model help).

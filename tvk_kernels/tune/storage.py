@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 import warnings
 
+from ..paths import cache_dir
+
 HEARTBEAT_SECONDS = 10  # a killed worker's running trial is marked FAIL 2 beats after its last one
 
 # the module SQLAlchemy imports for a URL -> the pip package that provides it
@@ -23,8 +25,6 @@ class StorageError(RuntimeError):
 
 
 def default_storage() -> str:
-    from ..paths import cache_dir
-
     folder = cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -37,7 +37,7 @@ def default_storage() -> str:
 
 def shown(url: str) -> str:
     """The URL as it can be printed: its password hidden."""
-    import sqlalchemy
+    import sqlalchemy  # lazy: sqlalchemy comes with optuna, an optional dependency
 
     try:
         return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
@@ -47,8 +47,8 @@ def shown(url: str) -> str:
 
 def open_storage(url: str, heartbeat: int = HEARTBEAT_SECONDS):
     """An Optuna RDBStorage for `url`, with a heartbeat every `heartbeat` seconds."""
-    import optuna
-    import sqlalchemy
+    import optuna  # lazy: optuna, an optional dependency (pip install torchvk[tune]), loads only to tune
+    import sqlalchemy  # lazy: sqlalchemy comes with optuna
 
     if heartbeat < 1:
         raise StorageError(f"the heartbeat interval (--heartbeat) must be a whole number of seconds >= 1, not "
