@@ -1,4 +1,4 @@
-"""The six experiments end to end at tiny sizes, and the dataset loaders."""
+"""The experiments end to end at tiny sizes, and the dataset loaders."""
 import json
 import subprocess
 import sys
@@ -102,3 +102,15 @@ def test_kernels_experiment(tmp_path):
     result = _run_quick("kernels", tmp_path)
     assert result["conv2d"] and all(r["max_rel_err"] < 1e-3 for r in result["conv2d"])
     assert result["conv_sweep"]["rows"] and all(r["rel_err"] < 1e-3 for r in result["conv_sweep"]["rows"])
+    # every row's fraction of the measured peak of its kind: above 0; a kernel above the copy peak
+    # or the FMA peak would say the probe measured less than the device does
+    peaks = result["roofline"]
+    assert peaks["fp32_fma_tflops"] > 0 and peaks["copy_gbps"] > 0
+    fractions = [r["tvk_of_peak"] for r in result["conv2d"] + result["bandwidth"] + result["gemm_sweep"]["rows"]]
+    assert all(f is not None and f > 0 for f in fractions)
+    assert "fp32 FMA" in (tmp_path / "kernels.md").read_text()
+
+
+def test_roofline_experiment(tmp_path):
+    peaks = _run_quick("roofline", tmp_path)["peaks"]
+    assert peaks["fp32_fma_tflops"] > 0 and peaks["copy_gbps"] > 0 and peaks["copy_bytes"] == 1 << 20

@@ -13,6 +13,9 @@
   per-op host  host time to issue one small op in eager mode: torchvk (deferred) vs torch
                CUDA eager (asynchronous launch), measured in a process without torchvk
 
+  roofline     the device's measured peaks first (tvk_kernels/bench/roofline.py): every row then carries
+               tvk's and the peer's fraction of the peak of its kind (FLOP/s of its dtype, copy GB/s)
+
 GPU times come from Vulkan timestamps and, for torch CUDA, from CUDA graph replays (or profiled kernels:
 tvk_kernels/bench/cuda_timer.py), median of repeats after a spin-up before each case.
 """
@@ -28,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from tvk_kernels.bench import roofline
 from tvk_kernels.bench.common import environment, md_table, median, write_result
 from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS, time_cuda
 from tvk_kernels.kernels import conv, norm, reduce, softmax
@@ -192,12 +196,43 @@ def graph_replay(device, counts=(10, 1000), repeats=20) -> dict:
     return {"kernels_to_replay_us": out}
 
 
+def of_peak(payload: dict, peaks: dict) -> dict:
+    """Each row's `tvk_of_peak` and `cuda_of_peak`: its FLOP/s over the peak of its dtype, or its
+    bandwidth over the copy peak; the CUDA peer's from its time. Returns the geometric means per
+    section (and dtype), both sides."""
+    sections = {"conv2d": ("tvk_tflops", "tvk_s", "cudnn_s"), "bandwidth": ("tvk_gbps", "tvk_s", "cuda_s"),
+                "gemm_sweep": ("tvk_tflops", "tvk_s", "cuda_s"), "conv_sweep": ("tvk_tflops", "tvk_s", "cudnn_s"),
+                "sdpa": ("tvk_fwd_tflops", "tvk_fwd_s", "cuda_fwd_s")}
+    means = {}
+    for section, (rate, tvk_time, cuda_time) in sections.items():
+        value = payload[section]
+        for row in value["rows"] if isinstance(value, dict) else value:
+            if rate == "tvk_gbps":
+                peak = peaks["copy_gbps"]
+            else:
+                peak = roofline.peak_tflops(peaks, row.get("dtype", "float32"))
+            row["tvk_of_peak"] = roofline.fraction(row[rate], peak)
+            peer_rate = row[rate] * row[tvk_time] / row[cuda_time] if row.get(cuda_time) else None
+            row["cuda_of_peak"] = roofline.fraction(peer_rate, peak)
+            key = f"{section} {row['dtype']}" if "dtype" in row else section
+            means.setdefault(key, {"tvk": [], "cuda": []})
+            means[key]["tvk"].append(row["tvk_of_peak"])
+            means[key]["cuda"].append(row["cuda_of_peak"])
+    return {key: {side: _geomean(values) for side, values in sides.items()} for key, sides in means.items()}
+
+
+def _geomean(values):
+    values = [v for v in values if v]
+    return float(np.exp(np.mean(np.log(values)))) if values else None
+
+
 def run(device, out_dir, quick=False, progress=True) -> dict:
     try:
 
         has_cuda = torch.cuda.is_available()
     except Exception:
         has_cuda = False
+    peaks = roofline.probe(device, quick)
     conv_rows = conv2d(device, 2 if quick else 128, has_cuda, quick)
     bw_rows = bandwidth(device, *((64, 256) if quick else (4096, 4096)), has_cuda, quick)
     overhead = per_op_overhead(device, 200 if quick else 5000, has_cuda)
@@ -209,14 +244,22 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
     payload = {"experiment": "kernels", "environment": environment(device), "quick": quick,
                "conv2d": conv_rows, "bandwidth": bw_rows, "per_op_overhead": overhead, "graph_replay": replay,
                "gemm_sweep": gemm, "conv_sweep": conv_sw, "sdpa": sdpa_rows, "attention_long_sequence": long_seq,
+               "roofline": peaks,
                "notes": "cuDNN and cuBLAS with TF32 off; GPU times from Vulkan timestamps and CUDA events"}
-    table = "## conv2d, CIFAR CNN layers, batch " + str(2 if quick else 128) + "\n\n" + md_table(
-        ["layer", "direction", "tvk ms", "tvk TFLOP/s", "cuDNN ms", "tvk/cuDNN time", "max rel err"],
-        [[r["layer"], r["direction"], r["tvk_s"] * 1e3, r["tvk_tflops"], r["cudnn_s"] and r["cudnn_s"] * 1e3,
-          r["tvk_over_cudnn_time"], r["max_rel_err"]] for r in conv_rows])
+    payload["of_peak"] = of_peak(payload, peaks)
+    table = "## measured peaks (tvk_kernels/bench/roofline.py)\n\n" + roofline.markdown(peaks) + "\n\n"
+    table += "Fraction of the peak of its kind, geometric mean of the rows (fp16 GEMMs: of the cooperative-matrix peak " \
+             "where the device has one):\n\n" + md_table(
+                 ["rows", "tvk of peak", "CUDA of peak"],
+                 [[key, v["tvk"], v["cuda"]] for key, v in payload["of_peak"].items()]) + "\n\n"
+    table += "## conv2d, CIFAR CNN layers, batch " + str(2 if quick else 128) + "\n\n" + md_table(
+        ["layer", "direction", "tvk ms", "tvk TFLOP/s", "tvk of peak", "cuDNN ms", "tvk/cuDNN time", "max rel err"],
+        [[r["layer"], r["direction"], r["tvk_s"] * 1e3, r["tvk_tflops"], r["tvk_of_peak"],
+          r["cudnn_s"] and r["cudnn_s"] * 1e3, r["tvk_over_cudnn_time"], r["max_rel_err"]] for r in conv_rows])
     table += "\n\n## bandwidth\n\n" + md_table(
-        ["op", "floats", "tvk us", "tvk GB/s", "CUDA GB/s", "tvk/CUDA bandwidth"],
-        [[r["op"], r["n"], r["tvk_s"] * 1e6, r["tvk_gbps"], r["cuda_gbps"], r["tvk_over_cuda_bandwidth"]] for r in bw_rows])
+        ["op", "floats", "tvk us", "tvk GB/s", "tvk of peak", "CUDA GB/s", "CUDA of peak", "tvk/CUDA bandwidth"],
+        [[r["op"], r["n"], r["tvk_s"] * 1e6, r["tvk_gbps"], r["tvk_of_peak"], r["cuda_gbps"], r["cuda_of_peak"],
+          r["tvk_over_cuda_bandwidth"]] for r in bw_rows])
     table += (f"\n\nPer-op host overhead ({overhead['op']}, {overhead['count']} ops): tvk {overhead['tvk_us']:.1f} us, "
               f"torch CUDA {overhead['torch_cuda_us'] and round(overhead['torch_cuda_us'], 1)} us.\n")
     table += "Host cost of one graph replay: " + ", ".join(

@@ -1,12 +1,14 @@
-"""`tvk-bench`: the six experiments, each writing JSON + a markdown table under --out."""
+"""`tvk-bench`: the experiments, each writing JSON + a markdown table under --out."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from ..errors import TVKError
+from ..runtime import get_device
 
-EXPERIMENTS = ["vector-add", "matmul", "mnist", "cifar10", "low-vram", "ablations", "kernels", "zoo"]
+EXPERIMENTS = ["roofline", "vector-add", "matmul", "mnist", "cifar10", "low-vram", "ablations", "kernels", "zoo"]
 
 
 def main(argv=None) -> int:
@@ -22,26 +24,27 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
-        from ..runtime import get_device
-
         device = get_device(args.device)
         todo = EXPERIMENTS if args.experiment == "all" else [args.experiment]
         sizes = [int(float(s)) for s in args.sizes.split(",")] if args.sizes else None
         for name in todo:
-            if name == "vector-add":
-                from . import vector_add
+            if name == "roofline":
+                from . import roofline  # lazy: only the experiments asked for are imported
+
+                roofline.run(device, args.out, quick=args.quick, progress=not args.no_progress)
+            elif name == "vector-add":
+                from . import vector_add  # lazy: only the experiments asked for are imported
 
                 vsizes = sizes if args.experiment == "vector-add" else None
                 vector_add.run(device, args.out, vsizes or ([1_000, 100_000] if args.quick else None),
                                progress=not args.no_progress)
             elif name == "matmul":
-                from . import matmul
+                from . import matmul  # lazy: only the experiments asked for are imported
 
                 msizes = sizes if args.experiment == "matmul" else None
                 matmul.run(device, args.out, msizes or ([64, 128] if args.quick else None), progress=not args.no_progress)
             else:  # the training experiments need torch and the tvk device
-                import importlib
-
+                # lazy: torch and torchvk only for the training experiments: the kernel ones run without torch
                 import torchvk  # noqa: F401  (registers the device)
 
                 module = importlib.import_module(f"torchvk.experiments.{name.replace('-', '_')}")
