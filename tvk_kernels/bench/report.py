@@ -171,6 +171,10 @@ def low_vram(r) -> list[str]:
     return out
 
 
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.2g}%"
+
+
 def kernels(r) -> list[str]:
     out = []
     peaks = r.get("roofline")  # absent from results older than the roofline probe
@@ -182,7 +186,7 @@ def kernels(r) -> list[str]:
             kinds.append(f"cooperative matrices fp16 -> fp32 {peaks['coopmat_fp16_tflops']:.0f}")
         kinds.append(f"copy {peaks['copy_gbps']:.0f} GB/s")
         line = "Measured peaks (our probe kernels, `tvk-bench roofline`): " + ", ".join(kinds) + "."
-        shares = [f"{key} {v['tvk']:.0%}" + (f" (CUDA {v['cuda']:.0%})" if v.get("cuda") else "")
+        shares = [f"{key} {_percent(v['tvk'])}" + (f" (CUDA {_percent(v['cuda'])})" if v.get("cuda") else "")
                   for key, v in r.get("of_peak", {}).items() if v.get("tvk")]
         if shares:
             line += " Fraction of the peak of its kind, geometric mean of the rows: " + ", ".join(shares) + "."
