@@ -41,7 +41,7 @@ def alternating_best(g, dt, modes):
     for rep in range(2):
         for name in (list(modes) if rep == 0 else list(modes)[::-1]):
             modes[name]()
-            matmul_kernels._prepared.clear()
+            matmul_kernels.family(dev, matmul_kernels.Matmul).forget_plans()
             r = gemm_sweep._tvk_one(dev, g, dt, 10, False)
             if name not in res or r["tvk_s"] < res[name]["tvk_s"]:
                 res[name] = r

@@ -29,12 +29,12 @@ def bench_on(monkeypatch):
     fam = family(get_device(0), matmul_kernels.Matmul)
     _entry_path(fam).unlink(missing_ok=True)
     fam._benchmarked.clear()
-    matmul_kernels._prepared.clear()
+    fam.forget_plans()
     torchvk.backends.benchmark = True
     yield fam
     torchvk.backends.benchmark = False
     fam._benchmarked.clear()
-    matmul_kernels._prepared.clear()
+    fam.forget_plans()
 
 
 def _mm():
@@ -70,7 +70,7 @@ def test_an_entry_of_another_template_version_is_not_used(bench_on, monkeypatch)
     _mm()
     decided = benchmark_mode.stats()["decided"]
     bench_on._benchmarked.clear()
-    matmul_kernels._prepared.clear()  # the call memo holds the earlier choice
+    bench_on.forget_plans()  # the plan holds the earlier choice
     monkeypatch.setattr(bench_on, "checksum", "0" * 16)  # as if matmul.comp had changed since
     _entry_path(bench_on).unlink(missing_ok=True)  # left by an earlier run of this test
     _mm()
@@ -82,7 +82,7 @@ def test_a_corrupt_entry_is_replaced(bench_on):
     path = _entry_path(bench_on)
     path.write_bytes(b"garbage")
     bench_on._benchmarked.clear()
-    matmul_kernels._prepared.clear()  # the call memo holds the earlier choice
+    bench_on.forget_plans()  # the plan holds the earlier choice
     decided = benchmark_mode.stats()["decided"]
     with pytest.warns(UserWarning, match="deleted it"):
         _mm()

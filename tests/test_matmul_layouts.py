@@ -178,7 +178,7 @@ def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(de
     configs = {"large": wide, "medium": wide, "small": narrow}
     monkeypatch.setattr(fam, "params", lambda bucket="*": (configs[bucket.split(".")[0]], "default"))
     fam._resolved.clear()
-    matmul_kernels._prepared.clear()
+    fam.forget_plans()
     M, N, K, batch = 9, 70, 40, 3  # 9 useful rows of 64: 14% useful; the 16-row tile: 56%, the best
     a = rng.standard_normal((batch, M, K), dtype=np.float32)
     b = rng.standard_normal((batch, N, K), dtype=np.float32)  # read transposed: the .nt configs
@@ -195,7 +195,7 @@ def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(de
         for buf in (A, B, out):
             buf.free()
         fam._resolved.clear()
-        matmul_kernels._prepared.clear()
+        fam.forget_plans()
     assert info["bucket"] == "large.nt" and info["config_bucket"] == "small.nt", (shape, info)
     assert (info["params"]["BM"], info["params"]["BN"]) == (16, 32), info
     np.testing.assert_allclose(got, a @ b.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)

@@ -437,7 +437,6 @@ def collapse_dims(shape, strides_per_slot):
 MAX_DIMS = 6
 _NDIM_BUCKETS = (1, 1, 2, 3, 4, 6, 6)  # collapsed dims -> template NDIM (pads with size-1 dims)
 _META_CACHE_MAX = 1024
-_PLAN_CACHE_MAX = 8192
 
 
 def compute_type(op: str, kinds, out_dtype: str, compute=None) -> int:
@@ -497,20 +496,15 @@ class Elementwise(Family):
 
     def __init__(self, device):
         Family.__init__(self, device)
-        self.plans: dict = {}
         self.meta_bufs: dict = {}
         self.push_limit = min(128, device.facts.max_push_constants)
 
     # ---------------------------------------------------------------- planning
     def plan(self, op: str, inputs: tuple, out: Operand, compute, params: dict | None = None) -> _Plan:
+        """The launch plan of `op` on these operand geometries, kept by the family (kept_plan())."""
         key = (op, tuple((x.shape, x.strides, x.dtype) if isinstance(x, Operand) else type(x) for x in inputs),
                out.shape, out.strides, out.dtype, compute, tuple(sorted(params.items())) if params else None)
-        pl = self.plans.get(key)
-        if pl is None:
-            if len(self.plans) >= _PLAN_CACHE_MAX:
-                self.plans.clear()
-            pl = self.plans[key] = self._make_plan(op, inputs, out, compute, params)
-        return pl
+        return self.kept_plan(key) or self.keep_plan(key, self._make_plan(op, inputs, out, compute, params))
 
     def _make_plan(self, op, inputs, out, compute, params) -> _Plan:
         spec = OPS[op]

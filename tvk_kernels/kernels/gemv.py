@@ -15,7 +15,7 @@ import struct
 from ..errors import InvalidConfigError
 from ..search_space import search_space
 from . import activations
-from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape
+from .launch import Family, family, grid_1d, pow2ceil, powers_of_two
 from .strides import vector_width
 
 # w, x, y, bias (uint64); R, K; sWb sWr sWk; sxb sxk; syb syr; sbias; alpha; tlog
@@ -114,12 +114,12 @@ def prepare(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: 
             "source": source, "splits": 1}
     launch = Launch(swap, R, K, batch, sw, sx, sy, bias_stride, esize, threads.bit_length() - 1, pipe, groups,
                     facts.max_workgroup_count[2], info, {"M": R, "K": K, "batch": batch, "layout": "km"[mmajor]})
-    record_shape(fam.family, launch.tune_shape)
     return launch
 
 
 class Launch:
-    """Everything prepare() decided for one geometry: a repeated matmul() call only records it."""
+    """Everything prepare() decided for one geometry, a launch plan kept by the Matmul family
+    (launch.py's keep_plan()): a repeated matmul() call only records it."""
     __slots__ = ("swap", "R", "K", "batch", "sw", "sx", "sy", "bias_stride", "esize", "tlog", "pipe", "groups",
                  "chunk", "info", "tune_shape")
     family = Gemv.family  # of tune_shape (the gemv tuner target's shapes)

@@ -7,6 +7,13 @@ Every family is a `Family` subclass naming its tuning/<family>.json and template
                                                       # explicit keys on top, checked once
     pipe = fam.variant(defines, params["WG"], PUSH.size, shared_bytes=...)  # built once
     device.stream.dispatch(pipe, grid_1d(groups), push, "softmax")
+
+A family whose launch takes more deciding than a config and a pipeline (matmul: checks, tile fit,
+split-K, gemv or cooperative matrices; elementwise: layout, vector widths, metadata) keeps the
+outcome as a launch plan, in the family's one memo:
+
+    launch = fam.kept_plan(key) or fam.keep_plan(key, plan(...))  # planned once per geometry
+    launch.record(device, ...)  # a plan's record() only records its dispatches
 """
 from __future__ import annotations
 
@@ -87,6 +94,9 @@ def _bucket(family: str, shape: tuple) -> str:
     return bucket_of(family, dict(shape))
 
 
+MAX_PLANS = 8192  # a model's distinct call geometries per family, with room; a miss beyond only rebuilds
+
+
 class Family:
     """One kernel family on one device: its config lookup and compiled variants, memoized."""
 
@@ -101,6 +111,7 @@ class Family:
         self._resolved: dict = {}  # (bucket, explicit items) -> checked params with derived values
         self._pipelines: dict = {}
         self._benchmarked: dict = {}  # exact key -> params, benchmark mode
+        self._plans: dict = {}  # a call's geometry -> its launch plan (kept_plan(), keep_plan())
 
     def bucket(self, shape: dict) -> str:
         """The shape's bucket: the first of tuning/<family>.json's "buckets" whose expression holds."""
@@ -108,14 +119,45 @@ class Family:
 
     def params(self, bucket: str = "*") -> tuple[dict, str]:
         """(params, source) of a shape bucket: the first tuned config that passes the checks, else the default."""
-        if self._generation != generation():  # config.reload() ran: configs may have changed
-            self._params.clear()
-            self._resolved.clear()
-            self._generation = generation()
+        if self._generation != generation():
+            self._reload()
         p = self._params.get(bucket)
         if p is None:
             p = self._params[bucket] = lookup(self.device, self.family, bucket, self.checksum, self.check_config)
         return p
+
+    def _reload(self) -> None:
+        """config.reload() ran: configs may have changed, and what was decided from them."""
+        self._params.clear()
+        self._resolved.clear()
+        self._plans.clear()
+        self._generation = generation()
+
+    def kept_plan(self, key):
+        """The launch plan kept for a call whose geometry is `key` (keep_plan()), or None: never
+        kept, the configs reloaded since, or an unhashable key (strides given as lists). The family's
+        one memo of plans: an eager call, a compiled program's first run and a benchmark share it."""
+        if self._generation != generation():
+            self._reload()
+            return None
+        try:
+            return self._plans.get(key)
+        except TypeError:
+            return None
+
+    def keep_plan(self, key, plan):
+        """Keep `plan` for `key` (up to MAX_PLANS, then the memo starts afresh); returns `plan`."""
+        try:
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            self._plans[key] = plan
+        except TypeError:  # an unhashable key: planned, not kept
+            pass
+        return plan
+
+    def forget_plans(self) -> None:
+        """Drop the kept launch plans (a test or an A/B that changes what a plan is built from)."""
+        self._plans.clear()
 
     def resolve(self, shape: dict | str, explicit: dict | None = None) -> dict:
         """The parameters of a launch: the bucket's config (`shape` is a dict of the bucket

@@ -15,7 +15,6 @@ import math
 from collections import ChainMap
 
 from .. import benchmark_mode
-from ..config import generation
 from ..errors import InvalidConfigError
 from ..search_space import search_space
 from . import activations, gemv
@@ -127,18 +126,30 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     Records the work on the device stream and returns what ran: {"kernel", "bucket",
     "params", "source", "splits"}.
     """
-    key = None
-    if params is None:  # a repeated tuned-config call skips the checks and choices below: Prepared
-        key = (device, M, N, K, batch, a_strides, b_strides, out_strides, activation, dtype, split_k,
+    launch = key = None
+    if params is None:  # a tuned-config call: the family keeps its plan per geometry and alignment
+        key = (M, N, K, batch, a_strides, b_strides, out_strides, activation, dtype, split_k,
                a_addr % 16, b_addr % 16, out_addr % 16, bias_addr % 16, not a_addr, not b_addr, not out_addr,
-               not bias_addr, generation(), benchmark_mode.enabled())
-        try:
-            prep = _prepared.get(key)
-        except TypeError:  # strides given as lists: no memo for this call
-            key = prep = None
-        if prep is not None:
-            record_shape(prep.family, prep.tune_shape)
-            return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
+               not bias_addr, benchmark_mode.enabled())
+        fam = family(device, Matmul)
+        launch = fam.kept_plan(key)
+    if launch is None:  # a new geometry, or an explicit candidate (the tuner, ablations, tests): never kept
+        launch = plan(device, a_addr, b_addr, out_addr, M, N, K, batch=batch, a_strides=a_strides,
+                      b_strides=b_strides, out_strides=out_strides, bias_addr=bias_addr, activation=activation,
+                      alpha=alpha, dtype=dtype, params=params, split_k=split_k)
+        if key is not None:
+            fam.keep_plan(key, launch)
+    if launch.tune_shape is not None:
+        record_shape(launch.family, launch.tune_shape)
+    return launch.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
+
+
+def plan(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: int, *, batch: int = 1,
+         a_strides=None, b_strides=None, out_strides=None, bias_addr: int = 0, activation=None,
+         alpha: float = 1.0, dtype="float32", params: dict | None = None, split_k: int | None = None):
+    """The launch plan of a matmul() call, its arguments checked (they raise here): a tiled or
+    cooperative-matrix GEMM (matmul_plan.Prepared), a matrix-vector product (gemv.Launch), or
+    nothing to run (Empty). The addresses only decide alignment and load widths."""
     dtype = _norm_dtype(dtype)
     dtype_id, esize = DTYPES[dtype]
     M, N, K = (check_int(n, v) for n, v in (("M", M), ("N", N), ("K", K)))
@@ -189,14 +200,11 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
     tune_shape = {"M": M, "N": N, "K": K, "batch": batch, "layout": layout_name(a_kmajor, b_nmajor)}
     bucket = fam.bucket(tune_shape)
     if M == 0 or N == 0 or batch == 0:
-        return {"kernel": "none", "bucket": bucket, "params": None, "source": None, "splits": 0}
+        return Empty({"kernel": "none", "bucket": bucket, "params": None, "source": None, "splits": 0})
     if (M == 1 or N == 1) and split_k is None and (params is None or gemv.is_gemv_params(params)):
         # a matrix-vector product: the tiled kernel would compute one useful column of its tile
-        prep = gemv.prepare(device, a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, act=act,
+        return gemv.prepare(device, a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, act=act,
                             dtype_id=dtype_id, esize=esize, params=params)
-        if key is not None:
-            _remember(key, prep)
-        return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
     coop_params = isinstance(params, dict) and "SG_M" in params  # an explicit cooperative-matrix candidate
     if coop_params or params is None and dtype == "float16" and not bucket.startswith("skinny"):
         coop = verified(device)
@@ -205,13 +213,8 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
                                      f"a verified cooperative-matrix matmul ({device.facts.name}: "
                                      f"{'none' if coop is None else dtype})")
         if coop is not None and (coop_params or coop.usable(M, N, K)):
-            record_shape(coop.family, tune_shape)
-            prep = coop.prepare(a_addr, b_addr, M, N, K, batch, sa, sb, sc, act, coop.bucket(tune_shape), tune_shape,
+            return coop.prepare(a_addr, b_addr, M, N, K, batch, sa, sb, sc, act, coop.bucket(tune_shape), tune_shape,
                                 params if coop_params else None, split_k)
-            if key is not None:
-                _remember(key, prep)
-            return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
-    record_shape(fam.family, tune_shape)
     if params is None:
         params, config_bucket = _fit(fam, bucket, M, N, K, batch, split_k)
         source = fam.params(config_bucket)[1]
@@ -235,20 +238,20 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
                          f"got {type(params).__name__}")
 
     vec_a, vec_b = load_widths(params["VEC"], a_addr, b_addr, esize, sa, sb, a_kmajor, b_nmajor)
-    prep = plan_launch(fam, params, M, N, K, batch, sa, sb, sc, esize, split_k, dtype_id, act,
+    return plan_launch(fam, params, M, N, K, batch, sa, sb, sc, esize, split_k, dtype_id, act,
                        lambda mode: fam.gemm(params, dtype_id, mode, a_kmajor, b_nmajor, vec_a, vec_b, act),
                        {"kernel": "tiled", "bucket": bucket, "config_bucket": config_bucket,
                         "params": tiled_params(params), "source": source}, tune_shape, "matmul")
-    if key is not None:
-        _remember(key, prep)
-    return prep.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
 
 
-def _remember(key, prep) -> None:
-    if len(_prepared) >= _MAX_PREPARED:
-        _prepared.clear()
-    _prepared[key] = prep
+class Empty:
+    """The plan of a call with nothing to compute (M, N or batch 0): it records nothing."""
+    __slots__ = ("info",)
+    family = Matmul.family
+    tune_shape = None
 
+    def __init__(self, info: dict):
+        self.info = info
 
-_prepared: dict = {}  # the checked choices of a tuned-config call, per geometry and alignment
-_MAX_PREPARED = 4096
+    def record(self, device, a_addr, b_addr, out_addr, bias_addr, alpha) -> dict:
+        return dict(self.info)

@@ -188,12 +188,13 @@ def plan_launch(fam: Matmul, tile: dict, M: int, N: int, K: int, batch: int, sa,
 
 class Prepared:
     """Everything matmul() decides for one geometry (checks passed, config, split-K, vector
-    widths, pipelines): a repeated call only records the launches."""
+    widths, pipelines), a launch plan kept by the Matmul family (launch.py's keep_plan()): a
+    repeated call only records the launches."""
     __slots__ = ("M", "N", "K", "batch", "sa", "sb", "sc", "esize", "chunk", "splits", "k_chunk", "groups", "gemm",
                  "red", "red_wg", "scratch_bytes", "info", "tune_shape", "label")
 
     @property
-    def family(self) -> str:  # of tune_shape (a gemv.Launch is memoized here too): the label is the family's name
+    def family(self) -> str:  # of tune_shape: the label is the family's name (matmul or matmul_coopmat)
         return self.label
 
     def __init__(self, *values):
