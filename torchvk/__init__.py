@@ -10,7 +10,7 @@ import torch  # first: so tvk_kernels' OutOfMemoryError is also a torch.OutOfMem
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
 import tvk_kernels  # noqa: E402
-from tvk_kernels.errors import FreedBufferError, TVKError  # noqa: E402
+from tvk_kernels.errors import ForkedDeviceError, FreedBufferError, TVKError  # noqa: E402
 from tvk_kernels.runtime.memory import Allocator as _Allocator  # noqa: E402
 
 from . import _autograd  # noqa: E402
@@ -75,7 +75,7 @@ def supported_ops() -> list[str]:
     return op_registry.supported_ops()
 
 
-__all__ = ["TVKTensor", "OutOfMemoryError", "FreedBufferError", "TVKError", "set_cpu_fallback",
+__all__ = ["TVKTensor", "OutOfMemoryError", "FreedBufferError", "ForkedDeviceError", "TVKError", "set_cpu_fallback",
            "cpu_fallback_enabled", "op_counts", "reset_op_counts", "set_memory_limit", "get_memory_limit",
            "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
            "reset_peak_memory_stats", "empty_cache", "memory_stats", "synchronize", "manual_seed", "device",

@@ -37,6 +37,10 @@ class DeviceLimitError(TVKError):
     """A launch past a device limit (maxComputeWorkGroupCount ...): a bug in a kernel's launch plan."""
 
 
+class ForkedDeviceError(TVKError):
+    """The tvk device was used in a process forked from one that had started Vulkan (runtime/fork.py)."""
+
+
 class FreedBufferError(TVKError):
     """Use of a device buffer after it was freed."""
 

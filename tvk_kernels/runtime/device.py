@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+from . import fork
 from .error_word import ErrorWord
 from .instance import Instance, DeviceFacts
 from .lock import runtime_lock
@@ -138,3 +139,16 @@ class Device:
 
 def get_device(index: int | None = None) -> Device:
     return Device.get(index)
+
+
+def _after_fork_in_child() -> None:
+    """A child of a process that started Vulkan: its copies of the runtime raise on use (fork.py)."""
+    if Instance._singleton is None:
+        return  # the parent never started Vulkan: the child may, as any process
+    fork.mark_forked()
+    for device in Device._open.values():
+        fork.forbid(device.stream, device.allocator, device.staging, device.errors, device.pipelines, device)
+    fork.forbid(Instance._singleton)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from . import fork
 from .device_limits import DRIVER_LOOP_LIMITS, apply_profile
 from .lock import runtime_lock
 from .vk import NULL, check, cstr, cstr_array, enumerate_into, ffi, lib, new, to_str, version_str
@@ -109,6 +110,7 @@ class Instance:
 
     @classmethod
     def get(cls) -> "Instance":
+        fork.check()  # a forked child's copy of the instance is the parent's: unusable
         if cls._singleton is None:
             with runtime_lock:  # threads starting at once create one instance
                 if cls._singleton is None:
