@@ -57,9 +57,20 @@ def fused_supported(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
             torch.broadcast_shapes(tuple(attn_mask.shape), (b, hq, lq, key.shape[2]))
         except RuntimeError:
             return False
-    if not attention_kernels.fits(get_device(query.device.index), b, hq, max(lq, key.shape[2]), d):  # fake tensors too
+    sizes = (_example(n) for n in (b, hq, max(lq, key.shape[2]), d))
+    if not attention_kernels.fits(get_device(query.device.index), *sizes):  # fake tensors too
         return False
     return 0.0 <= dropout_p <= 1.0
+
+
+def _example(size) -> int:
+    """A size as an int; a symbolic one (Dynamo's dynamic shapes) as its example value, with no guard:
+    the choice only shapes the fake output while Dynamo traces (the same either way), and the backend
+    compiles each call again on its concrete sizes (compile/backend.py)."""
+    if isinstance(size, int):
+        return size
+    hint = size.node.hint
+    return int(size) if hint is None else int(hint)
 
 
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):

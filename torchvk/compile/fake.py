@@ -10,7 +10,7 @@ then compiled by the "tvk" backend (backend.py) and run on real tvk tensors.
 from __future__ import annotations
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, maybe_get_fake_mode
 from torch.utils._pytree import tree_map
 
 from .._dispatch import raise_mixed_devices
@@ -48,7 +48,11 @@ class FakeTVKTensor(TVKTensor):
             if check and isinstance(a, torch.Tensor) and a.device.type not in ("tvk", "meta") and \
                     not (a.device.type == "cpu" and a.dim() == 0):
                 raise_mixed_devices(func, a)
-        index = next(a.device.index for a in leaves if isinstance(a, FakeTVKTensor))
+        first = next(a for a in leaves if isinstance(a, FakeTVKTensor))
+        index = first.device.index
+        if any(type(a) is TVKTensor for a in leaves):  # a real one among the fakes: computed on its geometry
+            mode = maybe_get_fake_mode(first._inner)
+            args, kwargs = tree_map(lambda a: _fake_of(a, mode), (args, kwargs))
         out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
         # results stay on tvk, unless the op was asked for another device (x.cpu(), x.to("cpu"))
         target = kwargs.get("device")
@@ -62,6 +66,18 @@ class FakeTVKTensor(TVKTensor):
 
 
 hooks.fake_tensor = FakeTVKTensor  # TVKTensor.__tensor_unflatten__ builds one (_glue.py)
+
+
+def _fake_of(a, mode):
+    """A real tvk tensor that meets fakes while Dynamo traces: a tensor the model made at trace time
+    from constants (Hugging Face's empty KV cache, torch.tensor([], device=x.device)), which Dynamo
+    keeps as a constant of the graph. Fake ops need only its geometry: a fake of it, in the inner fakes'
+    mode (Dynamo's), on meta."""
+    if type(a) is not TVKTensor or mode is None:
+        return a
+    with mode:
+        inner = torch.empty_strided(tuple(a.shape), a.stride(), dtype=a.dtype, device="meta")
+    return inner
 
 
 def _unwrap(a):

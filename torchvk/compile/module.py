@@ -4,15 +4,17 @@ from __future__ import annotations
 import torch
 
 from .._tensor import TVKTensor
-from .trace import CompiledGraphs, signature
+from .trace import CallSpec, CompiledGraphs, signature
 
 
 class CompiledModule(torch.nn.Module):
     """Calls `model` through compiled forward/backward programs, one per input signature.
 
-    A new batch size, dtype, train/eval mode or grad mode traces again (the cache key is the
-    guard); parameters, state_dict and .to() are the wrapped model's (under `_orig_mod.`,
-    as with torch.compile)."""
+    Called as the model is: positional and keyword arguments, tensors in tuples, lists and dicts,
+    numbers, strings and None among them (traced as given); it returns what the model returns (a
+    tensor, a tuple, a dict, a Hugging Face ModelOutput). A new batch size, dtype, train/eval mode,
+    grad mode or non-tensor argument traces again (the cache key is the guard); parameters,
+    state_dict and .to() are the wrapped model's (under `_orig_mod.`, as with torch.compile)."""
 
     def __init__(self, model: torch.nn.Module, *, fuse: bool = True, replay: bool = True):
         super().__init__()
@@ -20,10 +22,14 @@ class CompiledModule(torch.nn.Module):
         self._fuse, self._replay = fuse, replay
         self._signatures: dict = {}
 
-    def forward(self, *args):
+    def forward(self, *args, **kwargs):
         model = self._orig_mod
         named = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if b is not None]
         names = [n for n, _ in named]
+        call = None
+        if kwargs or not all(type(a) is TVKTensor for a in args):  # else: tensors positionally, the common case
+            call = CallSpec(args, kwargs)
+            args = call.tensors
         flat = [t for _, t in named] + list(args)
         for i, t in enumerate(flat):
             if not isinstance(t, TVKTensor):
@@ -31,12 +37,12 @@ class CompiledModule(torch.nn.Module):
                 dev = t.device if isinstance(t, torch.Tensor) else type(t).__name__
                 raise TypeError(f"torchvk.compile: {what} is {dev}, not a tvk tensor; compiled models take tensors "
                                 "only, on the tvk device: call model.to('tvk') and move inputs with .to('tvk')")
-        key = (model.training, tuple(names)) + signature(flat)
+        key = (model.training, tuple(names), call and call.key) + signature(flat)
         graphs = self._signatures.get(key)
         if graphs is None:
-            graphs = self._signatures[key] = CompiledGraphs(model, names, flat, fuse=self._fuse, replay=self._replay)
-        outs = graphs(flat)
-        return outs[0] if graphs.single else tuple(outs)
+            graphs = self._signatures[key] = CompiledGraphs(model, names, flat, fuse=self._fuse, replay=self._replay,
+                                                            call=call)
+        return graphs.functional.rebuild_output(graphs(flat))
 
     def compile_stats(self) -> list:
         """Per traced signature: trace time, ops and kernels per graph, fusion, replay counters, peak bytes."""

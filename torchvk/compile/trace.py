@@ -13,6 +13,7 @@ import contextlib
 import time
 
 import torch
+import torch.utils._pytree as pytree
 from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
 from torch._functorch import config as functorch_config
 from torch._functorch.aot_autograd import aot_module_simplified
@@ -38,6 +39,19 @@ def _without_mkldnn():
         torch._C._set_mkldnn_enabled(enabled)
 
 
+@contextlib.contextmanager
+def _compiling():
+    """torch.compiler.is_compiling() is True while we trace, as in torch.export's non-strict trace
+    (the same kind of trace: the module run on fake tensors): a model's code that reads tensor values
+    outside compilation (Hugging Face's mask preparation) takes its traceable branch."""
+    before = torch.compiler._is_compiling_flag
+    torch.compiler._is_compiling_flag = True
+    try:
+        yield
+    finally:
+        torch.compiler._is_compiling_flag = before
+
+
 def fake_like(t: torch.Tensor, mode) -> torch.Tensor:
     """A CPU FakeTensor of t's geometry (no memory). CPU rather than meta: some ops' meta kernels
     skip autograd (nll_loss on torch 2.13 traces with no gradient on meta), CPU ones do not."""
@@ -53,42 +67,90 @@ def signature(values) -> tuple:
         (tuple(v.shape), v.stride(), v.dtype, v.requires_grad) if isinstance(v, torch.Tensor) else v for v in values)
 
 
-class _Functional(torch.nn.Module):
-    """forward(*params_and_buffers, *inputs) -> tuple of outputs; the model is not a submodule,
-    so AOTAutograd sees every parameter only as an explicit input."""
+# what a compiled model may return besides tensors, anywhere in its output: kept as traced
+PLAIN = (type(None), bool, int, float, str)
 
-    def __init__(self, model, names):
+
+class CallSpec:
+    """How a call's arguments nest (positional and keyword, tuples, lists, dicts, ...), with the
+    non-tensor values among them: the tensors are the graph's inputs, the rest is traced as given
+    (part of the signature: another value traces again)."""
+
+    def __init__(self, args: tuple, kwargs: dict):
+        leaves, self.tree = pytree.tree_flatten((args, kwargs))
+        self.tensor_at = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
+        self.leaves = leaves
+        self.tensors = [leaves[i] for i in self.tensor_at]
+        constants = tuple((i, leaf) for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor))
+        bad = [leaf for _, leaf in constants if not isinstance(leaf, PLAIN)]
+        if bad:
+            raise TypeError(f"torchvk.compile: an argument holds a {type(bad[0]).__name__}; compiled models take "
+                            "tensors, and numbers, strings and None (traced as given), in tuples, lists and dicts")
+        self.key = (str(self.tree), constants)
+
+    def rebuild(self, tensors) -> tuple:
+        """(args, kwargs) with these tensors where the call had its tensors."""
+        leaves = list(self.leaves)
+        for i, tensor in zip(self.tensor_at, tensors):
+            leaves[i] = tensor
+        return pytree.tree_unflatten(leaves, self.tree)
+
+
+class _Functional(torch.nn.Module):
+    """forward(*params_and_buffers, *input tensors) -> tuple of output tensors; the model is not a
+    submodule, so AOTAutograd sees every parameter only as an explicit input. `call`: how the
+    inputs go into the model (None: positionally); the output's structure (a tuple, a dict, a
+    ModelOutput, with numbers or None among the tensors) is kept in `output_tree`."""
+
+    def __init__(self, model, names, call: CallSpec | None = None):
         super().__init__()
         object.__setattr__(self, "model", model)
         self.names = names
+        self.call = call
         self.single = True
+        self.output_tree = None
+        self.output_constants: dict = {}
 
     def forward(self, *flat):
         n = len(self.names)
-        out = torch.func.functional_call(self.model, dict(zip(self.names, flat[:n])), tuple(flat[n:]))
+        args, kwargs = self.call.rebuild(flat[n:]) if self.call is not None else (tuple(flat[n:]), {})
+        out = torch.func.functional_call(self.model, dict(zip(self.names, flat[:n])), args, kwargs)
         if isinstance(out, torch.Tensor):
             return (out,)
-        if isinstance(out, (tuple, list)) and all(isinstance(o, torch.Tensor) for o in out):
-            self.single = False
-            return tuple(out)
-        raise TypeError(f"torchvk.compile: the model returned {type(out).__name__}; compiled models must "
-                        "return a tensor or a tuple of tensors")
+        leaves, self.output_tree = pytree.tree_flatten(out)
+        self.single = False
+        self.output_constants = {i: leaf for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor)}
+        bad = [leaf for leaf in self.output_constants.values() if not isinstance(leaf, PLAIN)]
+        if bad:
+            raise TypeError(f"torchvk.compile: the model returned a {type(bad[0]).__name__} in its output; compiled "
+                            "models return tensors (and numbers, strings or None) in tuples, lists, dicts or "
+                            "ModelOutputs (a Hugging Face model: pass use_cache=False)")
+        return tuple(leaf for leaf in leaves if isinstance(leaf, torch.Tensor))
+
+    def rebuild_output(self, tensors):
+        """The model's output, of the traced structure, around these output tensors."""
+        if self.single:
+            return tensors[0]
+        tensors = iter(tensors)
+        leaves = [self.output_constants[i] if i in self.output_constants else next(tensors)
+                  for i in range(self.output_tree.num_leaves)]
+        return pytree.tree_unflatten(leaves, self.output_tree)
 
 
 class CompiledGraphs:
     """One traced signature (shapes, dtypes, requires_grad, train/eval, grad mode) of a module."""
 
-    def __init__(self, model, names, flat, *, fuse: bool = True, replay: bool = True):
+    def __init__(self, model, names, flat, *, fuse: bool = True, replay: bool = True, call: CallSpec | None = None):
         self.fuse, self.replay = fuse, replay
         self.programs: dict = {}
         self.device = next(t for t in flat if isinstance(t, TVKTensor))._tvk.device
-        self.functional = _Functional(model, names)
+        self.functional = _Functional(model, names, call)
         t0 = time.perf_counter()
         try:
             mode = FakeTensorMode()
             fakes = [fake_like(t, mode) if isinstance(t, torch.Tensor) else t for t in flat]
             # no CSE pass: it changes nothing in our graphs and imports torch._inductor (~2 s cold)
-            with functorch_config.patch(cse=False), traced_whole(), _without_mkldnn():
+            with functorch_config.patch(cse=False), traced_whole(), _without_mkldnn(), _compiling():
                 self.fn = aot_module_simplified(self.functional, fakes,
                                                 fw_compiler=self._compiler("forward"),
                                                 bw_compiler=self._compiler("backward"),
