@@ -13,6 +13,8 @@
 #   U: the matmul kernels' device-only tests (cooperative matrix, prefetch)
 #   S: after a reduce/softmax/norm template change: their tuning into the shipped file (TVK_TUNE_OPS: fewer), the subgroup check
 #      (tests/subgroup_worker.py: those ops and three trainings against the CPU at the device's subgroup size), coopmat tests
+#   R: real-model tests (Hugging Face models under torch.compile and torchvk.compile, the zoo's HF entries), fork
+#      safety and launch plans, under the machine's torch (needs transformers' wheels in .whl)
 #   X: tuning of matmul alone (its layout and batched buckets)   Y: tuning of gemv and conv2d_depthwise   Z: the model zoo (tvk-bench zoo)   D: data-parallel throughput, tvk backend vs torch CUDA (2 processes)
 # Pass TVK_COMMIT from the checkout: the copy on the device may carry an older .git HEAD.
 # Usage there: TVK_COMMIT=<sha> bash benchmarks/h200_session.sh A B   (results land in $OUT/results.tgz
@@ -51,6 +53,11 @@ for phase in "$@"; do
     V) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/
        step python3 -m tvk_kernels.tune.cli --device 0 --ops conv2d --trials 40 --time-budget ${TVK_TUNE_BUDGET:-360} --out $TVK_CONFIG_DIR --no-progress ;;
     W) step python3 -m tvk_kernels.bench.cli kernels --out $R --no-progress ;;
+    R) mkdir -p $R/correctness  # real models (transformers carried in .whl), fork safety, launch plans under torch 2.11
+       step bash -c "python3 -m pytest -q -p no:cacheprovider --junitxml=$R/correctness/real-models-junit.xml \
+         tests/test_hf_models.py tests/test_compile_calling.py tests/test_fork.py tests/test_launch_plans.py \
+         'tests/test_zoo.py::test_zoo_model_trains_like_torch_cpu' -k 'hf or gpt2 or llama or t5 or argument or fork or plan' \
+         2>&1 | tail -30 | tee $R/correctness/real-models-pytest.txt" ;;
     F) step python3 benchmarks/ab_tile_fit_split_k.py prefetch; mkdir -p $R/ab; mv $OUT/ab2.json $R/ab/prefetch.json; save ;;
     U) step python3 -m pytest -q -p no:cacheprovider tests/test_matmul.py -k "coopmat or prefetch" ;;
     X) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # the layout and batched buckets join the shipped file

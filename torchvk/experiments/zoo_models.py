@@ -259,6 +259,40 @@ def autoencoder(width, code, **_):
                          nn.Linear(code, 2 * code), nn.ReLU(), nn.Linear(2 * code, width), nn.Sigmoid())
 
 
+class HuggingFace(nn.Module):
+    """A Hugging Face transformers model built from a config (random init, nothing downloaded), called
+    as users call it (keyword arguments, a ModelOutput back) and returning its logits."""
+
+    def __init__(self, kind: str, **config):
+        super().__init__()
+        import transformers  # lazy: only the Hugging Face entries need it (a test dependency)
+
+        model_class, config_class = {"gpt2": ("GPT2LMHeadModel", "GPT2Config"),
+                                     "llama": ("LlamaForCausalLM", "LlamaConfig"),
+                                     "bert": ("BertForSequenceClassification", "BertConfig")}[kind]
+        self.model = getattr(transformers, model_class)(getattr(transformers, config_class)(**config))
+        self.options = {"use_cache": False} if kind != "bert" else {}  # a decoder's KV cache: not for training
+
+    def forward(self, ids):
+        return self.model(input_ids=ids, **self.options).logits
+
+
+def hf_gpt2(vocab, seq, d, heads, layers, **_):
+    return HuggingFace("gpt2", vocab_size=vocab, n_positions=seq, n_embd=d, n_head=heads, n_layer=layers,
+                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+
+
+def hf_llama(vocab, seq, d, heads, layers, **_):
+    return HuggingFace("llama", vocab_size=vocab, max_position_embeddings=seq, hidden_size=d, intermediate_size=2 * d,
+                       num_attention_heads=heads, num_key_value_heads=max(heads // 2, 1), num_hidden_layers=layers)
+
+
+def hf_bert(vocab, seq, d, heads, layers, classes, **_):
+    return HuggingFace("bert", vocab_size=vocab, max_position_embeddings=seq, hidden_size=d, intermediate_size=4 * d,
+                       num_attention_heads=heads, num_hidden_layers=layers, num_labels=classes,
+                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
 # ---- the zoo --------------------------------------------------------------------------------------
 
 ZOO = {m.name: m for m in [
@@ -298,6 +332,16 @@ ZOO = {m.name: m for m in [
     ZooModel("cross_attention", CrossAttention, sequences_to_values, F.smooth_l1_loss, adamw,
              tiny=dict(batch=2, seq=5, width=12, memory=8, heads=3, outputs=4),
              bench=dict(batch=64, seq=64, width=128, memory=96, heads=4, outputs=8)),
+    # Hugging Face transformers (a test dependency): a decoder LM, a Llama-style one, an encoder
+    ZooModel("hf_gpt2", hf_gpt2, next_tokens, token_loss, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=2, layers=1),
+             bench=dict(batch=16, seq=256, vocab=8192, d=256, heads=4, layers=4)),
+    ZooModel("hf_llama", hf_llama, next_tokens, token_loss, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=4, layers=1),
+             bench=dict(batch=16, seq=256, vocab=8192, d=256, heads=4, layers=4)),
+    ZooModel("hf_bert", hf_bert, token_sequences, F.cross_entropy, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, classes=3, d=16, heads=2, layers=1),
+             bench=dict(batch=32, seq=128, vocab=8192, classes=4, d=256, heads=4, layers=4)),
 ]}
 
 
