@@ -72,3 +72,13 @@ def test_zoo_bench_records_a_failing_model_and_goes_on(tmp_path, device, monkeyp
     assert all(r["error"] == "NotImplementedError: TorchVK has no Vulkan implementation of aten.example.default"
                for r in tvk)
     assert "aten.example.default" in (tmp_path / "zoo.md").read_text()
+
+
+def test_a_torch_peer_builds_the_hugging_face_models():
+    # the peer runs zoo.py as a script: its folder's kernels.py once shadowed the `kernels` package
+    # transformers looks for ("attempted relative import with no known parent package")
+    pytest.importorskip("transformers")
+    peer = zoo.run_peer("cpu", ["hf_gpt2"], steps=2, size="tiny", warmup=1)
+    in_process, _, _ = zoo.train_steps("hf_gpt2", "cpu", "eager", steps=2)
+    assert "error" not in peer["hf_gpt2"], peer
+    assert peer["hf_gpt2"]["losses"] == pytest.approx(in_process, rel=1e-6)

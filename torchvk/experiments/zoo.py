@@ -1,7 +1,8 @@
 """Experiment: the model zoo (zoo_models.py) trained on tvk in three modes, beside torch.
 
 Modes on tvk: eager; `torchvk.compile(model, loss_fn=...)` (model and loss compiled together);
-`torch.compile(model, backend="tvk")` (loss eager). Every mode runs the same steps from the same
+`torch.compile(model, backend="tvk")` (loss eager). Peers: torch CPU and CUDA eager, and for the
+Hugging Face models torch.compile on CUDA (inductor). Every mode runs the same steps from the same
 init and batches as torch CPU (and torch CUDA where present, on the same GPU), each peer in a
 process without torchvk (see peer.py for why). A model x mode that fails is a result: its error
 (the first op without a Vulkan kernel, say) is recorded and the next one runs.
@@ -29,6 +30,10 @@ BENCHMARK = " + benchmark mode"  # a mode with torchvk.backends.benchmark on (fu
 if __package__:
     from . import zoo_models
 else:  # a peer process: this file runs as a script, without the torchvk package
+    if sys.path and Path(sys.path[0] or ".").resolve() == HERE:
+        # not this folder on the path: its kernels.py, data.py, models.py would shadow libraries' modules
+        # (transformers looks for a `kernels` package and imported ours)
+        sys.path.pop(0)
     _spec = importlib.util.spec_from_file_location("tvk_peer_zoo_models", HERE / "zoo_models.py")
     zoo_models = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)  # dataclasses look it up there
     _spec.loader.exec_module(zoo_models)
@@ -57,6 +62,10 @@ def train_steps(name: str, device: str, mode: str = "eager", steps: int = 2, siz
         loss_of = lambda x, y: entry.loss(compiled(x), y)  # noqa: E731
     elif mode == "eager":
         loss_of = lambda x, y: entry.loss(model(x), y)  # noqa: E731
+    elif mode == "inductor":  # a torch peer's compiled mode (torch.compile's default backend)
+        torch._dynamo.reset()
+        compiled = torch.compile(model)
+        loss_of = lambda x, y: entry.loss(compiled(x), y)  # noqa: E731
     else:
         raise ValueError(f"unknown zoo mode {mode!r}; one of {MODES}")
     losses, seconds = [], []
@@ -83,21 +92,22 @@ def _summary(losses, seconds, warmup: int) -> dict:
     return {"losses": losses, "step_ms_median": timed[len(timed) // 2] * 1e3, "first_step_ms": seconds[0] * 1e3}
 
 
-def _run_peer_models(device: str, names, steps: int, size: str, warmup: int) -> dict:
+def _run_peer_models(device: str, names, steps: int, size: str, warmup: int, mode: str = "eager") -> dict:
     out = {}
     for name in names:
         try:
-            losses, seconds, _ = train_steps(name, device, "eager", steps, size)
+            losses, seconds, _ = train_steps(name, device, mode, steps, size)
             out[name] = _summary(losses, seconds, warmup)
         except Exception as e:  # noqa: BLE001  (a peer's failure is recorded, as tvk's)
             out[name] = {"error": _error(e)}
     return out
 
 
-def run_peer(device: str, names, steps: int, size: str, warmup: int) -> dict:
-    """Every model, eager, on a torch device in a fresh process without torchvk: {name: result}."""
+def run_peer(device: str, names, steps: int, size: str, warmup: int, mode: str = "eager") -> dict:
+    """Every model, eager (or "inductor": torch.compile), on a torch device in a fresh process without
+    torchvk: {name: result}."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    spec = {"device": device, "names": list(names), "steps": steps, "size": size, "warmup": warmup}
+    spec = {"device": device, "names": list(names), "steps": steps, "size": size, "warmup": warmup, "mode": mode}
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(spec)], capture_output=True,
                           text=True, env=env)
     if proc.returncode != 0:
@@ -153,6 +163,10 @@ def run(device, out_dir, quick=False, progress=True, names=None) -> dict:
     peers = {"cpu": run_peer("cpu", names, steps, size, warmup)}
     if torch.cuda.is_available():
         peers["cuda"] = run_peer("cuda", names, steps, size, warmup)
+        # torch.compile on CUDA for the Hugging Face models (inductor compiles each for tens of seconds)
+        hugging_face = [n for n in names if n.startswith("hf_")]
+        if hugging_face and not quick:
+            peers["cuda inductor"] = run_peer("cuda", hugging_face, steps, size, warmup, mode="inductor")
     jobs = [(n, m) for n in names for m in MODES + (() if quick else ("torchvk.compile" + BENCHMARK,))]
     if progress:
         jobs = tqdm(jobs, desc="zoo", unit="run")
@@ -162,8 +176,9 @@ def run(device, out_dir, quick=False, progress=True, names=None) -> dict:
         r.update(model=name, device="tvk", mode=mode, loss_gap_vs_cpu=_loss_gap(r, peers["cpu"].get(name)))
         runs.append(r)
     for peer, results in peers.items():
-        for name in names:
-            runs.append(dict(results[name], model=name, device=f"torch {peer}", mode="eager",
+        device_name, _, peer_mode = peer.partition(" ")
+        for name in results:
+            runs.append(dict(results[name], model=name, device=f"torch {device_name}", mode=peer_mode or "eager",
                              loss_gap_vs_cpu=_loss_gap(results[name], peers["cpu"][name])))
     rows = []
     for name in names:
@@ -187,4 +202,5 @@ def run(device, out_dir, quick=False, progress=True, names=None) -> dict:
 
 if __name__ == "__main__":
     spec = json.loads(sys.argv[1])
-    print(json.dumps(_run_peer_models(spec["device"], spec["names"], spec["steps"], spec["size"], spec["warmup"])))
+    print(json.dumps(_run_peer_models(spec["device"], spec["names"], spec["steps"], spec["size"], spec["warmup"],
+                                      spec.get("mode", "eager"))))
