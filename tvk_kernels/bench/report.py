@@ -267,6 +267,19 @@ def zoo(r) -> list[str]:
         worst = max(rs, key=lambda t: t[1])
         out.append(f"{mode}: step time {geo:.2f}x torch CUDA eager's (geometric mean over {len(rs)} models; "
                    f"worst {worst[0]} {worst[1]:.1f}x).")
+    inductor = {x["model"]: x for x in r["runs"] if x["device"] == "torch cuda" and x["mode"] == "inductor"
+                and x.get("step_ms_median")}
+    if inductor:  # the Hugging Face models: torch.compile on both sides
+        parts = []
+        for name, peer_run in inductor.items():
+            mine = next((x for x in ok if x["model"] == name and x["mode"] == "torch.compile"), None)
+            eager = peer.get((name, "eager"))
+            if mine and mine.get("step_ms_median"):
+                parts.append(f"{name} {mine['step_ms_median']:.1f} ms vs inductor {peer_run['step_ms_median']:.1f} ms "
+                             f"({mine['step_ms_median'] / peer_run['step_ms_median']:.1f}x; CUDA eager "
+                             f"{eager['step_ms_median']:.1f} ms)" if eager else "")
+        out.append("Hugging Face models under torch.compile (tvk backend vs inductor on CUDA, step wall time, "
+                   "median): " + "; ".join(p for p in parts if p) + ".")
     timed = [x for x in ok if x.get("benchmark_shapes")]
     if timed:
         shapes, seconds = sum(x["benchmark_shapes"] for x in timed), sum(x["benchmark_s"] for x in timed)
