@@ -97,6 +97,13 @@ def bernoulli_(self, p=0.5, *, generator=None):
     return run("lt", (u, float(p)), out=self)
 
 
+@register(aten.bernoulli.p)
+def bernoulli_p(self, p=0.5, *, generator=None):
+    """torch.bernoulli(x, p): what torch's composite does (a fresh tensor like x, then bernoulli_),
+    as one op, so a compiled graph (which keeps the functional form) runs it too, with eager's numbers."""
+    return bernoulli_(new_tensor(tuple(self.shape), self.dtype, dev(self)), p, generator=generator)
+
+
 @register(aten.native_dropout.default)
 def native_dropout(input, p, train):
     d = dev(input)
