@@ -67,8 +67,18 @@ def signature(values) -> tuple:
         (tuple(v.shape), v.stride(), v.dtype, v.requires_grad) if isinstance(v, torch.Tensor) else v for v in values)
 
 
-# what a compiled model may return besides tensors, anywhere in its output: kept as traced
+# what a compiled model may take and return besides tensors, anywhere in its arguments and output: kept as traced
 PLAIN = (type(None), bool, int, float, str)
+
+
+def _constants(leaves, problem: str) -> dict:
+    """{position: value} of the leaves that are not tensors; a value not in PLAIN raises TypeError
+    (`problem` formatted with its type's name)."""
+    constants = {i: leaf for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor)}
+    bad = [leaf for leaf in constants.values() if not isinstance(leaf, PLAIN)]
+    if bad:
+        raise TypeError("torchvk.compile: " + problem.format(type(bad[0]).__name__))
+    return constants
 
 
 class CallSpec:
@@ -81,12 +91,9 @@ class CallSpec:
         self.tensor_at = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
         self.leaves = leaves
         self.tensors = [leaves[i] for i in self.tensor_at]
-        constants = tuple((i, leaf) for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor))
-        bad = [leaf for _, leaf in constants if not isinstance(leaf, PLAIN)]
-        if bad:
-            raise TypeError(f"torchvk.compile: an argument holds a {type(bad[0]).__name__}; compiled models take "
-                            "tensors, and numbers, strings and None (traced as given), in tuples, lists and dicts")
-        self.key = (str(self.tree), constants)
+        constants = _constants(leaves, "an argument holds a {}; compiled models take tensors, and numbers, strings "
+                                       "and None (traced as given), in tuples, lists and dicts")
+        self.key = (str(self.tree), tuple(constants.items()))
 
     def rebuild(self, tensors) -> tuple:
         """(args, kwargs) with these tensors where the call had its tensors."""
@@ -119,12 +126,9 @@ class _Functional(torch.nn.Module):
             return (out,)
         leaves, self.output_tree = pytree.tree_flatten(out)
         self.single = False
-        self.output_constants = {i: leaf for i, leaf in enumerate(leaves) if not isinstance(leaf, torch.Tensor)}
-        bad = [leaf for leaf in self.output_constants.values() if not isinstance(leaf, PLAIN)]
-        if bad:
-            raise TypeError(f"torchvk.compile: the model returned a {type(bad[0]).__name__} in its output; compiled "
-                            "models return tensors (and numbers, strings or None) in tuples, lists, dicts or "
-                            "ModelOutputs (a Hugging Face model: pass use_cache=False)")
+        self.output_constants = _constants(leaves, "the model returned a {} in its output; compiled models return "
+                                                   "tensors (and numbers, strings or None) in tuples, lists, dicts "
+                                                   "or ModelOutputs (a Hugging Face model: pass use_cache=False)")
         return tuple(leaf for leaf in leaves if isinstance(leaf, torch.Tensor))
 
     def rebuild_output(self, tensors):
