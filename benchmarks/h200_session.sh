@@ -15,6 +15,8 @@
 #      (tests/subgroup_worker.py: those ops and three trainings against the CPU at the device's subgroup size), coopmat tests
 #   R: real-model tests (Hugging Face models under torch.compile and torchvk.compile, the zoo's HF entries), fork
 #      safety and launch plans, under the machine's torch (needs transformers' wheels in .whl)
+#   I: the real-model shape suites (tvk-bench shapes into tvk_kernels/tune/suites, copied to suites/)
+#   O: real models' training steps vs torch CUDA eager/inductor/AMP (tvk-bench models; TVK_MODELS: some, merged)
 #   X: tuning of matmul alone (its layout and batched buckets)   Y: tuning of gemv and conv2d_depthwise   Z: the model zoo (tvk-bench zoo)   D: data-parallel throughput, tvk backend vs torch CUDA (2 processes)
 # Pass TVK_COMMIT from the checkout: the copy on the device may carry an older .git HEAD.
 # Usage there: TVK_COMMIT=<sha> bash benchmarks/h200_session.sh A B   (results land in $OUT/results.tgz
@@ -75,6 +77,10 @@ for phase in "$@"; do
        step python3 -m tvk_kernels.tune.cli --device 0 --ops ${TVK_TUNE_OPS:-reduce,softmax,norm} --trials 20 --time-budget ${TVK_TUNE_BUDGET:-240} --out $TVK_CONFIG_DIR --no-progress
        step sh -c "python3 tests/subgroup_worker.py > $R/subgroup-check.json"
        step python3 -m pytest -q -p no:cacheprovider tests/test_matmul.py -k coopmat ;;
+    I) step python3 -m tvk_kernels.bench.cli shapes --out tvk_kernels/tune/suites --no-progress  # the real-model suites
+       mkdir -p $R/suites; cp tvk_kernels/tune/suites/* $R/suites/; save ;;
+    O) cp -n benchmarks/results/h200/models.json $R/ 2>/dev/null  # TVK_MODELS (comma-separated): these, merged in
+       step python3 -m tvk_kernels.bench.cli models --out $R --no-progress ${TVK_MODELS:+--only $TVK_MODELS} ;;
     K) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # new families merge into the shipped file
        step python3 -m tvk_kernels.tune.cli --device 0 --ops conv2d,pool,norm --trials 20 --time-budget 240 --out $TVK_CONFIG_DIR --no-progress
        step python3 -m tvk_kernels.bench.cli kernels --out $R --no-progress ;;

@@ -21,7 +21,7 @@ def gemms(shapes):
 
 
 def test_recorded_shapes_are_what_the_training_step_launches():
-    shapes = record_training_step(MODEL, INPUT)
+    shapes = record_training_step(MODEL, INPUT).shapes
     # the conv's forward and weight gradient; its input needs no gradient, so no bwd_input launch
     conv = [tune_shape(d, INPUT, (4, 3, 3, 3)) for d in ("fwd", "bwd_weight")]
     assert sorted(shapes["conv2d"], key=json.dumps) == sorted(conv, key=json.dumps)
@@ -75,7 +75,7 @@ def test_cli_tunes_the_models_buckets(config_dir, tmp_path, capsys):
                    "--storage", f"sqlite:///{tmp_path}/t.db", "--out", str(config_dir), "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0, out
-    recorded = record_training_step(MODEL, INPUT)
+    recorded = record_training_step(MODEL, INPUT).shapes
     (path,) = config_dir.glob("*.json")
     families = json.loads(path.read_text())["families"]
     for fam in ("matmul", "conv2d"):

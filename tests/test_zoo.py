@@ -38,9 +38,14 @@ def test_zoo_model_trains_like_torch_cpu(name, mode):
             torch._dynamo.reset()
     assert torchvk.op_counts()["cpu"] == {} and torchvk.op_counts()["vulkan"]
     assert {p.device.type for p in model.parameters()} == {"tvk"}
-    assert losses == pytest.approx(ref_losses, rel=1e-4, abs=1e-5)
     tensors = _grads_and_buffers(model)
     assert tensors.keys() == ref_tensors.keys()
+    if ZOO[name].compare_by_norm:  # see ZooModel.compare_by_norm
+        assert losses == pytest.approx(ref_losses, rel=2e-3)
+        difference = torch.cat([(tensors[k] - v).flatten() for k, v in ref_tensors.items()]).norm()
+        assert difference <= 1e-2 * torch.cat([v.flatten() for v in ref_tensors.values()]).norm()
+        return
+    assert losses == pytest.approx(ref_losses, rel=1e-4, abs=1e-5)
     for key, value in tensors.items():
         torch.testing.assert_close(value, ref_tensors[key], rtol=1e-3, atol=1e-5, msg=key)
 

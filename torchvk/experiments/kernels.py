@@ -6,6 +6,8 @@
                mul, transposed copy) at 16M floats: GB/s vs torch CUDA's on the same op
   gemm sweep   a seeded sample of ~60 GEMMs (all layouts, batched and not, fp32 and fp16) vs
                cuBLAS: geometric mean time ratio and the worst 5 (gemm_sweep.py)
+  real shapes  the GEMMs and convs real models' training steps spend their time in (model_shapes.py:
+               the recorded suites of tvk_kernels/tune/suites/), tuned by default and not
   conv sweep   ~30 untuned ResNet/VGG/MobileNetV2/UNet conv layers, forward and both backwards, vs
                cuDNN (fp32): geometric mean time ratio and the worst 5 (conv_sweep.py)
   attention    fused SDPA forward and forward + backward vs torch CUDA's, and a seq-4096 training
@@ -40,7 +42,7 @@ from tvk_kernels.kernels.elementwise import add
 from tvk_kernels.runtime.graph import capture
 from tvk_kernels.tune.measure import time_candidate
 
-from . import attention_bench, conv_sweep, gemm_sweep
+from . import attention_bench, conv_sweep, gemm_sweep, model_shapes
 
 # (C_in, C_out, H) of the CIFAR CNN's 3x3, padding-1 convolutions (torchvk/experiments/models.py)
 CIFAR_CONVS = [(3, 32, 32), (32, 32, 32), (32, 64, 16), (64, 64, 16), (64, 128, 8)]
@@ -239,11 +241,12 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
     replay = graph_replay(device)
     gemm, gemm_md = gemm_sweep.run(device, quick=quick, has_cuda=has_cuda)
     conv_sw, conv_sw_md = conv_sweep.run(device, quick=quick, has_cuda=has_cuda)
+    real, real_md = model_shapes.run(device, quick=quick, has_cuda=has_cuda)
     sdpa_rows = attention_bench.sdpa(device, quick, has_cuda, lambda fn: _gpu(device, fn, quick))
     long_seq = attention_bench.long_sequence_step(device, quick)
     payload = {"experiment": "kernels", "environment": environment(device), "quick": quick,
                "conv2d": conv_rows, "bandwidth": bw_rows, "per_op_overhead": overhead, "graph_replay": replay,
-               "gemm_sweep": gemm, "conv_sweep": conv_sw, "sdpa": sdpa_rows, "attention_long_sequence": long_seq,
+               "gemm_sweep": gemm, "conv_sweep": conv_sw, "model_shapes": real, "sdpa": sdpa_rows, "attention_long_sequence": long_seq,
                "roofline": peaks,
                "notes": "cuDNN and cuBLAS with TF32 off; GPU times from Vulkan timestamps and CUDA events"}
     payload["of_peak"] = of_peak(payload, peaks)
@@ -264,6 +267,7 @@ def run(device, out_dir, quick=False, progress=True) -> dict:
               f"torch CUDA {overhead['torch_cuda_us'] and round(overhead['torch_cuda_us'], 1)} us.\n")
     table += "Host cost of one graph replay: " + ", ".join(
         f"{n} kernels {us:.1f} us" for n, us in replay["kernels_to_replay_us"].items()) + ".\n"
+    table += "\n" + real_md + "\n"
     table += "\n" + gemm_md + "\n"
     table += "\n" + conv_sw_md + "\n"
     table += "\n" + attention_bench.markdown(sdpa_rows, long_seq)

@@ -46,9 +46,10 @@ def _sync(device: str):
         torch.tvk.synchronize()
 
 
-def train_steps(name: str, device: str, mode: str = "eager", steps: int = 2, size: str = "tiny"):
-    """Train zoo model `name` for `steps` steps on `device` in `mode`, from the zoo's seeded init and
-    batches; returns (losses, step seconds, the trained model)."""
+def trainer(name: str, device: str, mode: str = "eager", size: str = "tiny"):
+    """(the model of zoo entry `name` on `device`, built from the zoo's seeded init, and step(x, y): one
+    training step in `mode`, returning the loss). "amp": autocast to float16 with a GradScaler, as
+    torch.amp's recipe for CUDA."""
     entry = zoo_models.ZOO[name]
     model = zoo_models.build(name, size).to(device)  # built on the CPU: the same weights on every device
     opt = entry.optimizer(model.parameters())
@@ -60,23 +61,44 @@ def train_steps(name: str, device: str, mode: str = "eager", steps: int = 2, siz
         torch._dynamo.reset()  # zoo models share code (nn.Sequential.forward): start each from empty caches
         compiled = torch.compile(model, backend="tvk")
         loss_of = lambda x, y: entry.loss(compiled(x), y)  # noqa: E731
-    elif mode == "eager":
+    elif mode in ("eager", "amp"):
         loss_of = lambda x, y: entry.loss(model(x), y)  # noqa: E731
     elif mode == "inductor":  # a torch peer's compiled mode (torch.compile's default backend)
         torch._dynamo.reset()
         compiled = torch.compile(model)
         loss_of = lambda x, y: entry.loss(compiled(x), y)  # noqa: E731
     else:
-        raise ValueError(f"unknown zoo mode {mode!r}; one of {MODES}")
+        raise ValueError(f"unknown zoo mode {mode!r}; one of {MODES + ('amp', 'inductor')}")
+    device_type = torch.device(device).type
+    scaler = torch.amp.GradScaler(device_type) if mode == "amp" else None
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        if scaler is None:
+            loss = loss_of(x, y)
+            loss.backward()
+            opt.step()
+            return loss
+        with torch.autocast(device_type, dtype=torch.float16):
+            loss = loss_of(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return loss
+
+    return model, step
+
+
+def train_steps(name: str, device: str, mode: str = "eager", steps: int = 2, size: str = "tiny"):
+    """Train zoo model `name` for `steps` steps on `device` in `mode`, from the zoo's seeded init and
+    batches; returns (losses, step seconds, the trained model)."""
+    model, step = trainer(name, device, mode, size)
     losses, seconds = [], []
     for x, y in zoo_models.batches(name, steps, size):
         x, y = x.to(device), y.to(device)
         _sync(device)
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = loss_of(x, y)
-        loss.backward()
-        opt.step()
+        loss = step(x, y)
         losses.append(float(loss.item()))  # a sync point: the step has really run
         seconds.append(time.perf_counter() - t0)
     return losses, seconds, model

@@ -7,7 +7,10 @@ tvk, torch CPU and the compiled modes draw no random numbers and must give the s
 """
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -24,6 +27,10 @@ class ZooModel:
     optimizer: Callable                      # optimizer(params) -> torch.optim optimizer
     tiny: dict                               # dims for tests and --quick
     bench: dict                              # dims for the benchmark
+    library: str = ""                        # the third-party library it comes from ("": plain torch.nn, ours)
+    # BatchNorm over few values and ReLU kinks: rounding flips a few elements' paths (one position of one
+    # channel), so its gradients are compared as a whole (norm of the difference), not element by element
+    compare_by_norm: bool = False
 
 
 def sgd(params):
@@ -259,22 +266,38 @@ def autoencoder(width, code, **_):
                          nn.Linear(code, 2 * code), nn.ReLU(), nn.Linear(2 * code, width), nn.Sigmoid())
 
 
+# the Hugging Face models: kind -> (model class, config class, the forward's keyword arguments beside the input)
+HUGGING_FACE = {
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config", {"use_cache": False}),  # a decoder's KV cache: not for training
+    "llama": ("LlamaForCausalLM", "LlamaConfig", {"use_cache": False}),
+    "bert": ("BertForSequenceClassification", "BertConfig", {}),
+    "vit": ("ViTForImageClassification", "ViTConfig", {}),
+    "t5": ("T5ForConditionalGeneration", "T5Config", {"use_cache": False}),
+}
+
+
 class HuggingFace(nn.Module):
     """A Hugging Face transformers model built from a config (random init, nothing downloaded), called
-    as users call it (keyword arguments, a ModelOutput back) and returning its logits."""
+    as users call it (keyword arguments, a ModelOutput back) and returning its logits. Images go in
+    as pixel_values; token ids as input_ids (an encoder-decoder also decodes them: teacher forcing
+    on the input itself)."""
 
     def __init__(self, kind: str, **config):
         super().__init__()
+        if importlib.util.find_spec("torchvision") is not None:
+            import_torchvision()  # transformers imports an installed torchvision (its image models do)
         import transformers  # lazy: only the Hugging Face entries need it (a test dependency)
 
-        model_class, config_class = {"gpt2": ("GPT2LMHeadModel", "GPT2Config"),
-                                     "llama": ("LlamaForCausalLM", "LlamaConfig"),
-                                     "bert": ("BertForSequenceClassification", "BertConfig")}[kind]
+        model_class, config_class, self.options = HUGGING_FACE[kind]
         self.model = getattr(transformers, model_class)(getattr(transformers, config_class)(**config))
-        self.options = {"use_cache": False} if kind != "bert" else {}  # a decoder's KV cache: not for training
+        self.kind = kind
 
-    def forward(self, ids):
-        return self.model(input_ids=ids, **self.options).logits
+    def forward(self, x):
+        if self.kind == "vit":
+            return self.model(pixel_values=x, **self.options).logits
+        if self.kind == "t5":
+            return self.model(input_ids=x, decoder_input_ids=x, **self.options).logits
+        return self.model(input_ids=x, **self.options).logits
 
 
 def hf_gpt2(vocab, seq, d, heads, layers, **_):
@@ -291,6 +314,55 @@ def hf_bert(vocab, seq, d, heads, layers, classes, **_):
     return HuggingFace("bert", vocab_size=vocab, max_position_embeddings=seq, hidden_size=d, intermediate_size=4 * d,
                        num_attention_heads=heads, num_hidden_layers=layers, num_labels=classes,
                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def hf_vit(channels, size, patch, classes, d, heads, layers, **_):
+    return HuggingFace("vit", image_size=size, patch_size=patch, num_channels=channels, hidden_size=d,
+                       num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=4 * d, num_labels=classes,
+                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def hf_t5(vocab, d, heads, layers, **_):
+    return HuggingFace("t5", vocab_size=vocab, d_model=d, d_kv=d // heads, d_ff=4 * d, num_layers=layers,
+                       num_decoder_layers=layers, num_heads=heads, dropout_rate=0.0)
+
+
+_TORCHVISION_OPS = None  # the op library import_torchvision declares where torchvision's compiled ops cannot load
+
+
+def import_torchvision():
+    """torchvision, imported also where its compiled ops cannot load: PyPI's Linux torchvision is
+    built against CUDA torch, and under a CPU torch its import fails on declaring two detection ops
+    its library would have defined ("operator torchvision::nms does not exist"). Those two are
+    declared here first (no kernel: calling them raises); the models need neither."""
+    global _TORCHVISION_OPS
+    if "torchvision" not in sys.modules:
+        spec = importlib.util.find_spec("torchvision")
+        if spec is None:
+            raise ImportError("torchvision is not installed (pip install --no-deps torchvision==<torch's match>)")
+        compiled = next((p for p in Path(spec.origin).parent.iterdir() if p.name.startswith("_C.")), None)
+        try:
+            torch.ops.load_library(str(compiled))
+        except (OSError, TypeError):
+            _TORCHVISION_OPS = torch.library.Library("torchvision", "FRAGMENT")
+            for op in ("nms", "qnms"):
+                _TORCHVISION_OPS.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    import torchvision
+
+    return torchvision
+
+
+def timm_model(arch, classes, options=None, **_):
+    """A timm model by name (random init); options: its constructor's arguments (smaller variants)."""
+    import_torchvision()  # timm imports torchvision
+    import timm  # lazy: a test dependency
+
+    return timm.create_model(arch, pretrained=False, num_classes=classes, **(options or {}))
+
+
+def torchvision_model(arch, classes, options=None, **_):
+    """A torchvision classification model by name (random init)."""
+    return getattr(import_torchvision().models, arch)(weights=None, num_classes=classes, **(options or {}))
 
 
 # ---- the zoo --------------------------------------------------------------------------------------
@@ -332,16 +404,41 @@ ZOO = {m.name: m for m in [
     ZooModel("cross_attention", CrossAttention, sequences_to_values, F.smooth_l1_loss, adamw,
              tiny=dict(batch=2, seq=5, width=12, memory=8, heads=3, outputs=4),
              bench=dict(batch=64, seq=64, width=128, memory=96, heads=4, outputs=8)),
-    # Hugging Face transformers (a test dependency): a decoder LM, a Llama-style one, an encoder
+    # Hugging Face transformers (a test dependency): decoder LMs, an encoder, a ViT, an encoder-decoder
     ZooModel("hf_gpt2", hf_gpt2, next_tokens, token_loss, adamw,
              tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=2, layers=1),
-             bench=dict(batch=16, seq=256, vocab=8192, d=256, heads=4, layers=4)),
+             bench=dict(batch=16, seq=256, vocab=8192, d=256, heads=4, layers=4), library="transformers"),
     ZooModel("hf_llama", hf_llama, next_tokens, token_loss, adamw,
              tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=4, layers=1),
-             bench=dict(batch=16, seq=256, vocab=8192, d=256, heads=4, layers=4)),
+             bench=dict(batch=16, seq=256, vocab=8192, d=256, heads=4, layers=4), library="transformers"),
     ZooModel("hf_bert", hf_bert, token_sequences, F.cross_entropy, adamw,
              tiny=dict(batch=2, seq=8, vocab=29, classes=3, d=16, heads=2, layers=1),
-             bench=dict(batch=32, seq=128, vocab=8192, classes=4, d=256, heads=4, layers=4)),
+             bench=dict(batch=32, seq=128, vocab=8192, classes=4, d=256, heads=4, layers=4), library="transformers"),
+    ZooModel("hf_vit", hf_vit, images, F.cross_entropy, adamw,
+             tiny=dict(batch=2, channels=3, size=8, patch=4, classes=4, d=16, heads=2, layers=1),
+             bench=dict(batch=32, channels=3, size=224, patch=16, classes=10, d=384, heads=6, layers=4),
+             library="transformers"),
+    ZooModel("hf_t5", hf_t5, next_tokens, token_loss, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=2, layers=1),
+             bench=dict(batch=16, seq=128, vocab=8192, d=256, heads=4, layers=2), library="transformers"),
+    # timm and torchvision CNNs (test dependencies); tiny: the same classes, fewer blocks and channels. Batch 4
+    # at 64 px: BatchNorm over fewer values (batch 2, a 1x1 last stage) turns rounding into different losses
+    ZooModel("timm_resnet18", timm_model, images, F.cross_entropy, sgd,
+             tiny=dict(arch="resnet18", batch=4, channels=3, size=64, classes=4, options={"layers": (1, 1, 1, 1)}),
+             bench=dict(arch="resnet18", batch=32, channels=3, size=128, classes=10), library="timm", compare_by_norm=True),
+    ZooModel("timm_efficientnet", timm_model, images, F.cross_entropy, adamw,
+             tiny=dict(arch="tinynet_e", batch=4, channels=3, size=64, classes=4),
+             bench=dict(arch="efficientnet_b0", batch=32, channels=3, size=128, classes=10), library="timm", compare_by_norm=True),
+    ZooModel("timm_convnext", timm_model, images, F.cross_entropy, adamw,
+             tiny=dict(arch="convnext_atto", batch=2, channels=3, size=32, classes=4,
+                       options={"dims": (8, 16, 32, 64), "depths": (1, 1, 1, 1)}),
+             bench=dict(arch="convnext_atto", batch=32, channels=3, size=128, classes=10), library="timm"),
+    ZooModel("tv_resnet18", torchvision_model, images, F.cross_entropy, sgd,
+             tiny=dict(arch="resnet18", batch=4, channels=3, size=64, classes=4),
+             bench=dict(arch="resnet18", batch=32, channels=3, size=128, classes=10), library="torchvision", compare_by_norm=True),
+    ZooModel("tv_mobilenet_v3", torchvision_model, images, F.cross_entropy, adamw,
+             tiny=dict(arch="mobilenet_v3_small", batch=4, channels=3, size=64, classes=4, options={"width_mult": 0.25}),
+             bench=dict(arch="mobilenet_v3_small", batch=32, channels=3, size=128, classes=10), library="torchvision", compare_by_norm=True),
 ]}
 
 

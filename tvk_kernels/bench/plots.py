@@ -112,8 +112,29 @@ def zoo(payload, ax):
     _title(ax, payload, "model zoo: training step time")
 
 
+def models(payload, ax):
+    """tvk's step wall time over the peer's, per model, one bar per tvk mode (1: as fast; a failed run has no bar)."""
+    names = list(payload["tvk"])
+    modes = [m for m in next(iter(payload["tvk"].values()), {}) if m != "cpu_ops"]
+    width = 0.8 / max(len(modes), 1)
+    drawn = False
+    for i, mode in enumerate(modes):
+        ratios = {n: payload["tvk"][n][mode].get("vs", {}).get("wall_ratio") for n in names}
+        ratios = {n: r for n, r in ratios.items() if r}
+        drawn = drawn or bool(ratios)
+        ax.bar([k + i * width for k, n in enumerate(names) if n in ratios], list(ratios.values()), width,
+               label=f"tvk {mode}")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(names))], names, rotation=30, fontsize=7)
+    if drawn:
+        ax.set_yscale("log")
+    ax.set_ylabel(f"step wall time, tvk / {payload['peer']}")
+    _title(ax, payload, "real models: training step, tvk / peer")
+
+
 PLOTS = {"vector-add": vector_add, "matmul": matmul, "mnist": mnist, "cifar10": cifar10, "low-vram": low_vram,
-         "ablations": ablations, "kernels": kernels, "zoo": zoo}
+         "ablations": ablations, "kernels": kernels, "zoo": zoo,
+         "models": models}
 
 
 def plot(payload: dict, folder: Path) -> Path | None:

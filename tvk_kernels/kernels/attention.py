@@ -119,7 +119,7 @@ def attention_forward(device, q, k, v, o, lse, shape, *, dtype="float32", scale:
     _check_dropout(dropout_p, b, hq, lq, lk)
     fam = family(device, Attention)
     # AttentionTarget runs forward and backward, one head count for q and k/v, no mask: its bucket is the head dim
-    record_shape(fam.family, {"batch": b, "heads": hq, "lq": lq, "lk": lk, "head": d})
+    record_shape(fam.family, {"batch": b, "heads": hq, "lq": lq, "lk": lk, "head": d}, dtype=dtype, direction="forward")
     prm = fam.resolve({"head": d}, params)
     m_addr, m_kind, ms = _mask_fields(mask)
     dropout = dropout_p > 0
@@ -147,6 +147,7 @@ def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype
     if b * hq * lq * lk == 0:
         return
     fam = family(device, Attention)
+    record_shape(fam.family, {"batch": b, "heads": hq, "lq": lq, "lk": lk, "head": d}, dtype=dtype, direction="backward")
     prm = fam.resolve({"head": d}, params)
     head = head_pad(d)
     m_addr, m_kind, ms = _mask_fields(mask)

@@ -140,7 +140,7 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
         if key is not None:
             fam.keep_plan(key, launch)
     if launch.tune_shape is not None:
-        record_shape(launch.family, launch.tune_shape)
+        record_shape(launch.family, launch.tune_shape, dtype=dtype)
     return launch.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
 
 

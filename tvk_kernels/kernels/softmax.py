@@ -49,7 +49,8 @@ def _run(device, x, y, g, dx, shape, dim, log, bwd, params):
     fam = family(device, Softmax)
     if inner == 1 or outer == 1:  # SoftmaxTarget's [rows, cols] along dim -1 or 0; other views are not recorded
         record_shape(fam.family, {"rows": rows, "cols": n, "dim": -1, "n": rows * n} if inner == 1
-                     else {"rows": n, "cols": inner, "dim": 0, "n": rows * n})
+                     else {"rows": n, "cols": inner, "dim": 0, "n": rows * n},
+                     direction="backward" if bwd else "forward", op="log_softmax" if log else "softmax")
     prm = fam.resolve({"n": rows * n}, params)
     cols = inner > 1
     if not cols:

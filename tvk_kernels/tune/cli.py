@@ -75,7 +75,7 @@ def main(argv=None) -> int:
                     help="tune the shapes one training step (forward, loss, backward) of this model launches: "
                          "pkg.module:factory, a callable returning an nn.Module (needs torch). Recorded: matmul, "
                          "conv2d, softmax (last dim or outermost), norm (layer/batch norm), reduce (contiguous 2-d "
-                         "views), attention")
+                         "views), attention, elementwise (contiguous)")
     ap.add_argument("--input-shape", default=None, metavar="N,C,H,W", help="the model's random input (with --model)")
     ap.add_argument("--loss", default="cross_entropy", choices=["cross_entropy", "mse"],
                     help="cross_entropy: random class targets (classes: the output's dim 1); mse: against zeros")
@@ -145,7 +145,7 @@ def _run(ap, args, argv, started) -> int:
         from .model import record_training_step  # lazy: only --model records a model's shapes (it loads torch)
 
         try:
-            recorded = record_training_step(args.model, args.input_shape, args.loss, args.target_shape, args.device)
+            recorded = record_training_step(args.model, args.input_shape, args.loss, args.target_shape, args.device).shapes
         except (RuntimeError, NotImplementedError, TypeError) as e:  # the model's own errors (TVKError: below)
             if isinstance(e, TVKError):
                 raise

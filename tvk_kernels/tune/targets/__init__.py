@@ -22,7 +22,10 @@ import functools
 import importlib
 import pkgutil
 
+from .. import model_suites
+
 TARGETS: dict = {}  # family -> target, filled by load_targets()
+MODEL_SHAPES = 6  # per family, the heaviest shapes of the recorded real-model suites (model_suites.py) tuned by default
 
 
 class Case:
@@ -53,6 +56,10 @@ def load_targets() -> dict:
             raise ValueError(f"{found.__name__} tunes {found.TARGET.family!r}: name the module after its family")
         for target in several or (found.TARGET,):
             TARGETS[target.family] = target
+    for target in TARGETS.values():  # the default suite: the hand-picked shapes and real models' heaviest
+        suite = target.suites["suite"]
+        recorded = [s for s in model_suites.heaviest(target.family, MODEL_SHAPES) if s not in suite]
+        target.suites = {**target.suites, "suite": suite + recorded}  # the instance's: the class keeps its own
     return TARGETS
 
 
