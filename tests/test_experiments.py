@@ -109,6 +109,12 @@ def test_kernels_experiment(tmp_path):
     fractions = [r["tvk_of_peak"] for r in result["conv2d"] + result["bandwidth"] + result["gemm_sweep"]["rows"]]
     assert all(f is not None and f > 0 for f in fractions)
     assert "fp32 FMA" in (tmp_path / "kernels.md").read_text()
+    # the real-model section: recorded shapes (the lightest under --quick), each checked against the reference
+    real = result["model_shapes"]
+    assert real["gemm"]["rows"] and real["conv"]["rows"]
+    assert all(r["rel_err"] < 1e-2 for r in real["gemm"]["rows"] + real["conv"]["rows"])
+    assert all(r["weight"] > 0 for r in real["gemm"]["rows"])
+    assert "real-model shapes" in (tmp_path / "kernels.md").read_text()
 
 
 def test_roofline_experiment(tmp_path):

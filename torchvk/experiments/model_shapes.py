@@ -86,7 +86,8 @@ def run(device, quick: bool = False, has_cuda: bool = False) -> tuple[dict, str]
              f"The {PER_FAMILY if not quick else QUICK_PER_FAMILY} heaviest GEMM shapes and conv layers of the "
              f"recorded suites; the first {MODEL_SHAPES} of each are in the tuner's default suite. tvk / peer GPU "
              "time, geometric mean weighted by each shape's share of a step:\n\n")
-    table += "| class | shapes | weighted geomean tvk/peer | tuned by default | not tuned by default |\n|---|---|---|---|---|\n"
+    table += ("| class | shapes | weighted geomean tvk/peer | in the tuner's default suite | not in it |\n"
+              "|---|---|---|---|---|\n")
     for key, s in summary.items():
         table += f"| {key} | {s['count']} | {_fmt(s['weighted'])} | {_fmt(s['tuned'])} | {_fmt(s['untuned'])} |\n"
     return {"gemm": gemm, "conv": convs, "summary": summary}, table + "\n" + gemm_md + "\n" + conv_md

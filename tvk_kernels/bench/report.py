@@ -232,6 +232,16 @@ def kernels(r) -> list[str]:
             line += "; worst " + ", ".join(f"{w['label']} {w['direction']} {w['tvk_over_cudnn_time']:.1f}x"
                                            for w in conv_sweep["worst"][:3])
         out.append(line + ".")
+    real = r.get("model_shapes")  # absent from results older than the recorded suites
+    if real:
+        parts = [f"{key} {v['weighted']:.2f}x ({v['count']} rows)" for key, v in real["summary"].items() if v.get("weighted")]
+        if parts:
+            split = ", ".join(f"{key} {_fmt(v['tuned'])}x / {_fmt(v['untuned'])}x" for key, v in real["summary"].items()
+                              if v.get("weighted"))
+            out.append("At the shapes real models spend their training steps in (the heaviest GEMMs and convolutions of "
+                       "the recorded suites, tvk_kernels/tune/suites/), tvk's time over cuBLAS's / cuDNN's, geometric mean "
+                       "weighted by each shape's share of a step: " + ", ".join(parts) + "; shapes in the tuner's default "
+                       "suite / not in it: " + split + ".")
     for a in r.get("sdpa", []):
         if a.get("tvk_over_cuda_fwd_bwd"):
             out.append(f"Fused attention (SDPA, batch {a['batch']}, {a['heads']} heads, seq {a['seq']}, head {a['head']}, "
@@ -248,6 +258,34 @@ def kernels(r) -> list[str]:
     if o.get("torch_cuda_us"):
         line += f", torch CUDA {o['torch_cuda_us']:.1f} us ({o['tvk_over_cuda']:.1f}x, target 1.5x)"
     out.append(line + ".")
+    return out
+
+
+def models(r) -> list[str]:
+    modes = [m for m in next(iter(r["tvk"].values())) if m != "cpu_ops"]
+    against = ("torch.compile and torchvk.compile against inductor, AMP against torch's AMP"
+               if "inductor" in r.get("peer_modes", []) else "every mode against eager")
+    out = [f"Training steps of {len(r['tvk'])} third-party models (Hugging Face transformers, timm, torchvision; random "
+           f"init, bench sizes in torchvk/experiments/zoo_models.py) on tvk beside {r['peer']}, each in its own process "
+           f"(`tvk-bench models`). tvk's wall time of a step over the peer's ({against}; GPU time over the peer's GPU "
+           "time in brackets, both from kernel timestamps):", "",
+           "| model | " + " | ".join(modes) + " | tvk CPU ops |", "|---|" + "---|" * (len(modes) + 1)]
+    slower = []
+    for name, res in r["tvk"].items():
+        cells = []
+        for mode in modes:
+            x = res[mode]
+            if "error" in x:
+                cells.append("fails: " + x["error"][:60].replace("|", "/"))
+                continue
+            vs = x["vs"]
+            cells.append(f"{_fmt(vs['wall_ratio'])}x ({_fmt(vs['gpu_ratio'])}x)")
+            if vs.get("wall_ratio"):
+                slower.append(vs["wall_ratio"])
+        out.append(f"| {name} | " + " | ".join(cells) + f" | {res.get('cpu_ops')} |")
+    if slower:
+        out += ["", f"tvk is slower than the peer in {sum(v > 1 for v in slower)} of {len(slower)} model x mode runs "
+                    f"(from {min(slower):.2f}x to {max(slower):.2f}x its wall time)."]
     return out
 
 
@@ -436,7 +474,8 @@ def _cold_compile_split(cc: dict, res: dict) -> str:
 SECTIONS = [("vector-add", "1. Vector add", vector_add), ("matmul", "2. Matmul", matmul),
             ("mnist", "3. MNIST classifier", mnist), ("cifar10", "4. CIFAR-10 CNN", cifar10),
             ("low-vram", "5. Little GPU memory", low_vram), ("ablations", "6. Ablations", ablations),
-            ("kernels", "Kernels beside torch CUDA", kernels), ("zoo", "Model zoo", zoo),
+            ("kernels", "Kernels beside torch CUDA", kernels), ("models", "Real models: training steps", models),
+            ("zoo", "Model zoo", zoo),
             ("kernel_profile", "Training-step GPU time", kernel_profile),
             ("distributed", "Data-parallel training (torch.distributed)", distributed)]
 
@@ -469,6 +508,8 @@ def build(results: Path, configs: Path) -> str:
                 lines = fn(found[key], found.get("matmul")) if key == "ablations" else fn(found[key])
                 if key in ("mnist", "low-vram"):
                     out += [f"**{title}.** {_stamp(found[key])}"] + [f"- {line}" for line in lines]
+                elif key == "models":  # a paragraph, its table, a closing line
+                    out += [f"**{title}.** {lines[0]} {_stamp(found[key])}"] + lines[1:]
                 else:
                     out.append(f"**{title}.** " + " ".join(lines) + f" {_stamp(found[key])}")
                 out.append("")
