@@ -11,6 +11,25 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
+def _declare_torchvision_ops():
+    """The tests' torchvision is PyPI's, built against CUDA torch; under the CPU torch they run on, it (and
+    transformers, which imports it) would not import without this (zoo_models.declare_torchvision_ops).
+    zoo_models is loaded by path, as the torch peers load it: importing torchvk here would start the
+    runtime before any test asked for it."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "torchvk" / "experiments" / "zoo_models.py"
+    spec = importlib.util.spec_from_file_location("tvk_conftest_zoo_models", path)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # its dataclasses look it up there
+    spec.loader.exec_module(module)
+    module.declare_torchvision_ops()
+
+
+_declare_torchvision_ops()
+
+
 @pytest.fixture(scope="session")
 def device():
     from tvk_kernels import get_device

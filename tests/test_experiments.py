@@ -114,6 +114,7 @@ def test_kernels_experiment(tmp_path):
     assert real["gemm"]["rows"] and real["conv"]["rows"]
     assert all(r["rel_err"] < 1e-2 for r in real["gemm"]["rows"] + real["conv"]["rows"])
     assert all(r["weight"] > 0 for r in real["gemm"]["rows"])
+    assert all(r["tvk_of_peak"] > 0 for r in real["gemm"]["rows"] + real["conv"]["rows"])  # of the measured peaks
     assert "real-model shapes" in (tmp_path / "kernels.md").read_text()
 
 

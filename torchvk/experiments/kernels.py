@@ -204,10 +204,12 @@ def of_peak(payload: dict, peaks: dict) -> dict:
     section (and dtype), both sides."""
     sections = {"conv2d": ("tvk_tflops", "tvk_s", "cudnn_s"), "bandwidth": ("tvk_gbps", "tvk_s", "cuda_s"),
                 "gemm_sweep": ("tvk_tflops", "tvk_s", "cuda_s"), "conv_sweep": ("tvk_tflops", "tvk_s", "cudnn_s"),
-                "sdpa": ("tvk_fwd_tflops", "tvk_fwd_s", "cuda_fwd_s")}
+                "sdpa": ("tvk_fwd_tflops", "tvk_fwd_s", "cuda_fwd_s"),
+                "real-model GEMM": ("tvk_tflops", "tvk_s", "cuda_s"), "real-model conv": ("tvk_tflops", "tvk_s", "cudnn_s")}
+    tables = {**payload, "real-model GEMM": payload["model_shapes"]["gemm"], "real-model conv": payload["model_shapes"]["conv"]}
     means = {}
     for section, (rate, tvk_time, cuda_time) in sections.items():
-        value = payload[section]
+        value = tables[section]
         for row in value["rows"] if isinstance(value, dict) else value:
             if rate == "tvk_gbps":
                 peak = peaks["copy_gbps"]

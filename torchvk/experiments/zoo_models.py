@@ -284,8 +284,7 @@ class HuggingFace(nn.Module):
 
     def __init__(self, kind: str, **config):
         super().__init__()
-        if importlib.util.find_spec("torchvision") is not None:
-            import_torchvision()  # transformers imports an installed torchvision (its image models do)
+        declare_torchvision_ops()  # transformers imports an installed torchvision
         import transformers  # lazy: only the Hugging Face entries need it (a test dependency)
 
         model_class, config_class, self.options = HUGGING_FACE[kind]
@@ -327,27 +326,39 @@ def hf_t5(vocab, d, heads, layers, **_):
                        num_decoder_layers=layers, num_heads=heads, dropout_rate=0.0)
 
 
-_TORCHVISION_OPS = None  # the op library import_torchvision declares where torchvision's compiled ops cannot load
+_TORCHVISION_OPS = None  # the op library declare_torchvision_ops makes where torchvision's compiled ops cannot load
+
+
+def declare_torchvision_ops() -> None:
+    """Let an installed torchvision import where its compiled ops cannot load: PyPI's Linux torchvision
+    is built against CUDA torch, and under a CPU torch its import fails on declaring two detection ops
+    its library would have defined ("operator torchvision::nms does not exist"), as does every import
+    of it from transformers. Those two are declared here first (no kernel: calling them raises); the
+    models need neither. Nothing happens where torchvision is absent, imported, or loads its ops."""
+    global _TORCHVISION_OPS
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or "torchvision" in sys.modules:
+        return
+    try:
+        torch.ops.torchvision.nms  # declared already (loaded, or by another copy of this module)
+        return
+    except (AttributeError, RuntimeError):
+        pass
+    compiled = next((p for p in Path(spec.origin).parent.iterdir() if p.name.startswith("_C.")), None)
+    try:
+        torch.ops.load_library(str(compiled))
+    except (OSError, TypeError):
+        _TORCHVISION_OPS = torch.library.Library("torchvision", "FRAGMENT")
+        for op in ("nms", "qnms"):
+            _TORCHVISION_OPS.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
 
 
 def import_torchvision():
-    """torchvision, imported also where its compiled ops cannot load: PyPI's Linux torchvision is
-    built against CUDA torch, and under a CPU torch its import fails on declaring two detection ops
-    its library would have defined ("operator torchvision::nms does not exist"). Those two are
-    declared here first (no kernel: calling them raises); the models need neither."""
-    global _TORCHVISION_OPS
-    if "torchvision" not in sys.modules:
-        spec = importlib.util.find_spec("torchvision")
-        if spec is None:
-            raise ImportError("torchvision is not installed (pip install --no-deps torchvision==<torch's match>)")
-        compiled = next((p for p in Path(spec.origin).parent.iterdir() if p.name.startswith("_C.")), None)
-        try:
-            torch.ops.load_library(str(compiled))
-        except (OSError, TypeError):
-            _TORCHVISION_OPS = torch.library.Library("torchvision", "FRAGMENT")
-            for op in ("nms", "qnms"):
-                _TORCHVISION_OPS.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-    import torchvision
+    """torchvision (see declare_torchvision_ops)."""
+    if importlib.util.find_spec("torchvision") is None:
+        raise ImportError("torchvision is not installed (pip install --no-deps torchvision==<torch's match>)")
+    declare_torchvision_ops()
+    import torchvision  # lazy: only the timm and torchvision entries need it (a test dependency)
 
     return torchvision
 
