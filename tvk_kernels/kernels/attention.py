@@ -20,7 +20,7 @@ import struct
 
 from ..errors import InvalidConfigError
 from . import dtypes
-from .launch import Family, address, family, grid_1d, record_shape
+from .launch import Family, address, family, grid_1d, record_shape, recording
 
 _PUSH = struct.Struct("<10Q5I2f4I")
 _DT = dtypes.codes("float32", "float16")
@@ -119,7 +119,9 @@ def attention_forward(device, q, k, v, o, lse, shape, *, dtype="float32", scale:
     _check_dropout(dropout_p, b, hq, lq, lk)
     fam = family(device, Attention)
     # AttentionTarget runs forward and backward, one head count for q and k/v, no mask: its bucket is the head dim
-    record_shape(fam.family, {"batch": b, "heads": hq, "lq": lq, "lk": lk, "head": d}, dtype=dtype, direction="forward")
+    if recording():
+        record_shape(fam.family, {"batch": b, "heads": hq, "lq": lq, "lk": lk, "head": d}, dtype=dtype,
+                     direction="forward")
     prm = fam.resolve({"head": d}, params)
     m_addr, m_kind, ms = _mask_fields(mask)
     dropout = dropout_p > 0
@@ -147,7 +149,9 @@ def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype
     if b * hq * lq * lk == 0:
         return
     fam = family(device, Attention)
-    record_shape(fam.family, {"batch": b, "heads": hq, "lq": lq, "lk": lk, "head": d}, dtype=dtype, direction="backward")
+    if recording():
+        record_shape(fam.family, {"batch": b, "heads": hq, "lq": lq, "lk": lk, "head": d}, dtype=dtype,
+                     direction="backward")
     prm = fam.resolve({"head": d}, params)
     head = head_pad(d)
     m_addr, m_kind, ms = _mask_fields(mask)

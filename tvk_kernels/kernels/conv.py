@@ -19,7 +19,7 @@ import struct
 
 from . import activations, conv_depthwise
 from .conv_geometry import checked_split_k, conv2d_output_shape, geometry
-from .launch import Family, address, family, grid_1d, positive, record_shape
+from .launch import Family, address, family, grid_1d, positive, record_shape, recording
 from .reduce import reduce
 from .. import benchmark_mode
 from ..config import by_class
@@ -107,7 +107,8 @@ class Conv2d(Family):
         In benchmark mode, `run(params)` (the same call with a candidate) times this exact geometry."""
         M, N, K = gemm_dims(direction, g)
         shape = {"dir": direction, "M": M, "N": N, "K": K}
-        record_shape(self.family, lambda: launch_tune_shape(direction, g))
+        if recording():
+            record_shape(self.family, launch_tune_shape(direction, g))
         if params is None and run is not None and benchmark_mode.enabled():
             names = search_space(self.family)["params"]
             return self.benchmarked((direction, *sorted(g.items())), shape,

@@ -15,7 +15,7 @@ import struct
 
 from . import activations
 from .conv_geometry import checked_split_k, geometry
-from .launch import Family, family, grid_1d, positive, powers_of_two, record_shape
+from .launch import Family, family, grid_1d, positive, powers_of_two, record_shape, recording
 from .. import benchmark_mode
 from ..config import by_class
 from ..errors import InvalidConfigError
@@ -52,7 +52,8 @@ class DepthwiseConv(Family):
         """The parameters of one direction (bucket names: dir, taps, positions). In benchmark mode,
         `run(params)` (the same call with a candidate) times this exact geometry."""
         shape = bucket_shape(direction, g)
-        record_shape(self.family, lambda: launch_tune_shape(direction, g))
+        if recording():
+            record_shape(self.family, launch_tune_shape(direction, g))
         if params is None and benchmark_mode.enabled():
             names = search_space(self.family)["params"]
             return self.benchmarked((direction, *sorted(g.items())), shape, lambda p: run({k: p[k] for k in names}))

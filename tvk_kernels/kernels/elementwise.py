@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from ..errors import TVKError
 from . import activations
 from .dtypes import DTYPES, DType
-from .launch import Family, address, family, grid_1d, record_shape
+from .launch import Family, address, family, grid_1d, record_shape, recording
 from .strides import contiguous_strides
 
 # ============================================================== the original binary kernel
@@ -675,8 +675,9 @@ def launch(device, fam, pl, op: str, addrs, scalars, operand_scalars):
     spec = OPS[op]
     svals = _scalar_values(spec, pl.ct, scalars or spec.defaults, operand_scalars)
     # the tuner shapes: elementwise's and elementwise_nd's contiguous {"n"}; a strided launch is counted apart
-    record_shape(Binary.family if pl.legacy else fam.family, {"n": pl.n}, dtype=pl.out_dtype, op=op,
-                 layout="contiguous" if pl.legacy or pl.contig else "strided")
+    if recording():
+        record_shape(Binary.family if pl.legacy else fam.family, {"n": pl.n}, dtype=pl.out_dtype, op=op,
+                     layout="contiguous" if pl.legacy or pl.contig else "strided")
     if pl.legacy:
         a, b, o = addrs
         vec = pl.vec_max if (a | b | o) & 15 == 0 else 1  # as binary(): 16-byte aligned vector loads

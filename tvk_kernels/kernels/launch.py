@@ -269,14 +269,16 @@ def positive(family: str, params: dict, *names: str) -> dict:
 _recorder = None  # tune/record.py's ShapeRecorder while one is active, else None
 
 
-def record_shape(family: str, shape, **about) -> None:
-    """Tell an active shape recorder (tvk-tune --model, tvk-bench shapes) the tuner shape of a launch:
-    a dict in the format of the family's tuner target (tune/targets/<family>.py), or a function
-    returning one or None (built only while recording; None: the target has no shape for this
-    launch). about: what the shape leaves out (dtype="float16", op="mul"), counted apart. With no
-    recorder this is one global test: eager launches pay nothing else."""
-    if _recorder is not None:
-        if callable(shape):
-            shape = shape()
-        if shape is not None:
-            _recorder.add(family, shape, about)
+def recording() -> bool:
+    """Whether a shape recorder (tvk-tune --model, tvk-bench shapes) is active: launch sites call
+    record_shape under `if recording():`, so an eager launch builds no shape dict when none is."""
+    return _recorder is not None
+
+
+def record_shape(family: str, shape: dict | None, **about) -> None:
+    """Tell the active shape recorder the tuner shape of a launch: a dict in the format of the
+    family's tuner target (tune/targets/<family>.py), or None where the target has no shape for
+    it (nothing is recorded). about: what the shape leaves out (dtype="float16", op="mul",
+    direction="backward"), counted apart."""
+    if _recorder is not None and shape is not None:
+        _recorder.add(family, shape, about)

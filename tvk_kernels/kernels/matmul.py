@@ -18,7 +18,7 @@ from .. import benchmark_mode
 from ..errors import InvalidConfigError
 from ..search_space import search_space
 from . import activations, gemv
-from .launch import family, record_shape
+from .launch import family, record_shape, recording
 from .matmul_coopmat import verified
 from .matmul_plan import (DTYPES, INT31, Matmul, check_int, contig_choice, load_widths, plan_launch, split_count,
                           target_groups)
@@ -140,7 +140,8 @@ def matmul(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: i
         if key is not None:
             fam.keep_plan(key, launch)
     if launch.tune_shape is not None:
-        record_shape(launch.family, launch.tune_shape, dtype=dtype)
+        if recording():
+            record_shape(launch.family, launch.tune_shape, dtype=dtype)
     return launch.record(device, a_addr, b_addr, out_addr, bias_addr, alpha)
 
 

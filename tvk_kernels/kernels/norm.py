@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import struct
 
-from .launch import Family, family, grid_1d, loop_budget_params, pow2ceil, powers_of_two, record_shape
+from .launch import Family, family, grid_1d, loop_budget_params, pow2ceil, powers_of_two, record_shape, recording
 from .reduce import reduce, required_subgroup_size, use_subgroups
 
 _PUSH = struct.Struct("<10Q4I3f4I")
@@ -97,7 +97,8 @@ def layer_norm(device, x_addr: int, y_addr: int, shape, normalized_ndim: int = 1
     rows, n = _split_ln(shape, normalized_ndim)
     if rows == 0 or n == 0:
         return
-    record_shape(Norm.family, {"kind": "ln", "rows": rows, "cols": n, "n": rows * n}, direction="forward")
+    if recording():
+        record_shape(Norm.family, {"kind": "ln", "rows": rows, "cols": n, "n": rows * n}, direction="forward")
     prm = family(device, Norm).resolve({"n": rows * n}, params)
     _row_launch(device, LN_FWD, prm, rows, n, dict(x=x_addr, y=y_addr, w=weight_addr, b=bias_addr, mean=mean_addr,
                                                     rstd=rstd_addr), eps=eps, label="layer_norm")
@@ -110,7 +111,8 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
     rows, n = _split_ln(shape, normalized_ndim)
     if n == 0:
         return
-    record_shape(Norm.family, {"kind": "ln", "rows": rows, "cols": n, "n": rows * n}, direction="backward")
+    if recording():
+        record_shape(Norm.family, {"kind": "ln", "rows": rows, "cols": n, "n": rows * n}, direction="backward")
     prm = family(device, Norm).resolve({"n": rows * n}, params)
     if grad_in_addr and rows:
         _row_launch(device, LN_BWD, prm, rows, n, dict(x=x_addr, y=grad_in_addr, g=grad_addr, w=weight_addr,
@@ -195,7 +197,8 @@ def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bi
     m = n_ * inner
     if c == 0 or m == 0:
         return
-    record_shape(Norm.family, {"kind": "bn", "N": n_, "C": c, "HW": inner, "n": c * m}, direction="forward")
+    if recording():
+        record_shape(Norm.family, {"kind": "bn", "N": n_, "C": c, "HW": inner, "n": c * m}, direction="forward")
     prm = family(device, Norm).resolve({"n": c * m}, params)
     addrs = dict(x=x_addr, y=y_addr, w=weight_addr, b=bias_addr)
     if training:
@@ -230,7 +233,8 @@ def batch_norm_backward(device, grad_addr: int, x_addr: int, shape, save_mean_ad
     m = n_ * inner
     if c == 0:
         return
-    record_shape(Norm.family, {"kind": "bn", "N": n_, "C": c, "HW": inner, "n": c * m}, direction="backward")
+    if recording():
+        record_shape(Norm.family, {"kind": "bn", "N": n_, "C": c, "HW": inner, "n": c * m}, direction="backward")
     prm = family(device, Norm).resolve({"n": c * max(m, 1)}, params)
     if training:
         addrs = dict(mean=save_mean_addr, rstd=save_invstd_addr)

@@ -25,7 +25,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .launch import Family, address, family, grid_1d, powers_of_two, record_shape
+from .launch import Family, address, family, grid_1d, powers_of_two, record_shape, recording
 
 MODE_SGD, MODE_ADAM, MODE_NORM, MODE_NORM_FINAL, MODE_CLIP, MODE_FOREACH, MODE_NORMS = range(7)
 F_NESTEROV, F_MAXIMIZE, F_FIRST, F_AMSGRAD, F_DECOUPLED, F_SQUARED = 1, 2, 4, 8, 16, 32
@@ -144,7 +144,8 @@ def _launch(device, mode: int, slots: tuple, scalars: tuple, fused: bool, params
         slots = tuple(col if col is None else tuple(col[i] for i in keep) for col in slots)
     if not slots[5]:
         return
-    record_shape(Optim.family, {"total_numel": sum(slots[5]), "tensors": len(slots[5])}, op=label)  # no tuner target
+    if recording():
+        record_shape(Optim.family, {"total_numel": sum(slots[5]), "tensors": len(slots[5])}, op=label)  # no target
     fam, wg, chunk = _setup(device, sum(slots[5]), params)
     pipe = fam.mode_variant(mode, fused, wg, chunk)
     mx = device.facts.max_workgroup_count[0]

@@ -25,7 +25,7 @@ import struct
 
 from . import dtypes
 from ..search_space import search_space
-from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape
+from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape, recording
 from .strides import contiguous_strides
 
 OPS = {"sum": 0, "mean": 0, "prod": 1, "max": 2, "amax": 2, "min": 3, "amin": 3, "argmax": 4, "argmin": 5}
@@ -155,7 +155,8 @@ def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, di
     if sum_span(kept + red) >= 1 << 32:
         raise ValueError(f"reduce: the view {shape} / strides {strides} spans 2**32 elements or more; split it")
     fam = family(device, Reduce)
-    record_shape(fam.family, lambda: _tune_shape(kept, red), dtype=dtype, op=op)
+    if recording():
+        record_shape(fam.family, _tune_shape(kept, red), dtype=dtype, op=op)
     prm = fam.resolve({"n": n_out * max(n_red, 1)}, params)
     scale = (1.0 / n_red if n_red else float("nan")) if op == "mean" else 1.0
     _launch(device, fam, prm, OPS[op], in_addr, 0, out_addr, index_addr, kept, red, n_out, n_red, scale,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import struct
 
-from .launch import Family, family, grid_1d, loop_budget_params, pow2ceil, powers_of_two, record_shape
+from .launch import Family, family, grid_1d, loop_budget_params, pow2ceil, powers_of_two, record_shape, recording
 from .reduce import required_subgroup_size, use_subgroups
 
 _PUSH = struct.Struct("<QQQQIIII")
@@ -48,9 +48,10 @@ def _run(device, x, y, g, dx, shape, dim, log, bwd, params):
         return
     fam = family(device, Softmax)
     if inner == 1 or outer == 1:  # SoftmaxTarget's [rows, cols] along dim -1 or 0; other views are not recorded
-        record_shape(fam.family, {"rows": rows, "cols": n, "dim": -1, "n": rows * n} if inner == 1
-                     else {"rows": n, "cols": inner, "dim": 0, "n": rows * n},
-                     direction="backward" if bwd else "forward", op="log_softmax" if log else "softmax")
+        if recording():
+            record_shape(fam.family, {"rows": rows, "cols": n, "dim": -1, "n": rows * n} if inner == 1
+                         else {"rows": n, "cols": inner, "dim": 0, "n": rows * n},
+                         direction="backward" if bwd else "forward", op="log_softmax" if log else "softmax")
     prm = fam.resolve({"n": rows * n}, params)
     cols = inner > 1
     if not cols:
