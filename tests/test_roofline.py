@@ -49,8 +49,13 @@ def test_fractions_of_peak_are_rates_over_the_peak_of_their_kind():
                                 {"dtype": "float32", "tvk_tflops": 25.0, "tvk_s": 1.0, "cuda_s": 0.5}]},
         "conv_sweep": {"rows": []},
         "sdpa": [],
+        "model_shapes": {"gemm": {"rows": [{"dtype": "float32", "tvk_tflops": 10.0, "tvk_s": 1.0, "cuda_s": 0.25}]},
+                         "conv": {"rows": []}},
     }
     means = of_peak(payload, peaks)
+    real = payload["model_shapes"]["gemm"]["rows"][0]  # the real-model shapes: their rows too
+    assert real["tvk_of_peak"] == pytest.approx(0.2) and real["cuda_of_peak"] == pytest.approx(0.8)
+    assert means["real-model GEMM float32"] == {"tvk": pytest.approx(0.2), "cuda": pytest.approx(0.8)}
     assert payload["conv2d"][0]["tvk_of_peak"] == pytest.approx(0.2)
     assert payload["conv2d"][0]["cuda_of_peak"] == pytest.approx(0.4)  # twice as fast: twice the rate
     assert payload["bandwidth"][0]["tvk_of_peak"] == pytest.approx(0.25)
