@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,9 +31,8 @@ TOP_KERNELS = 5
 
 if __package__:
     from . import zoo, zoo_models
-else:  # a peer process: this file runs as a script, without the torchvk package (see zoo.py)
-    if sys.path and Path(sys.path[0] or ".").resolve() == HERE:
-        sys.path.pop(0)
+else:  # a peer process: this file runs as a script, without the torchvk package (zoo.py, loaded so, drops
+    # this folder from sys.path, as its modules would shadow libraries')
     _spec = importlib.util.spec_from_file_location("tvk_peer_zoo", HERE / "zoo.py")
     zoo = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(zoo)
@@ -122,15 +119,14 @@ def _measure_all(device, names, modes, size, steps, spin_up) -> dict:
 
 def run_peer(device: str, names, modes, size: str, steps: int, spin_up: float) -> dict:
     """Every model x mode on a torch device, in a fresh process without torchvk: {name: {mode: result}}."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    from .peer import run_script  # lazy: the package side only (a peer process runs this file as a script)
+
     spec = {"device": device, "names": list(names), "modes": list(modes), "size": size, "steps": steps,
             "spin_up": spin_up}
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(spec)], capture_output=True,
-                          text=True, env=env)
-    if proc.returncode != 0:
-        return {n: {m: {"error": f"torch {device} peer failed: {proc.stderr.strip()[-600:]}"} for m in modes}
-                for n in names}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result, error = run_script(Path(__file__), spec)
+    if error is not None:
+        return {n: {m: {"error": f"torch {device} peer failed: {error[-600:]}"} for m in modes} for n in names}
+    return result
 
 
 def _earlier(out_dir, quick: bool, device_name: str) -> dict:

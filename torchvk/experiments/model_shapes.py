@@ -24,10 +24,10 @@ QUICK_PER_FAMILY = 2
 QUICK_FLOP_CAP = 2 ** 22
 
 
-def _ranked(family_names, keep) -> list[tuple]:
+def _ranked(suites: dict, family_names, keep) -> list[tuple]:
     """[(the launch's shape, weight summed over suites and over family_names' launches of it by keep(shape))]."""
     weights, shapes = {}, {}
-    for suite in model_suites.load().values():
+    for suite in suites.values():
         for launch in suite["launches"]:
             if launch["family"] in family_names:
                 key = keep(launch["shape"])
@@ -36,9 +36,10 @@ def _ranked(family_names, keep) -> list[tuple]:
     return sorted(((shapes[k], w) for k, w in weights.items()), key=lambda sw: -sw[1])
 
 
-def gemms(quick: bool = False) -> list[dict]:
-    """The heaviest recorded GEMM shapes as gemm_sweep dicts, with "weight" and "tuned_by_default"."""
-    ranked = _ranked({"matmul"}, lambda s: json.dumps(s, sort_keys=True))
+def gemms(suites: dict, quick: bool = False) -> list[dict]:
+    """The heaviest GEMM shapes of the recorded suites (model_suites.load()) as gemm_sweep dicts, with
+    "weight" and "tuned_by_default"."""
+    ranked = _ranked(suites, {"matmul"}, lambda s: json.dumps(s, sort_keys=True))
     out = [{"M": s["M"], "N": s["N"], "K": s["K"], "batch": s.get("batch", 1), "layout": s.get("layout", "nn"),
             "bcast_b": False, "weight": w, "tuned_by_default": rank < MODEL_SHAPES}
            for rank, (s, w) in enumerate(ranked)]
@@ -48,12 +49,12 @@ def gemms(quick: bool = False) -> list[dict]:
     return out[:PER_FAMILY]
 
 
-def conv_layers(quick: bool = False) -> list[dict]:
-    """The heaviest recorded conv geometries (all directions of a layer add up) as conv_sweep layers."""
+def conv_layers(suites: dict, quick: bool = False) -> list[dict]:
+    """The heaviest conv geometries of the recorded suites (all directions of a layer add up) as conv_sweep layers."""
     def geometry(s):
         return json.dumps([s["x"], s["w"], s["stride"], s["padding"], s["dilation"], s["groups"]])
 
-    ranked = _ranked({"conv2d", "conv2d_depthwise"}, geometry)
+    ranked = _ranked(suites, {"conv2d", "conv2d_depthwise"}, geometry)
     out = [{"name": f"rank {rank + 1}", "x": s["x"], "w": s["w"], "stride": s["stride"], "padding": s["padding"],
             "dilation": s["dilation"], "groups": s["groups"], "weight": w, "tuned_by_default": rank < MODEL_SHAPES}
            for rank, (s, w) in enumerate(ranked)]
@@ -72,7 +73,8 @@ def weighted_geomean(pairs) -> float | None:
 
 def run(device, quick: bool = False, has_cuda: bool = False) -> tuple[dict, str]:
     """(payload section, markdown) of the GEMM and conv sweeps at the recorded real-model shapes."""
-    picked_gemms, picked_convs = gemms(quick), conv_layers(quick)
+    suites = model_suites.load()
+    picked_gemms, picked_convs = gemms(suites, quick), conv_layers(suites, quick)
     gemm, gemm_md = gemm_sweep.run(device, quick=quick, has_cuda=has_cuda, gemms=picked_gemms) if picked_gemms \
         else ({"rows": []}, "")
     convs, conv_md = conv_sweep.run(device, quick=quick, has_cuda=has_cuda, layers=picked_convs) if picked_convs \

@@ -26,14 +26,21 @@ def _load(name: str):
     return module
 
 
-def run_peer(spec: dict) -> dict:
-    """Run `spec` in a fresh process; returns its result, or {"error": ...}."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # find tvk_kernels as we do
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(spec)], capture_output=True,
+def run_script(script: Path, spec: dict) -> tuple:
+    """Run `python script '<spec as JSON>'` in a fresh process that finds tvk_kernels as we do:
+    (the JSON of the last line it prints, None), or (None, its stderr) where it failed."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.run([sys.executable, str(Path(script).resolve()), json.dumps(spec)], capture_output=True,
                           text=True, env=env)
     if proc.returncode != 0:
-        return {"error": proc.stderr.strip()[-1500:]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        return None, proc.stderr.strip()
+    return json.loads(proc.stdout.strip().splitlines()[-1]), None
+
+
+def run_peer(spec: dict) -> dict:
+    """Run `spec` in a fresh process; returns its result, or {"error": ...}."""
+    result, error = run_script(Path(__file__), spec)
+    return {"error": error[-1500:]} if error is not None else result
 
 
 def _main(spec: dict) -> dict:

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -128,13 +126,13 @@ def _run_peer_models(device: str, names, steps: int, size: str, warmup: int, mod
 def run_peer(device: str, names, steps: int, size: str, warmup: int, mode: str = "eager") -> dict:
     """Every model, eager (or "inductor": torch.compile), on a torch device in a fresh process without
     torchvk: {name: result}."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    from .peer import run_script  # lazy: the package side only (a peer process runs this file as a script)
+
     spec = {"device": device, "names": list(names), "steps": steps, "size": size, "warmup": warmup, "mode": mode}
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(spec)], capture_output=True,
-                          text=True, env=env)
-    if proc.returncode != 0:
-        return {name: {"error": f"torch {device} peer failed: {proc.stderr.strip()[-600:]}"} for name in names}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result, error = run_script(Path(__file__), spec)
+    if error is not None:
+        return {name: {"error": f"torch {device} peer failed: {error[-600:]}"} for name in names}
+    return result
 
 
 def run_tvk(device_str: str, name: str, mode: str, steps: int, size: str, warmup: int) -> dict:

@@ -7,6 +7,7 @@ import sys
 
 from ..errors import TVKError
 from ..runtime import get_device
+from ..tune.cli import parse_dims
 
 EXPERIMENTS = ["roofline", "vector-add", "matmul", "mnist", "cifar10", "low-vram", "ablations", "kernels", "zoo",
                "models"]
@@ -14,9 +15,6 @@ MODULES = {"models": "model_bench"}  # torchvk/experiments/models.py holds the M
 # not in "all": a recording, not a measurement (its files are the tuner's and the kernel benchmark's inputs)
 RECORDINGS = ["shapes"]
 
-
-def _dims(text: str | None):
-    return tuple(int(d) for d in text.split(",")) if text else None
 
 
 def main(argv=None) -> int:
@@ -47,9 +45,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
-        input_shape, target_shape = _dims(args.input_shape), _dims(args.target_shape)
-    except ValueError:
-        ap.error("--input-shape and --target-shape are comma-separated integers, e.g. 8,3,224,224")
+        input_shape, target_shape = (parse_dims("--input-shape", args.input_shape),
+                                     parse_dims("--target-shape", args.target_shape))
+    except ValueError as e:
+        ap.error(str(e))
     if args.experiment != "shapes" and (args.model or input_shape or args.input_int is not None):
         ap.error("--model, --input-shape and --input-int go with `tvk-bench shapes`")
     if args.only and args.experiment != "models":

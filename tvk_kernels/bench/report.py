@@ -270,7 +270,7 @@ def models(r) -> list[str]:
            f"(`tvk-bench models`). tvk's wall time of a step over the peer's ({against}; GPU time over the peer's GPU "
            "time in brackets, both from kernel timestamps):", "",
            "| model | " + " | ".join(modes) + " | tvk CPU ops |", "|---|" + "---|" * (len(modes) + 1)]
-    slower = []
+    ratios = []
     for name, res in r["tvk"].items():
         cells = []
         for mode in modes:
@@ -281,11 +281,11 @@ def models(r) -> list[str]:
             vs = x["vs"]
             cells.append(f"{_fmt(vs['wall_ratio'])}x ({_fmt(vs['gpu_ratio'])}x)")
             if vs.get("wall_ratio"):
-                slower.append(vs["wall_ratio"])
+                ratios.append(vs["wall_ratio"])
         out.append(f"| {name} | " + " | ".join(cells) + f" | {res.get('cpu_ops')} |")
-    if slower:
-        out += ["", f"tvk is slower than the peer in {sum(v > 1 for v in slower)} of {len(slower)} model x mode runs "
-                    f"(from {min(slower):.2f}x to {max(slower):.2f}x its wall time)."]
+    if ratios:
+        out += ["", f"tvk is slower than the peer in {sum(v > 1 for v in ratios)} of {len(ratios)} model x mode runs "
+                    f"(from {min(ratios):.2f}x to {max(ratios):.2f}x its wall time)."]
     return out
 
 

@@ -84,8 +84,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     try:
-        args.input_shape, args.target_shape = (_dims("--input-shape", args.input_shape),
-                                               _dims("--target-shape", args.target_shape))
+        args.input_shape, args.target_shape = (parse_dims("--input-shape", args.input_shape),
+                                               parse_dims("--target-shape", args.target_shape))
     except ValueError as e:
         ap.error(str(e))
     if args.model is not None:
@@ -213,8 +213,8 @@ def _custom_shapes(path: str, targets: dict) -> dict:
     return custom
 
 
-def _dims(flag: str, text):
-    """"64,3,32,32" -> (64, 3, 32, 32); None stays None."""
+def parse_dims(flag: str, text):
+    """"64,3,32,32" -> (64, 3, 32, 32); None stays None. ValueError naming the flag otherwise."""
     if text is None:
         return None
     try:

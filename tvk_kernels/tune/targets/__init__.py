@@ -56,9 +56,10 @@ def load_targets() -> dict:
             raise ValueError(f"{found.__name__} tunes {found.TARGET.family!r}: name the module after its family")
         for target in several or (found.TARGET,):
             TARGETS[target.family] = target
+    recorded_suites = model_suites.load()  # read once: the files hold every family's launches
     for target in TARGETS.values():  # the default suite: the hand-picked shapes and real models' heaviest
         suite = target.suites["suite"]
-        recorded = [s for s in model_suites.heaviest(target.family, MODEL_SHAPES) if s not in suite]
+        recorded = [s for s in model_suites.heaviest(target.family, MODEL_SHAPES, recorded_suites) if s not in suite]
         target.suites = {**target.suites, "suite": suite + recorded}  # the instance's: the class keeps its own
     return TARGETS
 
