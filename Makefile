@@ -12,7 +12,7 @@ VISION ?= torchvision==0.28.0 timm==1.0.22
 APT_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers postgresql
 export XDG_RUNTIME_DIR ?= /tmp
 
-.PHONY: setup system-deps demo test shipped-kernels wheel bench-quick clean
+.PHONY: setup system-deps demo test zoo shipped-kernels wheel bench-quick clean
 
 setup: system-deps $(VENV)/.installed
 
@@ -42,7 +42,11 @@ demo: setup
 
 # TVK_SHIPPED_KERNELS=check: the run fails if it compiles a kernel module shipped/kernels.json lacks
 test: setup
-	TVK_VALIDATION=1 TVK_SHIPPED_KERNELS=check $(PY) -m pytest -q -n auto --dist loadgroup --durations=15 tests
+	TVK_VALIDATION=1 TVK_SHIPPED_KERNELS=check $(PY) -m pytest -q -n auto --dist loadgroup --durations=15 -m "not zoo_full" tests
+
+# the whole model zoo: every architecture in every mode (make test runs a subset: tests/test_zoo.py)
+zoo: setup
+	TVK_VALIDATION=1 $(PY) -m pytest -q -n auto --durations=15 tests/test_zoo.py
 
 # the wheel's precompiled kernels := the modules the whole test suite compiles (tvk_kernels/shipped_kernels.py)
 shipped-kernels: setup

@@ -13,8 +13,9 @@
 #   U: the matmul kernels' device-only tests (cooperative matrix, prefetch)
 #   S: after a reduce/softmax/norm template change: their tuning into the shipped file (TVK_TUNE_OPS: fewer), the subgroup check
 #      (tests/subgroup_worker.py: those ops and three trainings against the CPU at the device's subgroup size), coopmat tests
-#   R: real-model tests (Hugging Face models under torch.compile and torchvk.compile, the zoo's HF entries), fork
-#      safety and launch plans, under the machine's torch (needs transformers' wheels in .whl)
+#   R: real-model tests (Hugging Face models under torch.compile and torchvk.compile, the zoo's HF entries in every
+#      mode, generate(), the trainers, torch.accelerator), fork safety and launch plans, under the machine's torch
+#      (needs transformers', accelerate's and lightning's wheels in .whl)
 #   I: the real-model shape suites (tvk-bench shapes into tvk_kernels/tune/suites, copied to suites/)
 #   O: real models' training steps vs torch CUDA eager/inductor/AMP (tvk-bench models; TVK_MODELS: some, merged)
 #   X: tuning of matmul alone (its layout and batched buckets)   Y: tuning of gemv and conv2d_depthwise   Z: the model zoo (tvk-bench zoo)   D: data-parallel throughput, tvk backend vs torch CUDA (2 processes)
@@ -58,7 +59,9 @@ for phase in "$@"; do
     R) mkdir -p $R/correctness  # real models (transformers carried in .whl), fork safety, launch plans under torch 2.11
        step bash -c "python3 -m pytest -q -p no:cacheprovider --junitxml=$R/correctness/real-models-junit.xml \
          tests/test_hf_models.py tests/test_compile_calling.py tests/test_fork.py tests/test_launch_plans.py \
-         'tests/test_zoo.py::test_zoo_model_trains_like_torch_cpu' -k 'hf or gpt2 or llama or t5 or argument or fork or plan' \
+         tests/test_generate.py tests/test_trainers.py tests/test_accelerator_api.py \
+         'tests/test_zoo.py::test_zoo_model_trains_like_torch_cpu' \
+         -k 'hf or gpt2 or llama or t5 or argument or fork or plan or generate or trainer or accelerator' \
          2>&1 | tail -30 | tee $R/correctness/real-models-pytest.txt" ;;
     F) step python3 benchmarks/ab_tile_fit_split_k.py prefetch; mkdir -p $R/ab; mv $OUT/ab2.json $R/ab/prefetch.json; save ;;
     U) step python3 -m pytest -q -p no:cacheprovider tests/test_matmul.py -k "coopmat or prefetch" ;;

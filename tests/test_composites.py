@@ -1,5 +1,5 @@
 """cdist, weight norm, embedding_bag, 3-d average pooling, trilinear and bicubic upsampling,
-grid_sample and F.bilinear on tvk
+grid_sample, F.bilinear and group norm on a non-contiguous input on tvk
 (torchvk/aten/composites.py): compositions of our ops above autograd, forward and grads against
 torch CPU, eager and compiled, 0 CPU ops."""
 import copy
@@ -227,3 +227,22 @@ def test_pdist_renorm_multi_margin(p):
 
 def test_logspace():
     torch.testing.assert_close(torch.logspace(-1, 2, 7, base=3.0, device="tvk").cpu(), torch.logspace(-1, 2, 7, base=3.0))
+
+
+class _GroupNormOfPermuted(torch.nn.Module):
+    """GroupNorm on a permuted (non-contiguous) input, as diffusers' attention blocks hand it on."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.GroupNorm(2, 4)
+
+    def forward(self, x):  # x: (N, H, W, C)
+        return self.norm(x.permute(0, 3, 1, 2))
+
+
+def test_group_norm_takes_a_non_contiguous_input():
+    # torch's composite views the input as (N, groups, -1), which a permuted one cannot be
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 5, 4, requires_grad=True)
+    _trains_like_cpu(_GroupNormOfPermuted(), x, torch.randn(2, 4, 3, 5),
+                     lambda out, target: F.mse_loss(out, target), grads=("norm.weight", "norm.bias"))

@@ -66,7 +66,7 @@ def test_a_failing_case_is_recorded_and_the_next_runs(monkeypatch):
 
 def test_the_benchmark_covers_at_least_eight_third_party_architectures():
     libraries = {e.library for e in zoo_models.ZOO.values() if e.library}
-    assert libraries == {"transformers", "timm", "torchvision"}
+    assert libraries == {"transformers", "timm", "torchvision", "diffusers"}
     assert sum(1 for e in zoo_models.ZOO.values() if e.library) >= 8
 
 

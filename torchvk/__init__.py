@@ -40,6 +40,8 @@ _distributed.register()  # dist.init_process_group("cpu:gloo,tvk:tvk"), Distribu
 _autograd.install()  # every backward on the calling thread, errors in it raised there
 from . import autocast as _autocast  # noqa: E402
 _autocast.install()  # torch.autocast("tvk"): CUDA's op policy (torch has none for PrivateUse1)
+from . import accelerator as _accelerator  # noqa: E402
+_accelerator.install()  # torch.accelerator's C++-backed functions and Graph, done for tvk
 
 from . import aten as _aten  # noqa: E402,F401  (fills the op table)
 from .compile import fake as _fake  # noqa: E402,F401  (Dynamo's stand-in for a tvk tensor: TVKTensor's hook)
@@ -54,6 +56,8 @@ from . import profiler  # noqa: E402,F401
 from . import backends  # noqa: E402,F401  (torchvk.backends.benchmark)
 from .graphs import graph  # noqa: E402
 from .compile import compile  # noqa: E402  (the function; the package stays importable as torchvk.compile)
+from . import integrations as _integrations  # noqa: E402
+_integrations.install()  # accelerate, HF Trainer and Lightning pick tvk (each hooked once it loads)
 
 
 def synchronize(device=None):

@@ -30,6 +30,29 @@ class _Guard(torch._C._acc.DeviceGuard):
     type_ = staticmethod(itertools.repeat(torch._C._autograd.DeviceType.PrivateUse1).__next__)
 
 
+class Stream(torch.Stream):
+    """torch.tvk.Stream: a device's queue. TorchVK records every kernel of a device in order on one
+    Vulkan queue, so a device has one stream (id 0) and every Stream of it is that one. torch's own
+    methods for a Python backend's stream neither wait nor look (synchronize returns at once, query
+    says True, torch 2.13's is_capturing False); these ask the queue."""
+
+    def __new__(cls, device=None, priority: int = 0):
+        return super().__new__(cls, stream_id=0, device_index=_index(device),
+                               device_type=int(torch._C._autograd.DeviceType.PrivateUse1))
+
+    def synchronize(self) -> None:
+        """Wait until every kernel recorded on the device so far has run."""
+        get_device(self.device_index).stream.synchronize()
+
+    def query(self) -> bool:
+        """Whether every kernel recorded on the device so far has run (no wait)."""
+        return get_device(self.device_index).stream.query()
+
+    def is_capturing(self) -> bool:
+        """Whether a graph capture (torchvk.graph, torch.accelerator.Graph) is recording the device's kernels."""
+        return get_device(self.device_index).stream.capturing
+
+
 class TVKModule:
     """The object registered as `torch.tvk` (torch._register_device_module)."""
 
@@ -87,6 +110,12 @@ class TVKModule:
     def synchronize(device=None) -> None:
         get_device(_index(device)).stream.synchronize()
 
+    Stream = Stream
+
+    @staticmethod
+    def current_stream(device=None) -> Stream:
+        return Stream(device)
+
     # -- random numbers
     manual_seed = staticmethod(_rng.manual_seed)
     manual_seed_all = staticmethod(_rng.manual_seed)
@@ -108,6 +137,8 @@ class TVKModule:
     empty_cache = staticmethod(_memory.empty_cache)
     memory_stats = staticmethod(_memory.memory_stats)
     set_memory_limit = staticmethod(_memory.set_memory_limit)
+    mem_get_info = staticmethod(_memory.get_memory_info)
+    empty_host_cache = staticmethod(_memory.empty_host_cache)
 
     # amp: torch.autocast("tvk") (torchvk/autocast.py) and torch.amp.GradScaler("tvk") (torchvk/aten/amp.py)
     @staticmethod

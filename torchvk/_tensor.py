@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 
 import numpy as np
 import torch
@@ -91,8 +92,12 @@ class TVKTensor(torch.Tensor):
         if g is None or g.shape != self.shape or g.stride() != self.stride() or \
                 g.storage_offset() != self.storage_offset() or g.dtype != self.dtype:
             n = span_elements(list(self.shape), list(self.stride())) + self.storage_offset()
-            g = torch.empty(n, dtype=self.dtype, device="meta").as_strided(self.shape, self.stride(),
-                                                                            self.storage_offset())
+            # a normal tensor, in inference mode too: Dynamo guards on its dispatch keys, and it builds the
+            # memo of a graph's inputs outside inference mode while it compiles; an inference tensor made
+            # by a later call's guard would not match them (a recompile per call, under inference_mode)
+            with torch.inference_mode(False) if torch.is_inference_mode_enabled() else contextlib.nullcontext():
+                g = torch.empty(n, dtype=self.dtype, device="meta").as_strided(self.shape, self.stride(),
+                                                                                self.storage_offset())
             self.__dict__["_geometry_memo"] = g
         return g
 

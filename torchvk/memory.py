@@ -6,6 +6,8 @@ import numbers
 
 import torch
 
+from tvk_kernels.runtime.device import Device
+from tvk_kernels.runtime.instance import _memory as _heaps_and_types
 from tvk_kernels.runtime.memory import parse_bytes
 
 from ._storage import get_device
@@ -70,6 +72,33 @@ def reset_max_memory_allocated(device=None):
 def empty_cache(device=None):
     """Give cached, unused blocks back to the driver."""
     _alloc(device).empty_cache()
+
+
+def empty_host_cache():
+    """Give the host-visible staging blocks that uploads and downloads left unused back to the
+    driver, on every device opened so far (TorchVK's counterpart of pinned host memory)."""
+    for dev in list(Device._open.values()):  # the devices opened (a device never opened has no cache)
+        if dev.staging is not None:
+            dev.staging.empty_cache()
+
+
+def get_memory_info(device=None) -> tuple[int, int]:
+    """(free, total) bytes of the memory heap the device's tensors live in, as torch.cuda.mem_get_info.
+    With VK_EXT_memory_budget, free is what the driver says this process can still take from the
+    heap (its budget less its use); without it (lavapipe), the heap's size less what TorchVK holds."""
+    allocator = _alloc(device)
+    dev = allocator.device
+    budget_known = "VK_EXT_memory_budget" in dev.extensions
+    heaps, types = _heaps_and_types(dev.physical.handle, budget_known)  # asked anew: the budget changes
+    if allocator._memory_type is not None:  # the heap of the type its blocks are made in
+        heap = heaps[types[allocator._memory_type]["heap"]]
+    else:  # no block yet: the largest device-local heap, where it would make them
+        heap = max(heaps, key=lambda candidate: (candidate["device_local"], candidate["size"]))
+    if budget_known:
+        free = heap["budget"] - heap["usage"]
+    else:
+        free = heap["size"] - allocator.reserved
+    return max(free, 0), heap["size"]
 
 
 def memory_stats(device=None) -> dict:

@@ -157,5 +157,16 @@ def batch_norm_relu_no_training(input, weight, bias, running_mean, running_var, 
     return _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps, relu=True)
 
 
-# group norm: the forward is torch's composite of our ops; its backward is torch's decomposition
+# group norm: the forward is torch's composite of our ops, on a contiguous input (the composite views the
+# input as (N, groups, -1): a permuted one, as diffusers' attention blocks hand on, cannot be viewed so;
+# CUDA's kernel takes any layout); its backward is torch's decomposition
+_COMPOSITE = torch._C.DispatchKey.CompositeExplicitAutograd
+
+
+@register(aten.native_group_norm.default)
+def native_group_norm(input, weight, bias, n, channels, spatial, groups, eps):
+    return aten.native_group_norm.default._op_dk(_COMPOSITE, contig(input), weight, bias, n, channels, spatial,
+                                                  groups, eps)
+
+
 register_decomposition(aten.native_group_norm_backward.default)

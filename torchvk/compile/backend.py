@@ -19,7 +19,7 @@ from torch._dynamo.backends.registry import _BACKENDS, register_backend
 
 import torchvk
 
-from .._tensor import TVKTensor
+from .._tensor import TVKTensor, from_cpu
 from .trace import CompiledGraphs, signature
 
 
@@ -34,7 +34,8 @@ class DynamoGraph:
         self.signatures: dict = {}
 
     def __call__(self, *args):
-        args = args + self.constants
+        args = list(args + self.constants)
+        scalars = _upload_cpu_scalars(args)
         key = signature(args)
         graphs = self.signatures.get(key)
         if graphs is None:
@@ -44,11 +45,34 @@ class DynamoGraph:
                     f"torch.compile(backend='tvk'): a graph input is a {strays[0].device} tensor of shape "
                     f"{tuple(strays[0].shape)}; compiled graphs take tvk tensors only: move it with .to('tvk') "
                     "before the compiled call")
-            graphs = self.signatures[key] = CompiledGraphs(self.gm, [], list(args), fuse=self.fuse, replay=self.replay)
-        return graphs(list(args))
+            graphs = self.signatures[key] = CompiledGraphs(self.gm, [], args, fuse=self.fuse, replay=self.replay)
+        out = graphs(args)
+        for i, cpu, version in scalars:  # a graph that wrote to one (x.add_(n)): the write reaches the CPU tensor
+            if args[i]._version != version:
+                with torch.no_grad():
+                    cpu.copy_(args[i].cpu())
+        return out
 
     def compile_stats(self) -> list:
         return [g.stats() for g in self.signatures.values()]
+
+
+def _upload_cpu_scalars(args: list) -> list:
+    """0-dim CPU tensors among a graph's inputs, replaced in `args` by tvk copies; returns
+    (position, CPU tensor, copy's version) for each. Eager tvk ops take a 0-dim CPU tensor as a
+    number (as CUDA's do), and a model may keep one as state that a graph reads: Hugging Face's
+    StaticCache starts its `cumulative_length` as torch.tensor(0) on the CPU and moves it to the
+    cache's device inside the first (compiled) forward. The program computes on tvk only."""
+    device = next((a._tvk.device for a in args if type(a) is TVKTensor), None)
+    moved = []
+    if device is None:
+        return moved
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and not isinstance(a, TVKTensor) and a.device.type == "cpu" and a.dim() == 0:
+            with torch.inference_mode(False):  # a normal tensor, whose version counter shows a write, in any mode
+                args[i] = from_cpu(a, device).requires_grad_(a.requires_grad)
+            moved.append((i, a, args[i]._version))
+    return moved
 
 
 def _own_copy(gm):

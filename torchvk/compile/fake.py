@@ -53,9 +53,14 @@ class FakeTVKTensor(TVKTensor):
         if any(type(a) is TVKTensor for a in leaves):  # a real one among the fakes: computed on its geometry
             mode = maybe_get_fake_mode(first._inner)
             args, kwargs = tree_map(lambda a: _fake_of(a, mode), (args, kwargs))
+        target = kwargs.get("device")
+        if target is not None and torch.device(target).type == "tvk":
+            # an op asked for tvk (mask.to(device=x.device, dtype=torch.bool): Hugging Face's attention mask)
+            # computes on meta like the inner fakes; a fake on tvk inside the result would meet meta ones in a
+            # later op, a device mismatch
+            kwargs = {**kwargs, "device": torch.device("meta")}
         out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
         # results stay on tvk, unless the op was asked for another device (x.cpu(), x.to("cpu"))
-        target = kwargs.get("device")
         if target is not None and torch.device(target).type != "tvk":
             return out
         wrap = lambda o: cls.around(o, index) if isinstance(o, torch.Tensor) else o  # noqa: E731

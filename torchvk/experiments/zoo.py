@@ -44,12 +44,12 @@ def _sync(device: str):
         torch.tvk.synchronize()
 
 
-def trainer(name: str, device: str, mode: str = "eager", size: str = "tiny"):
+def trainer(name: str, device: str, mode: str = "eager", size: str = "tiny", dtype: torch.dtype = torch.float32):
     """(the model of zoo entry `name` on `device`, built from the zoo's seeded init, and step(x, y): one
     training step in `mode`, returning the loss). "amp": autocast to float16 with a GradScaler, as
-    torch.amp's recipe for CUDA."""
+    torch.amp's recipe for CUDA. dtype: the parameters' (float64: a CPU referee's)."""
     entry = zoo_models.ZOO[name]
-    model = zoo_models.build(name, size).to(device)  # built on the CPU: the same weights on every device
+    model = zoo_models.build(name, size).to(device, dtype)  # built on the CPU: the same weights on every device
     opt = entry.optimizer(model.parameters())
     if mode == "torchvk.compile":
         import torchvk  # lazy: this file also runs as a peer script, without torchvk
@@ -68,7 +68,10 @@ def trainer(name: str, device: str, mode: str = "eager", size: str = "tiny"):
     else:
         raise ValueError(f"unknown zoo mode {mode!r}; one of {MODES + ('amp', 'inductor')}")
     device_type = torch.device(device).type
-    scaler = torch.amp.GradScaler(device_type) if mode == "amp" else None
+    # an initial loss scale of 2**8, not torch's 2**16: the zoo's models are small, their gradients large (few
+    # samples and classes), and 2**16 overflows float16 in the first steps, which the scaler then skips
+    # (on CUDA too); the zoo compares steps that trained
+    scaler = torch.amp.GradScaler(device_type, init_scale=2.0 ** 8) if mode == "amp" else None
 
     def step(x, y):
         opt.zero_grad(set_to_none=True)
@@ -87,13 +90,14 @@ def trainer(name: str, device: str, mode: str = "eager", size: str = "tiny"):
     return model, step
 
 
-def train_steps(name: str, device: str, mode: str = "eager", steps: int = 2, size: str = "tiny"):
+def train_steps(name: str, device: str, mode: str = "eager", steps: int = 2, size: str = "tiny",
+                dtype: torch.dtype = torch.float32):
     """Train zoo model `name` for `steps` steps on `device` in `mode`, from the zoo's seeded init and
-    batches; returns (losses, step seconds, the trained model)."""
-    model, step = trainer(name, device, mode, size)
+    batches, its parameters and float inputs in `dtype`; returns (losses, step seconds, the trained model)."""
+    model, step = trainer(name, device, mode, size, dtype)
     losses, seconds = [], []
     for x, y in zoo_models.batches(name, steps, size):
-        x, y = x.to(device), y.to(device)
+        x, y = (t.to(device, dtype) if t.is_floating_point() else t.to(device) for t in (x, y))
         _sync(device)
         t0 = time.perf_counter()
         loss = step(x, y)

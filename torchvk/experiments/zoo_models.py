@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -34,7 +35,9 @@ class ZooModel:
 
 
 def sgd(params):
-    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    # 0.01: at 0.05 the tiny BatchNorm CNNs' first step overshoots (ResNet-18's loss 1.4 -> 5.1), and the second
+    # step's gradients turn on a ReLU input's rounding (float32 CPU itself 1% off a float64 referee)
+    return torch.optim.SGD(params, lr=0.01, momentum=0.9)
 
 
 def adamw(params):
@@ -266,36 +269,50 @@ def autoencoder(width, code, **_):
                          nn.Linear(code, 2 * code), nn.ReLU(), nn.Linear(2 * code, width), nn.Sigmoid())
 
 
-# the Hugging Face models: kind -> (model class, config class, the forward's keyword arguments beside the input)
+# the Hugging Face models: kind -> (model class, config class, what the input is, the forward's keyword
+# arguments beside it). Inputs: "tokens" (input_ids), "pixels" (pixel_values), "seq2seq" (input_ids, and
+# decoder_input_ids: teacher forcing on the input itself), "audio" (input_features; the decoder reads the
+# fixed tokens of a buffer)
 HUGGING_FACE = {
-    "gpt2": ("GPT2LMHeadModel", "GPT2Config", {"use_cache": False}),  # a decoder's KV cache: not for training
-    "llama": ("LlamaForCausalLM", "LlamaConfig", {"use_cache": False}),
-    "bert": ("BertForSequenceClassification", "BertConfig", {}),
-    "vit": ("ViTForImageClassification", "ViTConfig", {}),
-    "t5": ("T5ForConditionalGeneration", "T5Config", {"use_cache": False}),
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config", "tokens", {"use_cache": False}),  # a KV cache: not for training
+    "llama": ("LlamaForCausalLM", "LlamaConfig", "tokens", {"use_cache": False}),
+    "mistral": ("MistralForCausalLM", "MistralConfig", "tokens", {"use_cache": False}),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", "tokens", {"use_cache": False}),
+    "gemma": ("GemmaForCausalLM", "GemmaConfig", "tokens", {"use_cache": False}),
+    "phi": ("PhiForCausalLM", "PhiConfig", "tokens", {"use_cache": False}),
+    "gpt_neox": ("GPTNeoXForCausalLM", "GPTNeoXConfig", "tokens", {"use_cache": False}),
+    "opt": ("OPTForCausalLM", "OPTConfig", "tokens", {"use_cache": False}),
+    "bert": ("BertForSequenceClassification", "BertConfig", "tokens", {}),
+    "roberta": ("RobertaForSequenceClassification", "RobertaConfig", "tokens", {}),
+    "distilbert": ("DistilBertForSequenceClassification", "DistilBertConfig", "tokens", {}),
+    "vit": ("ViTForImageClassification", "ViTConfig", "pixels", {}),
+    "t5": ("T5ForConditionalGeneration", "T5Config", "seq2seq", {"use_cache": False}),
+    "bart": ("BartForConditionalGeneration", "BartConfig", "seq2seq", {"use_cache": False}),
+    "whisper": ("WhisperForConditionalGeneration", "WhisperConfig", "audio", {"use_cache": False}),
 }
 
 
 class HuggingFace(nn.Module):
     """A Hugging Face transformers model built from a config (random init, nothing downloaded), called
-    as users call it (keyword arguments, a ModelOutput back) and returning its logits. Images go in
-    as pixel_values; token ids as input_ids (an encoder-decoder also decodes them: teacher forcing
-    on the input itself)."""
+    as users call it (keyword arguments, a ModelOutput back) and returning its logits."""
 
-    def __init__(self, kind: str, **config):
+    def __init__(self, kind: str, decoder_tokens: torch.Tensor | None = None, **config):
         super().__init__()
         declare_torchvision_ops()  # transformers imports an installed torchvision
         import transformers  # lazy: only the Hugging Face entries need it (a test dependency)
 
-        model_class, config_class, self.options = HUGGING_FACE[kind]
+        model_class, config_class, self.input, self.options = HUGGING_FACE[kind]
         self.model = getattr(transformers, model_class)(getattr(transformers, config_class)(**config))
-        self.kind = kind
+        if decoder_tokens is not None:
+            self.register_buffer("decoder_tokens", decoder_tokens, persistent=False)
 
     def forward(self, x):
-        if self.kind == "vit":
+        if self.input == "pixels":
             return self.model(pixel_values=x, **self.options).logits
-        if self.kind == "t5":
+        if self.input == "seq2seq":
             return self.model(input_ids=x, decoder_input_ids=x, **self.options).logits
+        if self.input == "audio":
+            return self.model(input_features=x, decoder_input_ids=self.decoder_tokens[:x.shape[0]], **self.options).logits
         return self.model(input_ids=x, **self.options).logits
 
 
@@ -309,10 +326,50 @@ def hf_llama(vocab, seq, d, heads, layers, **_):
                        num_attention_heads=heads, num_key_value_heads=max(heads // 2, 1), num_hidden_layers=layers)
 
 
+def hf_decoder(kind, vocab, seq, d, heads, layers, config=None, **_):
+    """Llama's relatives (Mistral, Qwen2, Gemma): grouped-query attention, rotary positions, gated MLPs;
+    config: more of the model's config (Mistral's sliding window)."""
+    return HuggingFace(kind, **(config or {}), vocab_size=vocab, max_position_embeddings=seq, hidden_size=d, intermediate_size=2 * d,
+                       num_attention_heads=heads, num_key_value_heads=max(heads // 2, 1), num_hidden_layers=layers,
+                       head_dim=d // heads)
+
+
+def hf_phi(vocab, seq, d, heads, layers, **_):
+    """Phi: a parallel attention + MLP block, partial rotary embedding, a biased LM head."""
+    return HuggingFace("phi", vocab_size=vocab, max_position_embeddings=seq, hidden_size=d, intermediate_size=2 * d,
+                       num_attention_heads=heads, num_hidden_layers=layers, partial_rotary_factor=0.5,
+                       resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0)
+
+
+def hf_gpt_neox(vocab, seq, d, heads, layers, **_):
+    return HuggingFace("gpt_neox", vocab_size=vocab, max_position_embeddings=seq, hidden_size=d,
+                       intermediate_size=2 * d, num_attention_heads=heads, num_hidden_layers=layers, rotary_pct=0.5,
+                       hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def hf_opt(vocab, seq, d, heads, layers, **_):
+    return HuggingFace("opt", vocab_size=vocab, max_position_embeddings=seq, hidden_size=d, word_embed_proj_dim=d,
+                       ffn_dim=2 * d, num_attention_heads=heads, num_hidden_layers=layers, dropout=0.0,
+                       attention_dropout=0.0, activation_dropout=0.0, layerdrop=0.0)
+
+
 def hf_bert(vocab, seq, d, heads, layers, classes, **_):
     return HuggingFace("bert", vocab_size=vocab, max_position_embeddings=seq, hidden_size=d, intermediate_size=4 * d,
                        num_attention_heads=heads, num_hidden_layers=layers, num_labels=classes,
                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def hf_roberta(vocab, seq, d, heads, layers, classes, **_):
+    # positions start after the padding id (1): seq + 2 of them
+    return HuggingFace("roberta", vocab_size=vocab, max_position_embeddings=seq + 2, hidden_size=d,
+                       intermediate_size=4 * d, num_attention_heads=heads, num_hidden_layers=layers, num_labels=classes,
+                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0)
+
+
+def hf_distilbert(vocab, seq, d, heads, layers, classes, **_):
+    return HuggingFace("distilbert", vocab_size=vocab, max_position_embeddings=seq, dim=d, hidden_dim=4 * d,
+                       n_heads=heads, n_layers=layers, num_labels=classes, dropout=0.0, attention_dropout=0.0,
+                       seq_classif_dropout=0.0)
 
 
 def hf_vit(channels, size, patch, classes, d, heads, layers, **_):
@@ -324,6 +381,90 @@ def hf_vit(channels, size, patch, classes, d, heads, layers, **_):
 def hf_t5(vocab, d, heads, layers, **_):
     return HuggingFace("t5", vocab_size=vocab, d_model=d, d_kv=d // heads, d_ff=4 * d, num_layers=layers,
                        num_decoder_layers=layers, num_heads=heads, dropout_rate=0.0)
+
+
+def hf_bart(vocab, seq, d, heads, layers, **_):
+    return HuggingFace("bart", vocab_size=vocab, max_position_embeddings=seq, d_model=d, encoder_layers=layers,
+                       decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
+                       encoder_ffn_dim=2 * d, decoder_ffn_dim=2 * d, dropout=0.0, attention_dropout=0.0,
+                       activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0)
+
+
+def hf_whisper(batch, vocab, seq, mels, frames, d, heads, layers, **_):
+    """Whisper: a conv front end over log-mel frames (stride 2: frames // 2 positions), an encoder-decoder."""
+    decoder_tokens = torch.randint(0, vocab, (batch, seq))
+    return HuggingFace("whisper", decoder_tokens, vocab_size=vocab, num_mel_bins=mels, max_source_positions=frames // 2,
+                       max_target_positions=seq, d_model=d, encoder_layers=layers, decoder_layers=layers,
+                       encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=2 * d,
+                       decoder_ffn_dim=2 * d, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                       encoder_layerdrop=0.0, decoder_layerdrop=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                       decoder_start_token_id=1)
+
+
+def log_mel_frames(g, batch, vocab, seq, mels, frames, **_):
+    return torch.randn(batch, mels, frames, generator=g), torch.randint(0, vocab, (batch, seq), generator=g)
+
+
+# diffusers models: kind -> (model class, what the forward takes beside the sample). "timestep": a UNet's
+# noise level (one per sample, from a buffer); "text": also cross-attention over fixed embeddings
+DIFFUSERS = {
+    "unet2d": ("UNet2DModel", "timestep"),
+    "unet2d_condition": ("UNet2DConditionModel", "text"),
+    "vae": ("AutoencoderKL", ""),
+}
+
+
+class Diffusers(nn.Module):
+    """A diffusers model built from its config (random init), called as a denoising step: it returns
+    the predicted noise (UNets) or the reconstruction (the VAE; its posterior's mode, no sampling)."""
+
+    def __init__(self, kind: str, batch: int, text: tuple[int, int] | None = None, **config):
+        super().__init__()
+        import_torchvision()  # diffusers imports an installed torchvision
+        import diffusers  # lazy: a test dependency
+
+        model_class, self.conditioning = DIFFUSERS[kind]
+        self.model = getattr(diffusers, model_class)(**config)
+        self.register_buffer("timesteps", torch.arange(batch) * 97 % 1000, persistent=False)
+        if text is not None:
+            self.register_buffer("text", torch.randn(batch, *text), persistent=False)
+
+    def forward(self, x):
+        if self.conditioning == "timestep":
+            return self.model(x, self.timesteps[:x.shape[0]]).sample
+        if self.conditioning == "text":
+            return self.model(x, self.timesteps[:x.shape[0]], encoder_hidden_states=self.text[:x.shape[0]]).sample
+        return self.model(x).sample
+
+
+def diffusers_unet(batch, channels, size, width, groups, **_):
+    """The DDPM UNet: ResNet blocks with a timestep embedding, GroupNorm, self-attention at the lower level."""
+    return Diffusers("unet2d", batch, sample_size=size, in_channels=channels, out_channels=channels,
+                     layers_per_block=1, block_out_channels=(width, 2 * width), norm_num_groups=groups,
+                     down_block_types=("DownBlock2D", "AttnDownBlock2D"), up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+                     attention_head_dim=width)
+
+
+def diffusers_unet_condition(batch, channels, size, width, groups, tokens, **_):
+    """Stable Diffusion's UNet: cross-attention transformer blocks over text embeddings."""
+    return Diffusers("unet2d_condition", batch, text=(tokens, width), sample_size=size, in_channels=channels,
+                     out_channels=channels, layers_per_block=1, block_out_channels=(width, 2 * width),
+                     norm_num_groups=groups, cross_attention_dim=width, attention_head_dim=groups,
+                     down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                     up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"))
+
+
+def diffusers_vae(batch, channels, size, width, groups, **_):
+    """Stable Diffusion's VAE (AutoencoderKL): an encoder to a latent Gaussian, a decoder back."""
+    return Diffusers("vae", batch, in_channels=channels, out_channels=channels, latent_channels=4,
+                     block_out_channels=(width, 2 * width), layers_per_block=1, norm_num_groups=groups,
+                     down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+                     sample_size=size)
+
+
+def noisy_images(g, batch, channels, size, **_):
+    """A denoising step's (sample, target): the model learns to map noise to other noise of its shape."""
+    return torch.randn(batch, channels, size, size, generator=g), torch.randn(batch, channels, size, size, generator=g)
 
 
 _TORCHVISION_OPS = None  # the op library declare_torchvision_ops makes where torchvision's compiled ops cannot load
@@ -364,16 +505,22 @@ def import_torchvision():
 
 
 def timm_model(arch, classes, options=None, **_):
-    """A timm model by name (random init); options: its constructor's arguments (smaller variants)."""
+    """A timm model by name (random init), or a timm model class (MlpMixer) where the named variant fixes
+    the sizes options shrink; options: its constructor's arguments (smaller variants)."""
     import_torchvision()  # timm imports torchvision
     import timm  # lazy: a test dependency
 
+    if arch[0].isupper():
+        return getattr(timm.models, arch)(num_classes=classes, **(options or {}))
     return timm.create_model(arch, pretrained=False, num_classes=classes, **(options or {}))
 
 
 def torchvision_model(arch, classes, options=None, **_):
-    """A torchvision classification model by name (random init)."""
-    return getattr(import_torchvision().models, arch)(weights=None, num_classes=classes, **(options or {}))
+    """A torchvision classification model by name (random init): a builder (resnet18), or a model class
+    (VisionTransformer) where a builder would fix the sizes options shrink."""
+    build = getattr(import_torchvision().models, arch)
+    weights = {} if isinstance(build, type) else {"weights": None}
+    return build(**weights, num_classes=classes, **(options or {}))
 
 
 # ---- the zoo --------------------------------------------------------------------------------------
@@ -425,6 +572,30 @@ ZOO = {m.name: m for m in [
     ZooModel("hf_bert", hf_bert, token_sequences, F.cross_entropy, adamw,
              tiny=dict(batch=2, seq=8, vocab=29, classes=3, d=16, heads=2, layers=1),
              bench=dict(batch=32, seq=128, vocab=8192, classes=4, d=256, heads=4, layers=4), library="transformers"),
+    ZooModel("hf_mistral", partial(hf_decoder, "mistral"), next_tokens, token_loss, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=4, layers=1, config={"sliding_window": 4}),
+             bench=dict(batch=16, seq=256, vocab=8192, d=256, heads=4, layers=4), library="transformers"),
+    ZooModel("hf_qwen2", partial(hf_decoder, "qwen2"), next_tokens, token_loss, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=4, layers=1),
+             bench=dict(batch=16, seq=256, vocab=8192, d=256, heads=4, layers=4), library="transformers"),
+    ZooModel("hf_gemma", partial(hf_decoder, "gemma"), next_tokens, token_loss, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=4, layers=1),
+             bench=dict(batch=16, seq=256, vocab=8192, d=256, heads=4, layers=4), library="transformers"),
+    ZooModel("hf_phi", hf_phi, next_tokens, token_loss, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=2, layers=1),
+             bench=dict(batch=16, seq=256, vocab=8192, d=256, heads=4, layers=4), library="transformers"),
+    ZooModel("hf_gpt_neox", hf_gpt_neox, next_tokens, token_loss, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=2, layers=1),
+             bench=dict(batch=16, seq=256, vocab=8192, d=256, heads=4, layers=4), library="transformers"),
+    ZooModel("hf_opt", hf_opt, next_tokens, token_loss, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=2, layers=1),
+             bench=dict(batch=16, seq=256, vocab=8192, d=256, heads=4, layers=4), library="transformers"),
+    ZooModel("hf_roberta", hf_roberta, token_sequences, F.cross_entropy, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, classes=3, d=16, heads=2, layers=1),
+             bench=dict(batch=32, seq=128, vocab=8192, classes=4, d=256, heads=4, layers=4), library="transformers"),
+    ZooModel("hf_distilbert", hf_distilbert, token_sequences, F.cross_entropy, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, classes=3, d=16, heads=2, layers=1),
+             bench=dict(batch=32, seq=128, vocab=8192, classes=4, d=256, heads=4, layers=4), library="transformers"),
     ZooModel("hf_vit", hf_vit, images, F.cross_entropy, adamw,
              tiny=dict(batch=2, channels=3, size=8, patch=4, classes=4, d=16, heads=2, layers=1),
              bench=dict(batch=32, channels=3, size=224, patch=16, classes=10, d=384, heads=6, layers=4),
@@ -432,8 +603,17 @@ ZOO = {m.name: m for m in [
     ZooModel("hf_t5", hf_t5, next_tokens, token_loss, adamw,
              tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=2, layers=1),
              bench=dict(batch=16, seq=128, vocab=8192, d=256, heads=4, layers=2), library="transformers"),
+    ZooModel("hf_bart", hf_bart, next_tokens, token_loss, adamw,
+             tiny=dict(batch=2, seq=8, vocab=29, d=16, heads=2, layers=1),
+             bench=dict(batch=16, seq=128, vocab=8192, d=256, heads=4, layers=2), library="transformers"),
+    ZooModel("hf_whisper", hf_whisper, log_mel_frames, token_loss, adamw,
+             tiny=dict(batch=2, seq=6, vocab=29, mels=8, frames=16, d=16, heads=2, layers=1),
+             bench=dict(batch=16, seq=64, vocab=8192, mels=80, frames=600, d=256, heads=4, layers=2),
+             library="transformers"),
     # timm and torchvision CNNs (test dependencies); tiny: the same classes, fewer blocks and channels. Batch 4
     # at 64 px: BatchNorm over fewer values (batch 2, a 1x1 last stage) turns rounding into different losses
+    # (one ReLU input of 4e-4 changing sign on a 1e-3 rounding error moved ShuffleNetV2's gradient 10%, against a
+    # float64 referee; MobileNetV3's squeeze-excite needs batch 8)
     ZooModel("timm_resnet18", timm_model, images, F.cross_entropy, sgd,
              tiny=dict(arch="resnet18", batch=4, channels=3, size=64, classes=4, options={"layers": (1, 1, 1, 1)}),
              bench=dict(arch="resnet18", batch=32, channels=3, size=128, classes=10), library="timm", compare_by_norm=True),
@@ -444,12 +624,60 @@ ZOO = {m.name: m for m in [
              tiny=dict(arch="convnext_atto", batch=2, channels=3, size=32, classes=4,
                        options={"dims": (8, 16, 32, 64), "depths": (1, 1, 1, 1)}),
              bench=dict(arch="convnext_atto", batch=32, channels=3, size=128, classes=10), library="timm"),
+    ZooModel("timm_vit", timm_model, images, F.cross_entropy, adamw,
+             tiny=dict(arch="vit_tiny_patch16_224", batch=2, channels=3, size=16, classes=4,
+                       options={"img_size": 16, "patch_size": 8, "embed_dim": 16, "depth": 1, "num_heads": 2}),
+             bench=dict(arch="vit_tiny_patch16_224", batch=32, channels=3, size=224, classes=10), library="timm"),
+    ZooModel("timm_mobilenetv3", timm_model, images, F.cross_entropy, adamw,
+             tiny=dict(arch="mobilenetv3_small_050", batch=8, channels=3, size=64, classes=4),
+             bench=dict(arch="mobilenetv3_small_100", batch=32, channels=3, size=128, classes=10), library="timm",
+             compare_by_norm=True),
+    ZooModel("timm_regnet", timm_model, images, F.cross_entropy, sgd,
+             tiny=dict(arch="regnetx_002", batch=4, channels=3, size=32, classes=4),
+             bench=dict(arch="regnetx_002", batch=32, channels=3, size=128, classes=10), library="timm",
+             compare_by_norm=True),
+    ZooModel("timm_mixer", timm_model, images, F.cross_entropy, adamw,
+             tiny=dict(arch="MlpMixer", batch=2, channels=3, size=16, classes=4,
+                       options={"img_size": 16, "patch_size": 8, "embed_dim": 16, "num_blocks": 1}),
+             bench=dict(arch="mixer_s16_224", batch=32, channels=3, size=224, classes=10), library="timm"),
     ZooModel("tv_resnet18", torchvision_model, images, F.cross_entropy, sgd,
              tiny=dict(arch="resnet18", batch=4, channels=3, size=64, classes=4),
              bench=dict(arch="resnet18", batch=32, channels=3, size=128, classes=10), library="torchvision", compare_by_norm=True),
     ZooModel("tv_mobilenet_v3", torchvision_model, images, F.cross_entropy, adamw,
-             tiny=dict(arch="mobilenet_v3_small", batch=4, channels=3, size=64, classes=4, options={"width_mult": 0.25}),
-             bench=dict(arch="mobilenet_v3_small", batch=32, channels=3, size=128, classes=10), library="torchvision", compare_by_norm=True),
+             tiny=dict(arch="mobilenet_v3_small", batch=4, channels=3, size=64, classes=4,
+                       options={"width_mult": 0.25, "dropout": 0.0}),
+             bench=dict(arch="mobilenet_v3_small", batch=32, channels=3, size=128, classes=10, options={"dropout": 0.0}),
+             library="torchvision", compare_by_norm=True),
+    ZooModel("tv_squeezenet", torchvision_model, images, F.cross_entropy, sgd,
+             tiny=dict(arch="squeezenet1_1", batch=2, channels=3, size=32, classes=4, options={"dropout": 0.0}),
+             bench=dict(arch="squeezenet1_1", batch=32, channels=3, size=128, classes=10, options={"dropout": 0.0}),
+             library="torchvision"),
+    ZooModel("tv_densenet", torchvision_model, images, F.cross_entropy, sgd,
+             tiny=dict(arch="DenseNet", batch=4, channels=3, size=32, classes=4,
+                       options={"growth_rate": 4, "block_config": (2, 2), "num_init_features": 8}),
+             bench=dict(arch="densenet121", batch=32, channels=3, size=128, classes=10), library="torchvision",
+             compare_by_norm=True),
+    ZooModel("tv_vit", torchvision_model, images, F.cross_entropy, adamw,
+             tiny=dict(arch="VisionTransformer", batch=2, channels=3, size=16, classes=4,
+                       options={"image_size": 16, "patch_size": 8, "num_layers": 1, "num_heads": 2, "hidden_dim": 16,
+                                "mlp_dim": 32}),
+             bench=dict(arch="vit_b_16", batch=32, channels=3, size=224, classes=10), library="torchvision"),
+    ZooModel("tv_swin", torchvision_model, images, F.cross_entropy, adamw,
+             tiny=dict(arch="SwinTransformer", batch=2, channels=3, size=16, classes=4,
+                       options={"patch_size": [2, 2], "embed_dim": 8, "depths": [1, 1], "num_heads": [2, 2],
+                                "window_size": [2, 2], "stochastic_depth_prob": 0.0}),
+             bench=dict(arch="swin_t", batch=32, channels=3, size=224, classes=10,
+                        options={"stochastic_depth_prob": 0.0}), library="torchvision"),
+    # diffusers (a test dependency): denoising steps of the DDPM UNet, Stable Diffusion's UNet and VAE
+    ZooModel("diffusers_unet", diffusers_unet, noisy_images, F.mse_loss, adamw,
+             tiny=dict(batch=2, channels=3, size=8, width=8, groups=4),
+             bench=dict(batch=16, channels=3, size=64, width=64, groups=32), library="diffusers"),
+    ZooModel("diffusers_unet_condition", diffusers_unet_condition, noisy_images, F.mse_loss, adamw,
+             tiny=dict(batch=2, channels=4, size=8, width=8, groups=4, tokens=3),
+             bench=dict(batch=16, channels=4, size=32, width=64, groups=32, tokens=77), library="diffusers"),
+    ZooModel("diffusers_vae", diffusers_vae, noisy_images, F.mse_loss, adamw,
+             tiny=dict(batch=2, channels=3, size=8, width=8, groups=4),
+             bench=dict(batch=16, channels=3, size=64, width=64, groups=32), library="diffusers"),
 ]}
 
 

@@ -253,6 +253,16 @@ class Stream:
             graph.wait()
         self.device.errors.check()  # bad input a kernel reported (runtime/error_word.py): raised here
 
+    @locked
+    def query(self) -> bool:
+        """Whether all work recorded so far has finished on the GPU, without waiting (work recorded
+        but not yet submitted counts as unfinished, as a CUDA stream's queued kernels do)."""
+        if self.recording:
+            return False
+        fences = [slot.fence for slot in self.slots if slot.in_flight]
+        fences += [graph.slot.fence for graph in self.graphs_in_flight]
+        return all(lib.vkGetFenceStatus(self.device.handle, fence) == lib.VK_SUCCESS for fence in fences)
+
     def _retire(self, slot):
         wait_for_fence(self.device, slot.fence_ptr)
         with deferred():  # the slot is free again only once all of this is done
