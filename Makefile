@@ -50,7 +50,7 @@ zoo: setup
 
 # the wheel's precompiled kernels := the modules the whole test suite compiles (tvk_kernels/shipped_kernels.py)
 shipped-kernels: setup
-	TVK_VALIDATION=1 TVK_SHIPPED_KERNELS=update $(PY) -m pytest -q -n auto --dist loadgroup --ignore=tests/test_wheel_install.py tests
+	TVK_VALIDATION=1 TVK_SHIPPED_KERNELS=update $(PY) -m pytest -q -n auto --dist loadgroup -m "not zoo_full" --ignore=tests/test_wheel_install.py tests
 
 # a wheel with the kernels precompiled (hatch_build.py; needs glslc): installed, it needs no compiler
 wheel: setup

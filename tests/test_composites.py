@@ -246,3 +246,12 @@ def test_group_norm_takes_a_non_contiguous_input():
     x = torch.randn(2, 3, 5, 4, requires_grad=True)
     _trains_like_cpu(_GroupNormOfPermuted(), x, torch.randn(2, 4, 3, 5),
                      lambda out, target: F.mse_loss(out, target), grads=("norm.weight", "norm.bias"))
+
+
+def test_group_norm_keeps_the_input_memory_format_as_torch_does():
+    # a compiled graph traced torch's layout: a channels-last output where the input is channels-last
+    x = torch.randn(2, 4, 3, 8).permute(0, 3, 1, 2)
+    want = F.group_norm(x, 2)
+    got = F.group_norm(x.to("tvk"), 2)
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)

@@ -31,6 +31,7 @@ from tvk_kernels.runtime.memory import freed_ordinals
 from .. import _dispatch, _rng
 from .._storage import get_device
 from .._tensor import TVKTensor, from_cpu
+from ..aten.copies import contig
 
 _aten = torch._ops.OpOverload
 _LITERALS = (int, bool, str, type(None))
@@ -154,6 +155,8 @@ class Program:
             self.op_histogram[str(target)] += 1
             if target.overloadpacket not in _VIEW_OPS:
                 self.kernels += 1
+            if target in _RESHAPING_VIEWS:
+                fn = _view_or_copy(fn)
             return self._const(fn)
         if callable(target):  # fused kernels and other Python callables inserted by passes
             self.op_histogram[getattr(target, "__name__", repr(target))] += 1
@@ -199,6 +202,23 @@ class Program:
             _rng.restore(rng)
             dev.allocator.peak_allocated = peak
             _dispatch.restore_op_counts(counts)
+
+
+_RESHAPING_VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
+
+
+def _view_or_copy(view):
+    """aten.view in a compiled graph, as reshape: where a kernel laid its output out otherwise than torch's
+    meta kernel did at trace time (a contiguous grad where the trace had channels-last: diffusers' UNet after
+    its attention), a view the trace allowed may not fit the real strides; then a contiguous copy is viewed.
+    Safe in the traced graphs: they are functional, so no later op writes through the view."""
+    def view_or_copy(tensor, size):
+        try:
+            return view(tensor, size)
+        except RuntimeError:
+            return view(contig(tensor), size)
+
+    return view_or_copy
 
 
 _VIEW_OPS = {torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.t, torch.ops.aten.transpose,
