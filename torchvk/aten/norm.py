@@ -3,6 +3,7 @@ from __future__ import annotations
 
 
 import torch
+from torch._prims_common import suggest_memory_format
 
 from tvk_kernels.kernels import norm as norm_kernels
 
@@ -168,15 +169,7 @@ def native_group_norm(input, weight, bias, n, channels, spatial, groups, eps):
     out, mean, rstd = aten.native_group_norm.default._op_dk(_COMPOSITE, contig(input), weight, bias, n, channels,
                                                             spatial, groups, eps)
     # the output in the input's memory format, as torch's kernels (and the shapes a compiled graph traced) have it
-    return out.contiguous(memory_format=_memory_format(input)), mean, rstd
-
-
-def _memory_format(tensor):
-    """torch's suggest_memory_format: channels-last where the tensor is laid out so and not plainly contiguous."""
-    channels_last = {4: torch.channels_last, 5: torch.channels_last_3d}.get(tensor.dim())
-    if channels_last is not None and not tensor.is_contiguous() and tensor.is_contiguous(memory_format=channels_last):
-        return channels_last
-    return torch.contiguous_format
+    return out.contiguous(memory_format=suggest_memory_format(input)), mean, rstd
 
 
 register_decomposition(aten.native_group_norm_backward.default)

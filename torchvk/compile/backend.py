@@ -63,15 +63,20 @@ def _upload_cpu_scalars(args: list) -> list:
     number (as CUDA's do), and a model may keep one as state that a graph reads: Hugging Face's
     StaticCache starts its `cumulative_length` as torch.tensor(0) on the CPU and moves it to the
     cache's device inside the first (compiled) forward. The program computes on tvk only."""
-    device = next((a._tvk.device for a in args if type(a) is TVKTensor), None)
     moved = []
-    if device is None:
-        return moved
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor) and not isinstance(a, TVKTensor) and a.device.type == "cpu" and a.dim() == 0:
-            with torch.inference_mode(False):  # a normal tensor, whose version counter shows a write, in any mode
-                args[i] = from_cpu(a, device).requires_grad_(a.requires_grad)
-            moved.append((i, a, args[i]._version))
+            moved.append(i)
+    if not moved:  # the usual call: nothing to look up
+        return moved
+    device = next((a._tvk.device for a in args if type(a) is TVKTensor), None)
+    if device is None:
+        return []
+    for position, i in enumerate(moved):
+        cpu = args[i]
+        with torch.inference_mode(False):  # a normal tensor, whose version counter shows a write, in any mode
+            args[i] = from_cpu(cpu, device).requires_grad_(cpu.requires_grad)
+        moved[position] = (i, cpu, args[i]._version)
     return moved
 
 
