@@ -1,10 +1,17 @@
-"""Host time per small eager op on tvk (what Python and the runtime cost, not the GPU), best of 5
-rounds of 2000 calls each in each of 3 processes, optionally beside an earlier commit of this
-repository (its processes alternate with this checkout's, so machine noise hits both alike):
+"""Host time per eager op: what Python, torch's dispatcher and our runtime cost per call, not the GPU.
 
-    python benchmarks/eager_host_time.py [--compare REV] [--out DIR]
---compare checks REV out in a temporary git worktree and runs the same timing there in its own
-process (same machine, same run). Writes eager_host_time.json (and .md) to DIR when given.
+A fixed mix of small ops (16 to 256 floats, so the GPU's share is nil) is timed on tvk beside
+the floor of any Python backend: a no-op `__torch_dispatch__` subclass that makes its output
+tensor, timed in the same process with its rounds interleaved with the op's (machine noise
+hits both alike). Each op: the best of ROUNDS rounds of CALLS calls, in each of 3 processes.
+Where CUDA is present, torch CUDA runs the same mix in its own process (no torchvk imported).
+
+    python benchmarks/eager_host_time.py [--compare REV] [--out DIR] [--quick]
+    python benchmarks/eager_host_time.py --profile "a + b"   # where one op's microseconds go
+
+--compare checks REV out in a temporary git worktree (or takes a directory holding an earlier tree:
+`git archive REV torchvk tvk_kernels templates tuning tuned_configs shipped | tar -x -C DIR`) and
+times it too, its processes alternating with this checkout's. Writes eager_host_time.json (and .md) to DIR when given.
 """
 import argparse
 import json
@@ -12,74 +19,194 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-_TIMING = r"""
-import json, time, torch, torchvk
-x = torch.randn(8, 16, device="tvk"); w = torch.randn(16, 16, device="tvk"); a = torch.ones(16, device="tvk")
-ops = {"a + a (16 floats)": lambda: a + a, "torch.relu(a)": lambda: torch.relu(a),
-       "torch.mm 8x16 @ 16x16": lambda: torch.mm(x, w), "x.view(16, 8)": lambda: x.view(16, 8),
-       "a.sum()": lambda: a.sum()}
-out = {}
-for name, fn in ops.items():
-    for _ in range(300):
+# The op mix, as (name, statement) over the tensors made in _SETUP; backward and optimizer cases
+# are one call each (their op count is reported beside them).
+MIX = [
+    ("a + b", "a + b"),
+    ("a * 2", "a * 2"),
+    ("relu(a)", "torch.relu(a)"),
+    ("x.view(16, 8)", "x.view(16, 8)"),
+    ("x.t()", "x.t()"),
+    ("a.sum()", "a.sum()"),
+    ("F.linear", "F.linear(x, w, bias)"),
+    ("F.layer_norm", "F.layer_norm(x, (16,), gamma, beta)"),
+    ("softmax", "torch.softmax(x, -1)"),
+    ("linear+layer_norm fwd+bwd", "F.layer_norm(F.linear(xg, wg, bg), (16,), gg, betag).sum().backward()"),
+    ("SGD step, 4 params", "opt.step()"),
+]
+
+_SETUP = r"""
+import json, sys, time, cProfile, pstats
+import torch
+import torch.nn.functional as F
+device = sys.argv[1]
+if device == "tvk":
+    import torchvk
+sync = torch.tvk.synchronize if device == "tvk" else torch.cuda.synchronize
+mk = lambda *s: torch.randn(*s, device=device)
+a, b, x, w, bias = mk(16), mk(16), mk(8, 16), mk(16, 16), mk(16)
+gamma, beta = mk(16), mk(16)
+xg = mk(8, 16)
+wg, bg, gg, betag = [p.requires_grad_() for p in (mk(16, 16), mk(16), mk(16), mk(16))]
+opt = torch.optim.SGD([wg, bg, gg, betag], lr=1e-3)
+F.layer_norm(F.linear(xg, wg, bg), (16,), gg, betag).sum().backward()
+
+
+class Noop(torch.Tensor):
+    # the floor of a Python backend: torch's dispatch into __torch_dispatch__ and an output wrapper
+    @staticmethod
+    def __new__(cls, size):
+        return torch.Tensor._make_wrapper_subclass(cls, size, dtype=torch.float32, device="cpu")
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return Noop(args[0].shape)
+
+
+noop_a, noop_b = Noop((16,)), Noop((16,))
+"""
+
+_TIMING = _SETUP + r"""
+mix, rounds, calls = json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+
+
+def best_us(fn):
+    t = time.perf_counter()
+    for _ in range(calls):
         fn()
-    torch.tvk.synchronize()
+    return (time.perf_counter() - t) / calls * 1e6
+
+
+floor = lambda: noop_a + noop_b
+out = {"floor": 1e9}
+for name, statement in mix:
+    fn = eval("lambda: " + statement)
+    for _ in range(max(calls // 10, 20)):
+        fn()
+    sync()
     best = 1e9
-    for _ in range(5):
-        t = time.perf_counter()
-        for _ in range(2000):
-            fn()
-        best = min(best, (time.perf_counter() - t) / 2000 * 1e6)
-        torch.tvk.synchronize()
+    for _ in range(rounds):
+        out["floor"] = min(out["floor"], best_us(floor))
+        best = min(best, best_us(fn))
+        sync()
     out[name] = best
+if device == "tvk":
+    counts = {}
+    for name, statement in mix:  # how many aten ops one call dispatches
+        torchvk.reset_op_counts()
+        eval(statement)
+        counts[name] = sum(torchvk.op_counts()["vulkan"].values())
+    out["ops per call"] = counts
 print(json.dumps(out))
 """
 
+_PROFILE = _SETUP + r"""
+fn = eval("lambda: " + sys.argv[2])
+for _ in range(500):
+    fn()
+sync()
+profile = cProfile.Profile()
+profile.enable()
+for _ in range(3000):
+    fn()
+profile.disable()
+sync()
+pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+"""
 
-def _time_at(source_root: Path) -> dict:
+
+def _run(script, source_root: Path, *argv) -> str:
     env = dict(os.environ, PYTHONPATH=str(source_root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.run([sys.executable, "-c", _TIMING], capture_output=True, text=True, env=env, cwd=source_root)
+    p = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env,
+                       cwd=source_root)
     if p.returncode != 0:
-        raise SystemExit(p.stderr[-2000:])
-    return json.loads(p.stdout.strip().splitlines()[-1])
+        raise SystemExit(p.stderr[-3000:])
+    return p.stdout
+
+
+def _time(source_root: Path, device: str, rounds: int, calls: int) -> dict:
+    out = _run(_TIMING, source_root, device, json.dumps(MIX), str(rounds), str(calls))
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _merge(best: dict, run: dict) -> None:
+    for name, us in run.items():
+        best[name] = us if name == "ops per call" else min(us, best.get(name, us))
+
+
+def _has_cuda() -> bool:
+    probe = "import torch; print(torch.cuda.is_available())"
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    return p.returncode == 0 and p.stdout.strip().endswith("True")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--compare", default=None, help="an earlier git revision to time beside this checkout")
+    ap.add_argument("--compare", default=None,
+                    help="an earlier git revision, or a directory with an earlier tree, to time beside this checkout")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--quick", action="store_true", help="1 process, few calls (a smoke test)")
+    ap.add_argument("--profile", default=None, metavar="OP", help="print where one op of the mix spends its time")
     args = ap.parse_args()
+    if args.profile:
+        statement = dict(MIX).get(args.profile)
+        if statement is None:
+            raise SystemExit(f"--profile: no op {args.profile!r} in the mix; choose from {[n for n, _ in MIX]}")
+        print(_run(_PROFILE, ROOT, "tvk", statement))
+        return
+    processes, rounds, calls = (1, 2, 50) if args.quick else (3, 7, 1000)
     with tempfile.TemporaryDirectory() as tmp:
-        roots = {"this checkout": ROOT}
-        if args.compare:
-            roots[args.compare] = Path(tmp) / "tree"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(roots[args.compare]),
-                            args.compare], check=True)
+        roots = {"tvk": ROOT}
+        worktree = args.compare and not Path(args.compare).is_dir()
+        if args.compare:  # a revision (checked out here) or a directory holding an earlier tree
+            label = Path(args.compare).name if not worktree else args.compare
+            roots[f"tvk at {label}"] = Path(tmp) / "tree" if worktree else Path(args.compare).resolve()
+        if worktree:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
+                            str(roots[f"tvk at {args.compare}"]), args.compare], check=True)
         try:
             runs = {name: {} for name in roots}
-            for _ in range(3):
+            for _ in range(processes):
                 for name, root in roots.items():
-                    for op, us in _time_at(root).items():
-                        runs[name][op] = min(us, runs[name].get(op, us))
+                    _merge(runs[name], _time(root, "tvk", rounds, calls))
         finally:
-            if args.compare:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(roots[args.compare])],
-                               check=True)
+            if worktree:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                str(roots[f"tvk at {args.compare}"])], check=True)
+    if _has_cuda():  # torch CUDA in its own process, without torchvk
+        runs["torch cuda"] = {}
+        for _ in range(processes):
+            _merge(runs["torch cuda"], _time(ROOT, "cuda", rounds, calls))
     print(json.dumps(runs, indent=1))
     if args.out:
-        sys.path.insert(0, str(ROOT))
-        from tvk_kernels import get_device
-        from tvk_kernels.bench.common import environment, md_table, write_result
+        _write(args.out, runs)
 
-        names = list(runs["this checkout"])
-        payload = {"experiment": "eager_host_time", "environment": environment(get_device(0)),
-                   "unit": "us per op, best of 3 processes x 5 rounds x 2000 calls", "runs": runs}
-        table = md_table(["op"] + list(runs), [[n] + [runs[r][n] for r in runs] for n in names])
-        write_result(args.out, "eager_host_time", payload, table)
+
+def _write(out_dir, runs):
+    sys.path.insert(0, str(ROOT))
+    from tvk_kernels import get_device
+    from tvk_kernels.bench.common import environment, md_table, write_result
+
+    names = [n for n, _ in MIX]
+    counts = runs["tvk"]["ops per call"]
+    columns = [r for r in runs]
+    rows = [[n, counts[n]] + [runs[r][n] for r in columns] + [runs["tvk"][n] / runs["tvk"]["floor"]]
+            + ([runs["tvk"][n] / runs["torch cuda"][n]] if "torch cuda" in runs else []) for n in names]
+    rows.append(["no-op dispatch floor", 1] + [runs[r]["floor"] for r in columns] + [1.0]
+                + ([runs["tvk"]["floor"] / runs["torch cuda"]["floor"]] if "torch cuda" in runs else []))
+    header = ["op", "aten ops (tvk)"] + [f"{r} us" for r in columns] + ["tvk / floor"] \
+        + (["tvk / torch cuda"] if "torch cuda" in runs else [])
+    payload = {"experiment": "eager_host_time", "environment": environment(get_device(0)),
+               "unit": "us per call (host), best of 3 processes x 7 rounds x 1000 calls",
+               "floor": "a no-op __torch_dispatch__ subclass making its output, same process, interleaved rounds",
+               "mix": dict(MIX), "runs": runs}
+    write_result(out_dir, "eager_host_time", payload, md_table(header, rows))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@
 #      (needs transformers', accelerate's and lightning's wheels in .whl)
 #   I: the real-model shape suites (tvk-bench shapes into tvk_kernels/tune/suites, copied to suites/)
 #   O: real models' training steps vs torch CUDA eager/inductor/AMP (tvk-bench models; TVK_MODELS: some, merged)
+#   J: host time per eager op vs torch CUDA and the no-op dispatch floor (TVK_BASE: an earlier tree beside it, a
+#      directory carried with the run, see benchmarks/eager_host_time.py)
 #   X: tuning of matmul alone (its layout and batched buckets)   Y: tuning of gemv and conv2d_depthwise   Z: the model zoo (tvk-bench zoo)   D: data-parallel throughput, tvk backend vs torch CUDA (2 processes)
 # Pass TVK_COMMIT from the checkout: the copy on the device may carry an older .git HEAD.
 # Usage there: TVK_COMMIT=<sha> bash benchmarks/h200_session.sh A B   (results land in $OUT/results.tgz
@@ -56,6 +58,8 @@ for phase in "$@"; do
     V) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/
        step python3 -m tvk_kernels.tune.cli --device 0 --ops conv2d --trials 40 --time-budget ${TVK_TUNE_BUDGET:-360} --out $TVK_CONFIG_DIR --no-progress ;;
     W) step python3 -m tvk_kernels.bench.cli kernels --out $R --no-progress ;;
+    J) step bash -c "python3 benchmarks/eager_host_time.py --out $R ${TVK_BASE:+--compare $TVK_BASE} \
+         || python3 benchmarks/eager_host_time.py --out $R" ;;
     R) mkdir -p $R/correctness  # real models (transformers carried in .whl), fork safety, launch plans under torch 2.11
        step bash -c "python3 -m pytest -q -p no:cacheprovider --junitxml=$R/correctness/real-models-junit.xml \
          tests/test_hf_models.py tests/test_compile_calling.py tests/test_fork.py tests/test_launch_plans.py \

@@ -45,7 +45,7 @@ def _never_checked(func) -> bool:
 def _key(x):
     t = type(x)
     if t is TVKTensor:
-        return (x.shape, x.stride(), x.dtype)
+        return (x.shape, x.stride(), x.dtype, x._tvk.device)
     if t is list or t is tuple:
         return tuple(map(_key, x))
     if isinstance(x, _Tensor):
@@ -53,16 +53,25 @@ def _key(x):
     return (t, x)  # the type too: 2 and 2.0 are equal keys but not equal arguments (an int tensor's alpha)
 
 
-def check_call(func, args, kwargs, first=None):
+def call_key(func, args, kwargs):
+    """A call's signature: the op; per argument its shape, strides, dtype and device, or its value
+    with its type (numbers, dtypes, lists of ints). Calls with one key are the same call on other
+    data. Hashing it raises TypeError where an argument is unhashable."""
+    return (func, tuple(map(_key, args)), tuple((k, _key(v)) for k, v in kwargs.items()) if kwargs else ())
+
+
+def check_call(func, args, kwargs, first=None, key=None):
     """Raise torch's exception if torch refuses this call (shapes, dtypes, dims, memory overlap);
     else return the arguments to run it with: these, or with copies of inputs that a written
     tensor overlaps (check_overlap). `first(func, args, kwargs)` (the dispatcher's device check)
-    runs before the meta check on every call not remembered: a remembered signature passed it already."""
+    runs before the meta check on every call not remembered: a remembered signature passed it already.
+    `key`: the call's call_key when the caller has it."""
     if _never_checked(func):
         if first is not None:
             first(func, args, kwargs)
         return args, kwargs
-    key = (func, tuple(map(_key, args)), tuple((k, _key(v)) for k, v in kwargs.items()) if kwargs else ())
+    if key is None:
+        key = call_key(func, args, kwargs)
     try:
         known = key in _passed
     except TypeError:  # an unhashable argument: check it every time
@@ -186,6 +195,22 @@ _verdicts: dict = {}      # (op, overlap pattern) -> torch's (exception type, me
 _UNJUDGED = object()      # no verdict kept for the pattern yet
 _TOO_LARGE = object()     # no verdict: the call is too large to run on the CPU
 _KEYWORD = 1 << 30        # the position of a keyword-only argument: never in args
+
+
+def overlap_screened(func) -> bool:
+    """Whether check_call screens this op's calls for memory overlap (ops it never checks judge their own)."""
+    return not _never_checked(func) and not writes_nothing(func)
+
+
+def writes_nothing(func) -> bool:
+    """Whether the op writes none of its arguments, neither elements nor geometry (t_, resize_)."""
+    pure = _pure.get(func)
+    if pure is None:
+        pure = _pure[func] = not func._schema.is_mutable and torch.Tag.inplace_view not in func.tags
+    return pure
+
+
+_pure: dict = {}
 
 
 def _find_tensor_slots(func):

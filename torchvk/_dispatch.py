@@ -26,7 +26,8 @@ from tvk_kernels.env_flags import env_flag
 from tvk_kernels.runtime.interrupts import raise_pending, state as _interrupts
 
 from ._autograd import in_backward_node, stop_node
-from ._checks import check_call
+from ._checks import call_key, check_call, overlap_screened, writes_nothing
+from ._repeat import Direct, Listening, keep
 from ._glue import hooks
 from .op_registry import DECOMPOSE, NO_DEVICE_CHECK, TABLE
 from ._tensor import TVKTensor, from_cpu, to_cpu
@@ -77,9 +78,21 @@ _names: dict = {}
 _Tensor = torch.Tensor
 
 
+_repeats: dict = {}  # call key -> Repeat (_repeat.py): how a call made before runs again
+
+
 def dispatch(func, args, kwargs):
     try:
-        out = _dispatch(func, args, kwargs)
+        key = call_key(func, args, kwargs)
+        try:
+            repeat = _repeats.get(key)
+        except TypeError:  # an unhashable argument
+            key = repeat = None
+        if repeat is not None and repeat.holds(args, kwargs):
+            _vk_counts[repeat.name] += 1
+            out = repeat(args, kwargs)
+        else:
+            out = _dispatch(func, args, kwargs, key)
         if _interrupts.caught:  # a Ctrl-C that came during the op: raised once it is whole (runtime/interrupts.py)
             raise_pending()
         return out
@@ -101,20 +114,31 @@ def _indices_to_device(args):
     return (self, moved) + tuple(args[2:])
 
 
-def _dispatch(func, args, kwargs):
+def _dispatch(func, args, kwargs, key=None):
     if func in _INDEX_LIST_OPS and type(args[0]) is TVKTensor:
-        args = _indices_to_device(args)
+        args, key = _indices_to_device(args), None
     impl = TABLE.get(func)
     if impl is None:
         impl = TABLE.get(func.overloadpacket)
     if impl is not None:
         cross = func in NO_DEVICE_CHECK or func.overloadpacket in NO_DEVICE_CHECK
-        args, kwargs = check_call(func, args, kwargs, None if cross else check_devices)
+        checked_args, kwargs = check_call(func, args, kwargs, None if cross else check_devices, key)
         name = _names.get(func)
         if name is None:
             name = _names[func] = str(func)
         _vk_counts[name] += 1
-        return impl(*args, **kwargs)
+        if key is None or checked_args is not args:
+            return impl(*checked_args, **kwargs)
+        with Listening() as listening:
+            out = impl(*args, **kwargs)
+        if writes_nothing(func):
+            repeat = listening.repeat(name, out, args, kwargs, None)
+        elif overlap_screened(func):  # a written tensor's overlap is judged on every call
+            repeat = listening.repeat(name, out, args, kwargs, func)
+        else:  # an op that writes and judges its own calls: its implementation runs every time
+            repeat = None
+        keep(_repeats, key, repeat or Direct(name, impl, func if overlap_screened(func) else None))
+        return out
     decomp = DECOMPOSE.get(func)
     if decomp is None:
         decomp = _variant(func)

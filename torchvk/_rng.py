@@ -12,6 +12,11 @@ from ._storage import upload_bytes
 _state = {"seed": 67280421310721, "offset": 0}
 
 
+def offset() -> int:
+    """The counter: it moves whenever a kernel draws numbers (_repeat.py tells a draw by it)."""
+    return _state["offset"]
+
+
 def manual_seed(seed) -> None:
     _state["seed"] = int(seed) & 0xFFFFFFFFFFFFFFFF
     _state["offset"] = 0

@@ -146,9 +146,18 @@ def upload_bytes(storage: Storage, src: np.ndarray, byte_offset: int = 0):
     dev.stream.copy(staging, storage.buffer, n, 0, byte_offset)
 
 
+_readbacks = [0]
+
+
+def readback_count() -> int:
+    """How many downloads ran so far (_repeat.py: a call that read device data back is not repeated)."""
+    return _readbacks[0]
+
+
 def download_bytes(storage: Storage, byte_offset: int, nbytes: int) -> np.ndarray:
     """Read nbytes from storage at byte_offset; waits for the stream."""
     storage.check()
+    _readbacks[0] += 1
     out = np.empty(nbytes, dtype=np.uint8)
     if nbytes:
         dev = storage.device

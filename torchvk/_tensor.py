@@ -48,13 +48,19 @@ class _FlattenOutsideBackward:
         return _flatten.__get__(obj, objtype)
 
 
+_torch_devices: dict = {}  # runtime Device -> its torch.device
+
+
 class TVKTensor(torch.Tensor):
     """A tensor on device `tvk`: torch metadata plus a shared device `Storage` (`._tvk`)."""
 
     @staticmethod
     def __new__(cls, storage: Storage, size, stride, offset: int, dtype, requires_grad: bool = False):
-        t = _make_wrapper(cls, size, strides=stride, storage_offset=offset, dtype=dtype,
-                          device=torch.device("tvk", storage.device.index), requires_grad=requires_grad)
+        device = _torch_devices.get(storage.device)
+        if device is None:
+            device = _torch_devices[storage.device] = torch.device("tvk", storage.device.index)
+        t = _make_wrapper(cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=device,
+                          requires_grad=requires_grad)
         t._tvk = storage
         return t
 
@@ -120,9 +126,10 @@ class TVKTensor(torch.Tensor):
     # byte address of element 0 of this view
     @property
     def tvk_address(self) -> int:
-        st = self._tvk
-        st.buffer.check_alive()
-        return st.buffer.address + self.storage_offset() * self.element_size()
+        buffer = self._tvk.buffer
+        if buffer.freed:
+            buffer.check_alive()  # raises
+        return buffer.address + self.storage_offset() * self.element_size()
 
     def __repr__(self, *, tensor_contents=None):
         if tensor_contents is None and self.numel() > 0:

@@ -17,6 +17,7 @@ from tvk_kernels.kernels import elementwise as elementwise_kernels
 
 from ..op_registry import ElementwiseRule, register
 from .._storage import alloc_storage, check_dtype
+from .._repeat import mark, offer
 from .._tensor import TVKTensor, new_tensor
 from ._layout import result_strides
 from ._util import operand
@@ -85,7 +86,11 @@ def run(kop, args, *, out=None, dtype=None, common=None, kind=DEFAULT, scalars=(
         key = (kop, dtype, common, kind, len(scalars), contiguous) + tuple(map(_signature, args))
         launch = _launches.get(key)
         if launch is not None:
-            return launch(args, scalars)
+            begun = mark()
+            result = launch(args, scalars)
+            if begun is not None:
+                offer(begun, result, args, _Again(launch, scalars))
+            return result
     if common is None:
         common = promote(args, kind)
     check_dtype(common, "aten." + kop)
@@ -104,10 +109,20 @@ def run(kop, args, *, out=None, dtype=None, common=None, kind=DEFAULT, scalars=(
     compute = _compute(kop, common)
     inputs = tuple(operand(v) if isinstance(v, TVKTensor) else v for v in vals)
     out_op = operand(out)
+    again = None
     if fresh and as_is and len(_launches) < _MAX_LAUNCHES:
         fam, plan = elementwise_kernels.planned(device, kop, inputs, out_op, compute)
-        _launches[key] = _Launch(kop, device, fam, plan, out, common)
+        launch = _launches[key] = _Launch(kop, device, fam, plan, out, common)
+        again = _Again(launch, scalars)
+    elif not fresh and as_is and mark() is not None:
+        into = [slot for slot, a in enumerate(args) if a is out]  # in place: out is one of the operands
+        if into:
+            fam, plan = elementwise_kernels.planned(device, kop, inputs, out_op, compute)
+            again = _Again(_Launch(kop, device, fam, plan, out, common), scalars, into[0])
+    begun = mark()
     elementwise_kernels.elementwise(device, kop, inputs, out_op, scalars, compute)
+    if again is not None and begun is not None:
+        offer(begun, out, args, again)
     return out
 
 
@@ -138,16 +153,40 @@ class _Launch:
         self.nbytes = out._tvk.nbytes
 
     def __call__(self, args, scalars):
-        out = TVKTensor(alloc_storage(self.nbytes, self.device), self.shape, self.stride, 0, self.dtype)
-        addrs, numbers = [], []
-        for slot, a in enumerate(args):
-            if type(a) is TVKTensor:
-                addrs.append(a.tvk_address)
-            else:
-                numbers.append(_number_operand(self.kop, slot, number(a), self.common))
-        addrs.append(out.tvk_address)
-        elementwise_kernels.launch(self.device, self.fam, self.plan, self.kop, addrs, scalars, numbers)
+        return self.record(args, self.values(args, scalars))
+
+    def values(self, args, scalars) -> list:
+        """The kernel's push-constant scalars: the op's own, then the numbers among the operands."""
+        numbers = [_number_operand(self.kop, slot, number(a), self.common) for slot, a in enumerate(args)
+                   if type(a) is not TVKTensor]
+        return elementwise_kernels.scalar_values(self.plan, self.kop, scalars, numbers)
+
+    def record(self, args, values, out=None):
+        """Record the op on args into out (a new tensor where None); returns out."""
+        addrs = [a.tvk_address for a in args if type(a) is TVKTensor]
+        if out is None:
+            out = TVKTensor(alloc_storage(self.nbytes, self.device), self.shape, self.stride, 0, self.dtype)
+            addrs.append(out._tvk.buffer.address)
+        else:
+            addrs.append(out.tvk_address)
+        elementwise_kernels.record(self.device, self.fam, self.plan, self.kop, addrs, values)
         return out
+
+
+class _Again:
+    """A kept launch with this call's scalars: the dispatcher's repeat of the call (torchvk/_repeat.py),
+    whose number operands are constants, so the push-constant scalars are converted once."""
+
+    __slots__ = ("launch", "scalars", "values", "into")
+
+    def __init__(self, launch, scalars, into=None):
+        # into: the operand an in-place op writes (its slot), or None for a new output
+        self.launch, self.scalars, self.values, self.into = launch, scalars, None, into
+
+    def __call__(self, operands):
+        if self.values is None:
+            self.values = self.launch.values(operands, self.scalars)
+        return self.launch.record(operands, self.values, None if self.into is None else operands[self.into])
 
 
 def run_(kop, self, args, *, common=None, kind=DEFAULT, scalars=()):
@@ -158,7 +197,7 @@ def run_(kop, self, args, *, common=None, kind=DEFAULT, scalars=()):
         raise RuntimeError(f"result type {torch_name(common)} can't be cast to the desired output type "
                            f"{torch_name(self.dtype)}")
     shape = _shape(args)
-    if tuple(torch.broadcast_shapes(shape, tuple(self.shape))) != tuple(self.shape):
+    if shape != tuple(self.shape) and tuple(torch.broadcast_shapes(shape, tuple(self.shape))) != tuple(self.shape):
         raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape {list(shape)}")
     return run(kop, args, out=self, common=common, scalars=scalars)
 

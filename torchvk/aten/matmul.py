@@ -6,6 +6,7 @@ import torch
 from tvk_kernels.kernels import matmul as matmul_kernels
 
 from ..op_registry import register
+from .._repeat import mark, offer
 from ._util import DTYPE_NAME, addr, dev, empty
 from .copies import contig, fill
 from .elementwise import add_into, axpby_into
@@ -43,8 +44,9 @@ def _check_fits(a, b, out, bias, batch, M, N, K):
                            f"{list(out.shape)}" + (f" + bias {list(bias.shape)}" if bias is not None else ""))
 
 
-def gemm(a, b, out, *, bias=None, alpha=1.0, activation=None):
-    """out[b] = act(alpha * a[b] @ b[b] + bias); a [B, M, K] or [M, K], b likewise, out [B, M, N] / [M, N]."""
+def gemm(a, b, out, *, bias=None, alpha=1.0, activation=None, fresh=False):
+    """out[b] = act(alpha * a[b] @ b[b] + bias); a [B, M, K] or [M, K], b likewise, out [B, M, N] / [M, N].
+    fresh: out is a new contiguous tensor the caller returns (then a repeat of the call is offered)."""
     a, b = _fix_neg(a), _fix_neg(b)
     if a.dim() == 2:
         M, K = a.shape
@@ -65,17 +67,47 @@ def gemm(a, b, out, *, bias=None, alpha=1.0, activation=None):
         if bias is not None:
             add_into(out, bias)
         return out
-    matmul_kernels.matmul(dev(a), addr(a), addr(b), addr(out), M, N, K, batch=batch, a_strides=sa, b_strides=sb,
-               out_strides=so, bias_addr=addr(bias) if bias is not None else 0, activation=activation,
-               alpha=float(alpha), dtype=DTYPE_NAME[a.dtype])
+    shape = _Shape(dev(a), M, N, K, dict(batch=batch, a_strides=sa, b_strides=sb, out_strides=so, activation=activation,
+                                         alpha=float(alpha), dtype=DTYPE_NAME[a.dtype]))
+    begun = mark() if fresh else None
+    shape.launch(a, b, bias, out)
+    if begun is not None:
+        offer(begun, out, (a, b) if bias is None else (a, b, bias), _Again(shape, list(out.shape), out.dtype))
     return out
+
+
+class _Shape:
+    """One GEMM's geometry and settings: everything of a launch but the addresses."""
+
+    __slots__ = ("device", "M", "N", "K", "settings")
+
+    def __init__(self, device, M, N, K, settings):
+        self.device, self.M, self.N, self.K, self.settings = device, M, N, K, settings
+
+    def launch(self, a, b, bias, out):
+        matmul_kernels.matmul(self.device, a.tvk_address, b.tvk_address, out.tvk_address, self.M, self.N, self.K,
+                              bias_addr=0 if bias is None else bias.tvk_address, **self.settings)
+
+
+class _Again:
+    """A GEMM call's repeat (torchvk/_repeat.py): a new output, the same launch on new operands."""
+
+    __slots__ = ("shape", "size", "dtype")
+
+    def __init__(self, shape, size, dtype):
+        self.shape, self.size, self.dtype = shape, size, dtype
+
+    def __call__(self, operands):
+        out = empty(self.size, self.dtype, self.shape.device)
+        self.shape.launch(operands[0], operands[1], operands[2] if len(operands) == 3 else None, out)
+        return out
 
 
 @register(aten.mm.default)
 def mm(self, mat2):
     _check("aten.mm", self, mat2)
     out = empty((self.shape[0], mat2.shape[1]), self.dtype, dev(self))
-    return gemm(self, mat2, out)
+    return gemm(self, mat2, out, fresh=True)
 
 
 @register(aten.mm.out)
@@ -88,7 +120,7 @@ def mm_out(self, mat2, *, out):
 def bmm(self, mat2):
     _check("aten.bmm", self, mat2)
     out = empty((self.shape[0], self.shape[1], mat2.shape[2]), self.dtype, dev(self))
-    return gemm(self, mat2, out)
+    return gemm(self, mat2, out, fresh=True)
 
 
 def bias_row(bias, N):
@@ -108,7 +140,7 @@ def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     out = empty((M, N), mat1.dtype, dev(mat1))
     row = bias_row(self, N) if beta == 1 and self.dtype == mat1.dtype else None
     if row is not None:
-        return gemm(mat1, mat2, out, bias=row, alpha=alpha)
+        return gemm(mat1, mat2, out, bias=row, alpha=alpha, fresh=True)
     gemm(mat1, mat2, out, alpha=alpha)
     return axpby_into(out, self, 1.0, beta)
 

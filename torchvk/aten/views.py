@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from ..op_registry import register
+from .._repeat import mark, offer
 from .._tensor import TVKTensor, itemsize
 from .copies import contig
 
@@ -61,10 +62,35 @@ def _view_op(func):
             g = _geometry(func(meta_of(self), *args, **kwargs))
             if key is not None and len(_geometries) < _MAX_VIEW_GEOMETRY:
                 _geometries[key] = g
-        return _wrap_geometry(self, g)
+        out = _wrap_geometry(self, g)
+        if repeatable:
+            offer(mark(), out, (self,), _SameGeometry(g, self.storage_offset()))
+        return out
 
     _geometries = _view_geometry.setdefault(func, {})
+    repeatable = func is not aten.as_strided.default  # its geometry is checked against the storage's size too
     return impl
+
+
+class _SameGeometry:
+    """A view's repeat (torchvk/_repeat.py): the same geometry over the new input's storage. The key
+    holds the input's sizes and strides, not its storage offset: the view's offsets move with it."""
+
+    __slots__ = ("geometry", "offset")
+
+    def __init__(self, geometry, offset):
+        self.geometry, self.offset = geometry, offset
+
+    def __call__(self, operands):
+        src = operands[0]
+        shift = src.storage_offset() - self.offset
+        return _wrap_geometry(src, self.geometry if shift == 0 else _shifted(self.geometry, shift))
+
+
+def _shifted(g, shift):
+    if len(g) == 4:
+        return g[0], g[1], g[2] + shift, g[3]
+    return g[0], [_shifted(x, shift) for x in g[1]]
 
 
 _VIEW_OPS = [

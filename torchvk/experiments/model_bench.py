@@ -186,10 +186,12 @@ def run(device, out_dir, quick=False, progress=True, names=None) -> dict:
             r["vs"] = {"peer_mode": peer_mode, "wall_ratio": _ratio(r.get("step_ms"), p.get("step_ms")),
                        "gpu_ratio": _ratio(r.get("gpu_ms"), p.get("gpu_ms")),
                        "wall_ratio_vs_peer_eager": _ratio(r.get("step_ms"), reference.get("step_ms")),
+                       "wall_over_gpu": _ratio(r.get("step_ms"), r.get("gpu_ms")),  # > 1: the host holds the GPU up
                        "step0_loss_gap": (abs(r["losses"][0] - reference["losses"][0])
                                           if r.get("losses") and reference.get("losses") else None)}
             top = ", ".join(f"{t['kernel'][:28]} {t['gpu_ms']:.2f}" for t in r.get("top_kernels", [])[:3])
-            rows.append([name, mode, r.get("step_ms"), r.get("gpu_ms"), r.get("kernels"), f"{peer_mode}",
+            rows.append([name, mode, r.get("step_ms"), r.get("gpu_ms"), r["vs"]["wall_over_gpu"], r.get("kernels"),
+                         f"{peer_mode}",
                          p.get("step_ms"), p.get("gpu_ms"), r["vs"]["wall_ratio"], r["vs"]["gpu_ratio"],
                          r["vs"]["step0_loss_gap"], r.get("error", top)[:140].replace("|", "/")])
         summary.append([name, zoo_models.ZOO[name].library, tvk[name]["cpu_ops"]] +
@@ -204,7 +206,8 @@ def run(device, out_dir, quick=False, progress=True, names=None) -> dict:
     table = (f"Peer: {peer_name} ({', '.join(peer_modes)}), each model in its own process. tvk / peer wall time of a "
              f"step, per tvk mode ({against}):\n\n"
              + md_table(["model", "library", "tvk CPU ops"] + list(MODES), summary) + "\n\n"
-             + md_table(["model", "tvk mode", "tvk ms", "tvk GPU ms", "tvk kernels", "peer mode", "peer ms",
+             + md_table(["model", "tvk mode", "tvk ms", "tvk GPU ms", "tvk wall/GPU", "tvk kernels", "peer mode",
+                         "peer ms",
                          "peer GPU ms", "wall tvk/peer", "GPU tvk/peer", "step-0 loss gap", "top tvk kernels (GPU ms)"],
                         rows))
     write_result(out_dir, "models", payload, table)

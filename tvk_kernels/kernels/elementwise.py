@@ -672,8 +672,17 @@ def launch(device, fam, pl, op: str, addrs, scalars, operand_scalars):
     """Record a planned op: addrs are the tensor operands' and then the output's addresses,
     scalars the op's own (OPS[op].defaults when empty), operand_scalars the Python numbers
     among its inputs, in order."""
+    record(device, fam, pl, op, addrs, scalar_values(pl, op, scalars, operand_scalars))
+
+
+def scalar_values(pl, op: str, scalars, operand_scalars) -> list:
+    """The push-constant scalars of a planned op (launch's arguments), for record()."""
     spec = OPS[op]
-    svals = _scalar_values(spec, pl.ct, scalars or spec.defaults, operand_scalars)
+    return _scalar_values(spec, pl.ct, scalars or spec.defaults, operand_scalars)
+
+
+def record(device, fam, pl, op: str, addrs, svals):
+    """launch() with its scalars converted (scalar_values): what a repeated eager op records."""
     # the tuner shapes: elementwise's and elementwise_nd's contiguous {"n"}; a strided launch is counted apart
     if recording():
         record_shape(Binary.family if pl.legacy else fam.family, {"n": pl.n}, dtype=pl.out_dtype, op=op,

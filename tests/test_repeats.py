@@ -1,0 +1,135 @@
+"""Repeated eager calls (torchvk/_repeat.py): a call with the key of an earlier one skips the
+implementation's Python, and must still give torch's results and errors whatever the data, the
+storage offsets, the aliasing of its arguments, random draws or values read back."""
+import pytest
+import torch
+
+import torchvk
+from torchvk import _dispatch
+from torchvk._repeat import Direct, Repeat
+from torchvk.aten import elementwise as aten_elementwise
+
+aten = torch.ops.aten
+
+
+def _same(got, want, tol=1e-6, strides=True):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.stride() == want.stride() or not strides
+    torch.testing.assert_close(got.cpu(), want, rtol=tol, atol=tol)
+
+
+def _entry(func):
+    return [r for k, r in _dispatch._repeats.items() if k[0] == func]
+
+
+def test_a_repeated_add_skips_the_implementation_and_keeps_computing(monkeypatch):
+    _dispatch._repeats.clear()
+    a, b = torch.randn(7, 5), torch.randn(7, 5)
+    _same(a.to("tvk") + b.to("tvk"), a + b)
+    assert all(type(r) is Repeat for r in _entry(aten.add.Tensor))
+    calls = []
+    monkeypatch.setattr(aten_elementwise, "common_dtype", lambda *a, **k: calls.append(1))
+    torchvk.reset_op_counts()
+    for k in range(3):  # new data, new storages: the repeat keeps geometry, never values
+        a, b = torch.randn(7, 5) * k, torch.randn(7, 5)
+        _same(a.to("tvk") + b.to("tvk"), a + b)
+    assert not calls  # add's implementation did not run again
+    assert torchvk.op_counts()["vulkan"]["aten.add.Tensor"] == 3  # still counted
+
+
+def test_aliased_arguments_repeat_only_when_aliased_again():
+    _dispatch._repeats.clear()
+    a, b = torch.randn(6), torch.randn(6)
+    ta, tb = a.to("tvk"), b.to("tvk")
+    for _ in range(2):
+        _same(torch.rsub(ta, ta), torch.rsub(a, a))  # other - self: the mapping is ambiguous here
+    _same(torch.rsub(ta, tb), torch.rsub(a, b))  # so this must not reuse it the wrong way round
+    _same(torch.rsub(tb, ta), torch.rsub(b, a))
+    _same(torch.rsub(tb, tb), torch.rsub(b, b))
+    _same(ta * ta, a * a)
+    _same(ta * tb, a * b)
+
+
+def test_views_and_elementwise_ops_follow_the_storage_offset():
+    _dispatch._repeats.clear()
+    base = torch.arange(40.0)
+    t = base.to("tvk")
+    for start in (0, 3, 17, 30):  # same sizes and strides, other offsets: one key
+        _same(t[start:start + 8].view(2, 4), base[start:start + 8].view(2, 4))
+        _same(t[start:start + 8] * 2, base[start:start + 8] * 2)
+        got = torch.split(t[start:start + 8], 3)
+        for g, w in zip(got, torch.split(base[start:start + 8], 3)):
+            _same(g, w)
+
+
+def test_numbers_are_part_of_the_key_and_cpu_scalars_are_read_every_call():
+    _dispatch._repeats.clear()
+    x = torch.randn(5)
+    t = x.to("tvk")
+    for v in (2.0, 2.0, -3.5, 2.0):
+        _same(t * v, x * v)
+        _same(torch.add(t, t, alpha=v), torch.add(x, x, alpha=v))
+        _same(t * torch.tensor(v), x * torch.tensor(v))
+
+
+def test_in_place_repeats_write_the_new_target_and_keep_torchs_overlap_errors():
+    _dispatch._repeats.clear()
+    x, y = torch.randn(10), torch.randn(10)
+    tx, ty = x.to("tvk"), y.to("tvk")
+    for _ in range(3):
+        tx[:4].add_(ty[:4], alpha=0.5)
+        x[:4].add_(y[:4], alpha=0.5)
+    _same(tx, x)
+    tz, z = ty.clone(), y.clone()
+    tz[2:6].add_(ty[6:10], alpha=0.5)  # another offset, another storage: the same key
+    z[2:6].add_(y[6:10], alpha=0.5)
+    _same(tz, z)
+    with pytest.raises(RuntimeError) as cpu:
+        x[:4].add_(x[2:6], alpha=0.5)
+    with pytest.raises(type(cpu.value), match="single memory location"):
+        tx[:4].add_(tx[2:6], alpha=0.5)  # the key of the calls above; its overlap is judged again
+    _same(tx[:4].add_(ty[:4], alpha=0.5), x[:4].add_(y[:4], alpha=0.5))  # and the runtime goes on
+
+
+def test_a_gemm_with_a_separate_bias_kernel_repeats_both():
+    _dispatch._repeats.clear()
+    for _ in range(3):
+        a, b, c = torch.randn(4, 3), torch.randn(3, 5), torch.randn(4, 5)  # a full bias: its own kernel
+        _same(torch.addmm(c.to("tvk"), a.to("tvk"), b.to("tvk")), torch.addmm(c, a, b), tol=1e-5)
+        bias = torch.randn(5)  # a row bias: inside the GEMM
+        _same(torch.addmm(bias.to("tvk"), a.to("tvk"), b.to("tvk")), torch.addmm(bias, a, b), tol=1e-5)
+        _same(a.to("tvk") @ b.to("tvk"), a @ b, tol=1e-5)
+
+
+def test_random_draws_and_values_read_back_are_never_frozen():
+    _dispatch._repeats.clear()
+    t = torch.ones(64, device="tvk")
+    draws = [torch.nn.functional.dropout(t, 0.5, training=True).cpu() for _ in range(3)]
+    assert not torch.equal(draws[0], draws[1]) and not torch.equal(draws[1], draws[2])
+    noise = [torch.rand_like(t).cpu() for _ in range(2)]
+    assert not torch.equal(noise[0], noise[1])
+    for n in (3, 5, 1):  # nonzero reads its count back: same key, other data
+        x = torch.zeros(8)
+        x[:n] = 1
+        _same(torch.nonzero(x.to("tvk")), torch.nonzero(x), strides=False)  # the CPU's is column-major
+
+
+def test_repeats_are_dropped_when_the_configs_reload():
+    from tvk_kernels import config
+
+    a = torch.randn(9)
+    t = a.to("tvk")
+    _same(t + t, a + a)
+    config.reload()
+    _same(t + t, a + a)  # the stale repeat is not used: the full path runs, and repeats again
+    assert any(type(r) is Repeat and r.holds((t, t), {}) for r in _entry(aten.add.Tensor))
+
+
+def test_ops_without_an_offer_repeat_through_their_implementation():
+    _dispatch._repeats.clear()
+    x = torch.randn(4, 6)
+    for _ in range(2):
+        _same(torch.softmax(x.to("tvk"), -1), torch.softmax(x, -1))
+    assert any(type(r) is Direct for r in _entry(aten._softmax.default))
+    with pytest.raises(IndexError):
+        torch.softmax(x.to("tvk"), 5)  # a new key: the full path with torch's checks
