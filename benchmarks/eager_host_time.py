@@ -185,10 +185,11 @@ def main():
             _merge(runs["torch cuda"], _time(ROOT, "cuda", rounds, calls))
     print(json.dumps(runs, indent=1))
     if args.out:
-        _write(args.out, runs)
+        _write(args.out, runs, f"best of {processes} process{'es' if processes > 1 else ''} x {rounds} rounds x "
+                               f"{calls} calls")
 
 
-def _write(out_dir, runs):
+def _write(out_dir, runs, repeats):
     sys.path.insert(0, str(ROOT))
     from tvk_kernels import get_device
     from tvk_kernels.bench.common import environment, md_table, write_result
@@ -203,7 +204,7 @@ def _write(out_dir, runs):
     header = ["op", "aten ops (tvk)"] + [f"{r} us" for r in columns] + ["tvk / floor"] \
         + (["tvk / torch cuda"] if "torch cuda" in runs else [])
     payload = {"experiment": "eager_host_time", "environment": environment(get_device(0)),
-               "unit": "us per call (host), best of 3 processes x 7 rounds x 1000 calls",
+               "unit": "us per call (host)", "repeats": repeats, "quick": "1 process" in repeats,
                "floor": "a no-op __torch_dispatch__ subclass making its output, same process, interleaved rounds",
                "mix": dict(MIX), "runs": runs}
     write_result(out_dir, "eager_host_time", payload, md_table(header, rows))

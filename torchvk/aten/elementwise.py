@@ -130,7 +130,7 @@ def run(kop, args, *, out=None, dtype=None, common=None, kind=DEFAULT, scalars=(
 # An eager op repeats with the same operand geometry: everything run() works out from the
 # geometry (result dtype and shape, the kernel plan) is kept per signature, and a repeated call
 # allocates the output and records the kernel. A new geometry, dtype or scalar type is a miss
-# that takes the full path above (with its checks) once. Design note 23.
+# that takes the full path above (with its checks) once. Design notes 23 and 37.
 _launches: dict = {}
 _MAX_LAUNCHES = 4096  # a model's distinct eager geometries; a miss beyond it just takes the full path
 

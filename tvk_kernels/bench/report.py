@@ -289,6 +289,25 @@ def models(r) -> list[str]:
     return out
 
 
+def eager_host_time(r) -> list[str]:
+    runs = r["runs"]
+    tvk = runs["tvk"]
+    others = [name for name in runs if name not in ("tvk", "torch cuda")]
+    header = ["op", "tvk us", "tvk / no-op floor"] + [f"{name} us" for name in others] + \
+        (["torch CUDA us", "tvk / torch CUDA"] if "torch cuda" in runs else [])
+    out = [f"Host time per small eager op (`python benchmarks/eager_host_time.py`: {r.get('repeats', 'best of 3 processes x 7 rounds x 1000 calls')}), "
+           f"beside the floor of any Python backend, a no-op `__torch_dispatch__` subclass making "
+           f"its output ({_fmt(tvk['floor'])} us, same process):", "",
+           "| " + " | ".join(header) + " |", "|---|" + "---|" * (len(header) - 1)]
+    for op in r["mix"]:
+        cells = [_fmt(tvk[op]), f"{_fmt(tvk[op] / tvk['floor'])}x"] + [_fmt(runs[name][op]) for name in others]
+        if "torch cuda" in runs:
+            cells += [_fmt(runs["torch cuda"][op]), f"{_fmt(tvk[op] / runs['torch cuda'][op])}x"]
+        out.append(f"| {op} ({tvk['ops per call'][op]} aten op{'s' if tvk['ops per call'][op] > 1 else ''}) | "
+                   + " | ".join(cells) + " |")
+    return out
+
+
 def zoo(r) -> list[str]:
     ok = [x for x in r["runs"] if x["device"] == "tvk" and "error" not in x]
     out = [f"{r['tvk_trained']} train on tvk with 0 CPU ops (eager, torchvk.compile, torch.compile)."
@@ -475,6 +494,7 @@ SECTIONS = [("vector-add", "1. Vector add", vector_add), ("matmul", "2. Matmul",
             ("mnist", "3. MNIST classifier", mnist), ("cifar10", "4. CIFAR-10 CNN", cifar10),
             ("low-vram", "5. Little GPU memory", low_vram), ("ablations", "6. Ablations", ablations),
             ("kernels", "Kernels beside torch CUDA", kernels), ("models", "Real models: training steps", models),
+            ("eager_host_time", "Host time per eager op", eager_host_time),
             ("zoo", "Model zoo", zoo),
             ("kernel_profile", "Training-step GPU time", kernel_profile),
             ("distributed", "Data-parallel training (torch.distributed)", distributed)]
@@ -508,7 +528,7 @@ def build(results: Path, configs: Path) -> str:
                 lines = fn(found[key], found.get("matmul")) if key == "ablations" else fn(found[key])
                 if key in ("mnist", "low-vram"):
                     out += [f"**{title}.** {_stamp(found[key])}"] + [f"- {line}" for line in lines]
-                elif key == "models":  # a paragraph, its table, a closing line
+                elif key in ("models", "eager_host_time"):  # a paragraph, its table, a closing line
                     out += [f"**{title}.** {lines[0]} {_stamp(found[key])}"] + lines[1:]
                 else:
                     out.append(f"**{title}.** " + " ".join(lines) + f" {_stamp(found[key])}")
