@@ -8,6 +8,7 @@ Where CUDA is present, torch CUDA runs the same mix in its own process (no torch
 
     python benchmarks/eager_host_time.py [--compare REV] [--out DIR] [--quick]
     python benchmarks/eager_host_time.py --profile "a + b"   # where one op's microseconds go
+    python benchmarks/eager_host_time.py --model hf_gpt2      # each aten op's share of a model's step
 
 --compare checks REV out in a temporary git worktree (or takes a directory holding an earlier tree:
 `git archive REV torchvk tvk_kernels templates tuning tuned_configs shipped | tar -x -C DIR`) and
@@ -121,6 +122,55 @@ pstats.Stats(profile).sort_stats("tottime").print_stats(25)
 """
 
 
+# Where a real model's eager step spends host time: each top-level aten op's thread time inside
+# our dispatcher, summed over steps, and how it repeats (torchvk/_repeat.py)
+_MODEL = r"""
+import collections, sys, time, torch, torchvk
+from torchvk import _dispatch, _glue
+from torchvk.experiments import zoo, zoo_models
+name, size, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+model, step = zoo.trainer(name, "tvk", "eager", size)
+x, y = (t.to("tvk") for t in list(zoo_models.batches(name, 1, size))[0])
+for _ in range(3):
+    step(x, y).item()
+cost, calls, depth, dispatch = collections.defaultdict(float), collections.Counter(), [0], _glue.hooks.dispatch
+
+
+def timed(func, args, kwargs):
+    depth[0] += 1
+    start = time.thread_time()
+    try:
+        return dispatch(func, args, kwargs)
+    finally:
+        depth[0] -= 1
+        if depth[0] == 0:
+            cost[func] += time.thread_time() - start
+            calls[func] += 1
+
+
+_glue.hooks.dispatch = timed
+wall = time.perf_counter()
+for _ in range(steps):
+    step(x, y).item()
+wall = (time.perf_counter() - wall) / steps
+_glue.hooks.dispatch = dispatch
+kinds = collections.defaultdict(str)
+for key, repeat in _dispatch._repeats.items():
+    kinds[key[0]] = type(repeat).__name__
+total = sum(cost.values()) / steps
+from tvk_kernels.bench.common import environment
+env = environment(torchvk._storage.get_device())
+print(f"{env['device']} ({env['driver']} {env['driver_info']}), torch {torch.__version__}, commit {env['commit']}, "
+      f"{env['date']}")
+print(f"{name} ({size}): {wall * 1e3:.1f} ms wall per step, {total * 1e3:.1f} ms of it in {sum(calls.values()) // steps} "
+      "aten ops (thread time inside the dispatcher)")
+print(f"{'op':60s} {'calls':>6s} {'ms/step':>8s} {'us/call':>8s} repeat")
+for func, seconds in sorted(cost.items(), key=lambda kv: -kv[1])[:30]:
+    print(f"{str(func):60s} {calls[func] / steps:6.0f} {seconds / steps * 1e3:8.2f} {seconds / calls[func] * 1e6:8.1f} "
+          f"{kinds[func] or 'none'}")
+"""
+
+
 def _run(script, source_root: Path, *argv) -> str:
     env = dict(os.environ, PYTHONPATH=str(source_root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env,
@@ -153,7 +203,13 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true", help="1 process, few calls (a smoke test)")
     ap.add_argument("--profile", default=None, metavar="OP", help="print where one op of the mix spends its time")
+    ap.add_argument("--model", default=None, metavar="NAME",
+                    help="print the host time of each aten op in an eager training step of a zoo model")
+    ap.add_argument("--size", default="bench", help="--model's size: tiny or bench")
     args = ap.parse_args()
+    if args.model:
+        print(_run(_MODEL, ROOT, args.model, args.size, "5"))
+        return
     if args.profile:
         statement = dict(MIX).get(args.profile)
         if statement is None:

@@ -59,7 +59,10 @@ for phase in "$@"; do
        step python3 -m tvk_kernels.tune.cli --device 0 --ops conv2d --trials 40 --time-budget ${TVK_TUNE_BUDGET:-360} --out $TVK_CONFIG_DIR --no-progress ;;
     W) step python3 -m tvk_kernels.bench.cli kernels --out $R --no-progress ;;
     J) step bash -c "python3 benchmarks/eager_host_time.py --out $R ${TVK_BASE:+--compare $TVK_BASE} \
-         || python3 benchmarks/eager_host_time.py --out $R" ;;
+         || python3 benchmarks/eager_host_time.py --out $R"
+       for m in ${TVK_PROFILE_MODELS:-hf_gpt2 timm_resnet18 hf_llama}; do  # each aten op's host time in a step
+         step bash -c "python3 benchmarks/eager_host_time.py --model $m 2>&1 | grep -v '^.transformers' >> $R/eager_host_profile.txt"
+       done ;;
     R) mkdir -p $R/correctness  # real models (transformers carried in .whl), fork safety, launch plans under torch 2.11
        step bash -c "python3 -m pytest -q -p no:cacheprovider --junitxml=$R/correctness/real-models-junit.xml \
          tests/test_hf_models.py tests/test_compile_calling.py tests/test_fork.py tests/test_launch_plans.py \

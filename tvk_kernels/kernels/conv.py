@@ -19,6 +19,7 @@ import struct
 
 from . import activations, conv_depthwise
 from .conv_geometry import checked_split_k, conv2d_output_shape, geometry
+from .kept_calls import kept_call
 from .launch import Family, address, family, grid_1d, positive, record_shape, recording
 from .reduce import reduce
 from .. import benchmark_mode
@@ -232,6 +233,7 @@ def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label, act=None):
 
 
 # ------------------------------------------------------------------ public API
+@kept_call('x_addr', 'w_addr', 'bias_addr', 'out_addr')
 def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape, stride=1, padding=0, dilation=1,
                    groups=1, params=None, act: str | None = None, out_hw=None, split_k=None) -> tuple:
     """out = act(conv2d(x, w, bias)); bias_addr may be None/0; act None or an activation of
@@ -266,6 +268,7 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
     return out_shape
 
 
+@kept_call('grad_out_addr', 'w_addr', 'grad_in_addr')
 def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, w_shape, stride=1, padding=0,
                           dilation=1, groups=1, params=None, out_hw=None, split_k=None) -> tuple:
     """grad_in (shape x_shape) = d conv2d / d x applied to grad_out (out_hw: see conv_geometry.geometry).
@@ -299,6 +302,7 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
     return x_shape
 
 
+@kept_call('grad_out_addr', 'x_addr', 'grad_w_addr')
 def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, w_shape, stride=1, padding=0,
                            dilation=1, groups=1, params=None, split_k=None, out_hw=None) -> tuple:
     """grad_w (shape w_shape) = d conv2d / d w applied to grad_out. Returns w_shape.

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import struct
 
+from .kept_calls import kept_call
 from .launch import Family, family, grid_1d, loop_budget_params, pow2ceil, powers_of_two, record_shape, recording
 from .reduce import reduce, required_subgroup_size, use_subgroups
 
@@ -90,6 +91,7 @@ def _split_ln(shape, normalized_ndim):
     return math.prod(shape[:-k]), math.prod(shape[-k:])
 
 
+@kept_call('x_addr', 'y_addr', 'weight_addr', 'bias_addr', 'mean_addr', 'rstd_addr')
 def layer_norm(device, x_addr: int, y_addr: int, shape, normalized_ndim: int = 1, weight_addr: int = 0,
                bias_addr: int = 0, eps: float = 1e-5, mean_addr: int = 0, rstd_addr: int = 0,
                params: dict | None = None):
@@ -104,6 +106,7 @@ def layer_norm(device, x_addr: int, y_addr: int, shape, normalized_ndim: int = 1
                                                     rstd=rstd_addr), eps=eps, label="layer_norm")
 
 
+@kept_call('grad_addr', 'x_addr', 'mean_addr', 'rstd_addr', 'weight_addr', 'grad_in_addr', 'grad_weight_addr', 'grad_bias_addr')
 def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rstd_addr: int, shape,
                         normalized_ndim: int = 1, weight_addr: int = 0, grad_in_addr: int = 0,
                         grad_weight_addr: int = 0, grad_bias_addr: int = 0, params: dict | None = None):
@@ -187,6 +190,7 @@ def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, relu=Fals
     device.stream.keep_alive(scratch)
 
 
+@kept_call('x_addr', 'y_addr', 'weight_addr', 'bias_addr', 'running_mean_addr', 'running_var_addr', 'save_mean_addr', 'save_invstd_addr')
 def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bias_addr: int = 0,
                running_mean_addr: int = 0, running_var_addr: int = 0, training: bool = True,
                momentum: float = 0.1, eps: float = 1e-5, save_mean_addr: int = 0, save_invstd_addr: int = 0,
@@ -223,6 +227,7 @@ def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bi
                 momentum=momentum, unbias=unbias, flags=flags, label=label, relu=relu)
 
 
+@kept_call('grad_addr', 'x_addr', 'save_mean_addr', 'save_invstd_addr', 'weight_addr', 'grad_in_addr', 'grad_weight_addr', 'grad_bias_addr', 'running_mean_addr', 'running_var_addr')
 def batch_norm_backward(device, grad_addr: int, x_addr: int, shape, save_mean_addr: int = 0,
                         save_invstd_addr: int = 0, weight_addr: int = 0, grad_in_addr: int = 0,
                         grad_weight_addr: int = 0, grad_bias_addr: int = 0, training: bool = True,

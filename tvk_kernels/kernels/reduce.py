@@ -25,6 +25,7 @@ import struct
 
 from . import dtypes
 from ..search_space import search_space
+from .kept_calls import kept_call
 from .launch import Family, family, grid_1d, pow2ceil, powers_of_two, record_shape, recording
 from .strides import contiguous_strides
 
@@ -112,6 +113,7 @@ def required_subgroup_size(params: dict) -> int | None:
     return params.get("SUBGROUP_SIZE") or None
 
 
+@kept_call('in_addr', 'out_addr', 'index_addr')
 def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, dims=None, keepdim: bool = False,
            dtype: str = "float32", params: dict | None = None, index_addr: int = 0) -> tuple[int, ...]:
     """Reduce the view (in_addr, shape, strides in elements) over `dims` into out_addr.

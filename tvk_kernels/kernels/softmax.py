@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import struct
 
+from .kept_calls import kept_call
 from .launch import Family, family, grid_1d, loop_budget_params, pow2ceil, powers_of_two, record_shape, recording
 from .reduce import required_subgroup_size, use_subgroups
 
@@ -70,15 +71,18 @@ def _run(device, x, y, g, dx, shape, dim, log, bwd, params):
                            ("log_softmax" if log else "softmax") + ("_backward" if bwd else ""))
 
 
+@kept_call('in_addr', 'out_addr')
 def softmax(device, in_addr: int, out_addr: int, shape, dim: int = -1, log: bool = False, params: dict | None = None):
     """out = softmax(x, dim) (log_softmax when log); x, out contiguous float32 of `shape`."""
     _run(device, in_addr, out_addr, 0, 0, shape, dim, log, False, params)
 
 
+@kept_call('in_addr', 'out_addr')
 def log_softmax(device, in_addr: int, out_addr: int, shape, dim: int = -1, params: dict | None = None):
     _run(device, in_addr, out_addr, 0, 0, shape, dim, True, False, params)
 
 
+@kept_call('grad_addr', 'out_addr', 'grad_in_addr')
 def softmax_backward(device, grad_addr: int, out_addr: int, grad_in_addr: int, shape, dim: int = -1,
                      log: bool = False, params: dict | None = None):
     """grad_in from grad_out (grad_addr) and the forward output (out_addr), all contiguous float32."""

@@ -157,6 +157,7 @@ class Allocator:
         self.graph_scratch: dict = {}
         self.tracker: list | None = None  # weakrefs to every buffer allocated while a list is set here
         self.later: list = []  # (method, argument): frees from threads that could not take the lock
+        self.allocations = 0  # every alloc() so far (kernels/kept_calls.py tells a call that allocates by it)
 
     # ------------------------------------------------------------------ public
     def alloc(self, nbytes: int) -> DeviceBuffer:
@@ -164,6 +165,7 @@ class Allocator:
             if self.later:
                 self._run_later()
             size = _round(nbytes)
+            self.allocations += 1
             cap = self.capture
             if cap is not None and len(cap.allocated) in cap.temps:
                 buf = self._borrow(cap, size, nbytes)

@@ -111,6 +111,7 @@ class Stream:
         self.graphs_in_flight: set = set()
         self.capturing = False  # replayed graphs (runtime/graph.py) not yet waited for
         self.dry = False  # inside dry_run(): GPU work is discarded
+        self.call_capture = None  # capturing_calls(): dispatches are collected there, nothing is recorded
         self._last_pipeline = None
         self._begin_info = new("VkCommandBufferBeginInfo", keep, flags=lib.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
         self._barrier = new("VkMemoryBarrier", keep,
@@ -148,6 +149,9 @@ class Stream:
             self._dispatch(pipeline, groups, push, label)
 
     def _dispatch(self, pipeline, groups, push, label):
+        if self.call_capture is not None:  # kernels/kept_calls.py learns a call: nothing is recorded
+            self.call_capture.dispatches.append((pipeline, tuple(groups), bytes(push), label))
+            return
         if self.dry:
             return
         limit = self.max_groups
@@ -197,6 +201,9 @@ class Stream:
     @locked
     def copy(self, src, dst, nbytes: int, src_offset: int = 0, dst_offset: int = 0):
         """Record a buffer-to-buffer copy (DeviceBuffer ranges)."""
+        if self.call_capture is not None:
+            self.call_capture.other = True
+            return
         if self.dry and src.block.mapped is None:
             return  # a device-to-device copy (uploads come from mapped staging memory and still run)
         cmd = self.cmd if self.recording else self._begin()
@@ -212,6 +219,9 @@ class Stream:
     @locked
     def fill(self, dst, value_u32: int, nbytes: int | None = None):
         """Fill a buffer with a repeated 32-bit pattern (zeros for zeros_like)."""
+        if self.call_capture is not None:
+            self.call_capture.other = True
+            return
         if self.dry:
             return
         cmd = self.cmd if self.recording else self._begin()
@@ -226,9 +236,23 @@ class Stream:
     @locked
     def keep_alive(self, obj):
         """Hold `obj` until the command buffer being recorded has finished on the GPU."""
+        if self.call_capture is not None:
+            self.call_capture.other = True
+            return
         if not self.recording:
             self._begin()
         self.slots[self.current].keep_alive.append(obj)
+
+    @contextmanager
+    def capturing_calls(self, capture):
+        """Collect the dispatches made inside into `capture` (kernels/kept_calls.py) instead of recording
+        them; a copy, fill or keep_alive marks the capture `other` and is dropped."""
+        with runtime_lock:
+            outer, self.call_capture = self.call_capture, capture
+            try:
+                yield capture
+            finally:
+                self.call_capture = outer
 
     # ------------------------------------------------------------------ submit
     @locked

@@ -1,0 +1,203 @@
+"""Kept calls: a kernel entry point's launches, worked out once per geometry and replayed.
+
+An eager training step calls the same kernel entry points (conv2d_forward, layer_norm, reduce ...)
+with the same geometry every step, and each call works out its config, split and grid again in
+Python before it records one or two dispatches. `@kept_call("x_addr", "out_addr", ...)` keeps, per
+call key (every argument but the named addresses, which count by whether they are 0 and by their
+alignment), the dispatches the first call made, and replays them on later calls with the new
+addresses written into their push constants.
+
+Where each address goes is found, not declared: the first call of a key runs twice with its
+dispatches captured instead of recorded, the second time with every address moved by a distinct
+multiple of 2**36 (alignments kept). A push-constant word that moves by an address's shift holds
+that address plus a fixed offset; anything else must be equal in both runs. A call that differs in
+any other way (another pipeline, grid or word), allocates scratch memory, copies, fills or keeps a
+buffer alive is not kept: it runs in full every time, as does every call in benchmark mode, while
+shapes are recorded for the tuner, with explicit `params`, or after the configs reload (the kept
+launches are then dropped).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import struct
+
+from .. import benchmark_mode
+from ..config import generation
+from .launch import recording
+
+_U64 = struct.Struct("<Q")
+_SHIFT = 1 << 36  # address i moves by (i + 1) * _SHIFT in the probe: alignments and low words kept
+_MAX_KEPT = 4096
+_NOT_KEPT = object()  # a call key whose launches cannot be replayed
+_SEEN = object()  # a call key seen once
+
+
+class _Capture:
+    """What a call did to the stream while captured: its dispatches, and whether it did anything else."""
+
+    def __init__(self):
+        self.dispatches: list = []
+        self.other = False  # a copy, fill, keep_alive or allocation: not replayable
+
+
+class _Kept:
+    __slots__ = ("launches", "result", "generation")
+
+    def __init__(self, launches, result):
+        self.launches, self.result, self.generation = launches, result, generation()
+
+
+def _slots(first, moved, addresses):
+    """[(byte offset, address index, offset from that address)] of the push words that hold an address
+    (first: the call's push bytes, moved: the probe's), or None when a difference is not an address's."""
+    if len(first) != len(moved):
+        return None
+    if first == moved:
+        return []
+    slots, o = [], 0
+    while o + 8 <= len(first):
+        a, b = _U64.unpack_from(first, o)[0], _U64.unpack_from(moved, o)[0]
+        if a != b:
+            for i, addr in enumerate(addresses):
+                if addr and b - a == (i + 1) * _SHIFT:
+                    slots.append((o, i, a - addr))
+                    break
+            else:
+                return None
+            o += 8
+        else:
+            o += 4
+    rebuilt = bytearray(moved)
+    for o, i, delta in slots:
+        _U64.pack_into(rebuilt, o, addresses[i] + delta)
+    return slots if bytes(rebuilt) == first else None
+
+
+def _plan(captures, addresses):
+    first, moved = captures
+    if first.other or moved.other or len(first.dispatches) != len(moved.dispatches):
+        return None
+    launches = []
+    for (pipe, groups, push, label), (pipe2, groups2, push2, label2) in zip(first.dispatches, moved.dispatches):
+        if pipe is not pipe2 or groups != groups2 or label != label2:
+            return None
+        slots = _slots(push, push2, addresses)
+        if slots is None:
+            return None
+        launches.append((pipe, groups, push, tuple(slots), label))
+    return launches
+
+
+def kept_call(*address_names):
+    """Decorator of a kernel entry point `fn(device, ...)` whose `address_names` parameters are device
+    addresses (ints; 0 or None: absent): see the module docstring."""
+
+    def wrap(fn):
+        params = list(inspect.signature(fn).parameters.values())
+        where = [(next(k for k, p in enumerate(params) if p.name == name) - 1, name,
+                  next(p.default for p in params if p.name == name)) for name in address_names]
+        positions = frozenset(pos for pos, _, _ in where)
+        memo: dict = {}
+
+        def addresses_of(args, kwargs):
+            return [args[pos] if pos < len(args) else kwargs.get(name, default) for pos, name, default in where]
+
+        def with_addresses(args, kwargs, values):
+            args, kwargs = list(args), dict(kwargs)
+            for (pos, name, _), value in zip(where, values):
+                if pos < len(args):
+                    args[pos] = value
+                else:
+                    kwargs[name] = value
+            return args, kwargs
+
+        @functools.wraps(fn)
+        def call(device, *args, **kwargs):
+            if kwargs.get("params") is not None or recording() or benchmark_mode.enabled() or \
+                    device.stream.call_capture is not None:  # inside another kept call's learning: plain
+                return fn(device, *args, **kwargs)
+            addrs = addresses_of(args, kwargs)
+            for a in addrs:
+                if a is not None and type(a) is not int:
+                    return fn(device, *args, **kwargs)  # a buffer object: the plain path
+            addrs = [a or 0 for a in addrs]
+            alignments = tuple(a == 0 or a & 255 for a in addrs)
+            try:  # shapes come as lists or tuples of ints: hashable as they are, or as tuples
+                key = (id(device), alignments, tuple(tuple(a) if type(a) is list else a
+                                                     for k, a in enumerate(args) if k not in positions),
+                       tuple((k, tuple(v) if type(v) is list else v) for k, v in kwargs.items()
+                             if k not in address_names))
+                kept = memo.get(key)
+            except TypeError:  # a nested list or a dict: the slow key
+                try:
+                    key = (id(device), alignments,
+                           tuple(_frozen(a) for k, a in enumerate(args) if k not in positions),
+                           tuple(sorted((k, _frozen(v)) for k, v in kwargs.items() if k not in address_names)))
+                    kept = memo.get(key)
+                except TypeError:  # an unhashable argument
+                    return fn(device, *args, **kwargs)
+            if type(kept) is _Kept:
+                if kept.generation == generation():
+                    return _replay(device, kept, addrs)
+                kept = _SEEN  # the configs reloaded: learned again
+            if kept is _NOT_KEPT:
+                return fn(device, *args, **kwargs)
+            if kept is None:  # a key seen once is learned the second time: one that changes every call costs nothing
+                if len(memo) >= _MAX_KEPT:
+                    memo.clear()
+                memo[key] = _SEEN
+                return fn(device, *args, **kwargs)
+            kept = _learn(device, fn, args, kwargs, addrs, with_addresses)
+            if len(memo) >= _MAX_KEPT:
+                memo.clear()
+            memo[key] = kept if kept is not None else _NOT_KEPT
+            if kept is None:
+                return fn(device, *args, **kwargs)
+            return _replay(device, kept, addrs)
+
+        call.kept = memo  # tests look in
+        return call
+
+    return wrap
+
+
+def _frozen(x):
+    if isinstance(x, list):
+        return ("list",) + tuple(map(_frozen, x))
+    if isinstance(x, tuple):
+        return tuple(map(_frozen, x))
+    if isinstance(x, dict):
+        return ("dict",) + tuple(sorted((k, _frozen(v)) for k, v in x.items()))
+    return (type(x), x)
+
+
+def _learn(device, fn, args, kwargs, addrs, with_addresses):
+    """Run fn captured twice (real addresses, then moved ones); its kept launches, or None."""
+    stream = device.stream
+    captures = []
+    moved = [a + (i + 1) * _SHIFT if a else 0 for i, a in enumerate(addrs)]
+    for values in (addrs, moved):
+        capture = _Capture()
+        a, k = with_addresses(args, kwargs, values)
+        allocs = device.allocator.allocations
+        with stream.capturing_calls(capture):
+            result = fn(device, *a, **k)
+        capture.other = capture.other or device.allocator.allocations != allocs
+        captures.append((capture, result))
+    if captures[0][1] != captures[1][1]:
+        return None
+    launches = _plan([c for c, _ in captures], addrs)
+    return None if launches is None else _Kept(launches, captures[0][1])
+
+
+def _replay(device, kept, addrs):
+    dispatch = device.stream.dispatch
+    for pipe, groups, push, slots, label in kept.launches:
+        if slots:
+            push = bytearray(push)
+            for o, i, delta in slots:
+                _U64.pack_into(push, o, addrs[i] + delta)
+            push = bytes(push)
+        dispatch(pipe, groups, push, label)
+    return kept.result
