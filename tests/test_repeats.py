@@ -127,9 +127,28 @@ def test_repeats_are_dropped_when_the_configs_reload():
 
 def test_ops_without_an_offer_repeat_through_their_implementation():
     _dispatch._repeats.clear()
-    x = torch.randn(4, 6)
     for _ in range(2):
-        _same(torch.softmax(x.to("tvk"), -1), torch.softmax(x, -1))
-    assert any(type(r) is Direct for r in _entry(aten._softmax.default))
-    with pytest.raises(IndexError):
-        torch.softmax(x.to("tvk"), 5)  # a new key: the full path with torch's checks
+        a, b = torch.randn(4, 6), torch.randn(4, 2)
+        _same(torch.cat([a.to("tvk"), b.to("tvk")], 1), torch.cat([a, b], 1))
+    assert any(type(r) is Direct for r in _entry(aten.cat.default))
+    with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
+        torch.cat([a.to("tvk"), torch.randn(3, 2).to("tvk")], 1)  # a new key: the full path with torch's checks
+
+
+def test_norms_softmax_and_reductions_repeat_like_cpu_in_float32_and_half():
+    _dispatch._repeats.clear()
+    for dtype in (torch.float32, torch.float16, torch.float32):  # half casts around the kernel: not offered
+        for _ in range(3):
+            x = torch.randn(6, 10)
+            w, b = torch.randn(10), torch.randn(10)
+            tx, tw, tb = (t.to("tvk", dtype) for t in (x, w, b))
+            cx, cw, cb = (t.to(dtype).float() for t in (x, w, b))
+            tol = 1e-5 if dtype == torch.float32 else 3e-3
+            got = [torch.layer_norm(tx, (10,), tw, tb), torch.softmax(tx, -1), torch.log_softmax(tx, 0),
+                   tx.sum(1), tx.mean(0, keepdim=True), tx.amax(1)]
+            want = [torch.layer_norm(cx, (10,), cw, cb), torch.softmax(cx, -1), torch.log_softmax(cx, 0),
+                    cx.sum(1), cx.mean(0, keepdim=True), cx.amax(1)]
+            for g, w_ in zip(got, want):
+                assert g.dtype == dtype
+                torch.testing.assert_close(g.cpu().float(), w_, rtol=tol, atol=tol)
+    assert any(type(r) is Repeat for r in _entry(aten.native_layer_norm.default))

@@ -8,6 +8,7 @@ from torch._prims_common import suggest_memory_format
 from tvk_kernels.kernels import norm as norm_kernels
 
 from ..op_registry import register, register_decomposition
+from .._repeat import mark, offer
 from .._tensor import new_tensor
 from ._util import addr, dev
 from .copies import cast, contig, contig_dtype
@@ -30,12 +31,19 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     x = _f32(input)
     w, b = _f32(weight), _f32(bias)
     d = dev(input)
-    out = new_tensor(x.shape, torch.float32, d)
-    stat_shape = list(x.shape[: x.dim() - k]) + [1] * k
-    mean = new_tensor(stat_shape, torch.float32, d)
-    rstd = new_tensor(stat_shape, torch.float32, d)
-    norm_kernels.layer_norm(d, addr(x), addr(out), tuple(x.shape), k, _a(w), _a(b), float(eps), addr(mean), addr(rstd))
-    return cast(out, input.dtype), mean, rstd
+    shape, stat_shape = tuple(x.shape), list(x.shape[: x.dim() - k]) + [1] * k
+
+    def run(operands):
+        x, w, b = operands
+        out, mean, rstd = (new_tensor(size, torch.float32, d) for size in (shape, stat_shape, stat_shape))
+        norm_kernels.layer_norm(d, addr(x), addr(out), shape, k, _a(w), _a(b), float(eps), addr(mean), addr(rstd))
+        return out, mean, rstd
+
+    begun = mark()
+    out, mean, rstd = run((x, w, b))
+    result = cast(out, input.dtype), mean, rstd
+    offer(begun, result, (x, w, b), run)  # kept where no cast came before or after (torchvk/_repeat.py)
+    return result
 
 
 @register(aten.native_layer_norm_backward.default)
@@ -44,12 +52,23 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
     x, g = _f32(input), _f32(grad_out)
     w = _f32(weight)
     d = dev(input)
-    gi = new_tensor(x.shape, torch.float32, d) if output_mask[0] else None
-    gw = new_tensor(weight.shape, torch.float32, d) if output_mask[1] and weight is not None else None
-    gb = new_tensor(bias.shape, torch.float32, d) if output_mask[2] and bias is not None else None
-    norm_kernels.layer_norm_backward(d, addr(g), addr(x), addr(contig(mean)), addr(contig(rstd)), tuple(x.shape), k, _a(w),
-                           _a(gi), _a(gw), _a(gb))
-    return (cast(gi, input.dtype) if gi is not None else None, gw, gb)
+    mean, rstd = contig(mean), contig(rstd)
+    sizes = (tuple(x.shape) if output_mask[0] else None,
+             tuple(weight.shape) if output_mask[1] and weight is not None else None,
+             tuple(bias.shape) if output_mask[2] and bias is not None else None)
+
+    def run(operands):
+        g, x, mean, rstd, w = operands
+        gi, gw, gb = (new_tensor(size, torch.float32, d) if size is not None else None for size in sizes)
+        norm_kernels.layer_norm_backward(d, addr(g), addr(x), addr(mean), addr(rstd), tuple(x.shape), k, _a(w),
+                                         _a(gi), _a(gw), _a(gb))
+        return gi, gw, gb
+
+    begun = mark()
+    gi, gw, gb = run((g, x, mean, rstd, w))
+    result = (cast(gi, input.dtype) if gi is not None else None, gw, gb)
+    offer(begun, result, (g, x, mean, rstd, w), run)
+    return result
 
 
 # ------------------------------------------------------------------ batch norm
