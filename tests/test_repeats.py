@@ -152,3 +152,27 @@ def test_norms_softmax_and_reductions_repeat_like_cpu_in_float32_and_half():
                 assert g.dtype == dtype
                 torch.testing.assert_close(g.cpu().float(), w_, rtol=tol, atol=tol)
     assert any(type(r) is Repeat for r in _entry(aten.native_layer_norm.default))
+
+
+def test_batch_norm_repeats_update_each_modules_running_statistics():
+    _dispatch._repeats.clear()
+    torch.manual_seed(0)
+    cpu = [torch.nn.BatchNorm2d(3) for _ in range(2)]  # two modules, one geometry: one key, two sets of stats
+    tvk = [torch.nn.BatchNorm2d(3).to("tvk") for _ in range(2)]
+    for c, t in zip(cpu, tvk):
+        t.load_state_dict(c.state_dict())
+    for _ in range(3):
+        x = torch.randn(4, 3, 5, 5)
+        for c, t in zip(cpu, tvk):
+            xc, xt = x.clone().requires_grad_(), x.to("tvk").requires_grad_()
+            c(xc).square().sum().backward()
+            t(xt).square().sum().backward()
+            torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-4)
+            x = x * 0.5 + 1  # the second module sees other data
+    for c, t in zip(cpu, tvk):
+        for name in ("running_mean", "running_var"):
+            torch.testing.assert_close(getattr(t, name).cpu(), getattr(c, name), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(t.weight.grad.cpu(), c.weight.grad, rtol=1e-4, atol=1e-4)
+    assert any(type(r) is Repeat for r in _entry(aten.native_batch_norm.default)) or \
+        any(type(r) is Repeat for r in _entry(aten._native_batch_norm_legit_functional.default)) or \
+        any(type(r) is Repeat for r in _entry(aten._native_batch_norm_legit.default))

@@ -77,20 +77,26 @@ def _bn_forward(input, weight, bias, running_mean, running_var, training, moment
     w, b = _f32(weight), _f32(bias)
     d = dev(input)
     C = x.shape[1]
-    out = new_tensor(x.shape, torch.float32, d)
     for name, r in (("running_mean", running_mean), ("running_var", running_var)):
         if r is not None and (r.dtype != torch.float32 or not r.is_contiguous()):
             raise TypeError(f"TorchVK batch norm needs contiguous float32 {name}, got {r.dtype}")
-    if training:
-        save_mean = new_tensor([C], torch.float32, d)
-        save_invstd = new_tensor([C], torch.float32, d)
-    else:
-        save_mean = new_tensor([0], torch.float32, d)
-        save_invstd = new_tensor([0], torch.float32, d)
-    norm_kernels.batch_norm(d, addr(x), addr(out), tuple(x.shape), _a(w), _a(b), _a(running_mean), _a(running_var),
-                  bool(training), float(momentum), float(eps), _a(save_mean) if training else 0,
-                  _a(save_invstd) if training else 0, relu=relu)
-    return cast(out, input.dtype), save_mean, save_invstd
+    shape, stats = tuple(x.shape), [C] if training else [0]
+
+    def run(operands):
+        x, w, b, running_mean, running_var = operands
+        out = new_tensor(shape, torch.float32, d)
+        save_mean, save_invstd = new_tensor(stats, torch.float32, d), new_tensor(stats, torch.float32, d)
+        norm_kernels.batch_norm(d, addr(x), addr(out), shape, _a(w), _a(b), _a(running_mean), _a(running_var),
+                                bool(training), float(momentum), float(eps), _a(save_mean) if training else 0,
+                                _a(save_invstd) if training else 0, relu=relu)
+        return out, save_mean, save_invstd
+
+    operands = (x, w, b, running_mean, running_var)
+    begun = mark()
+    out, save_mean, save_invstd = run(operands)
+    result = cast(out, input.dtype), save_mean, save_invstd
+    offer(begun, result, operands, run)  # kept where no cast came before or after (torchvk/_repeat.py)
+    return result
 
 
 def _bn_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
@@ -99,15 +105,25 @@ def _bn_backward(grad_out, input, weight, running_mean, running_var, save_mean, 
     w = _f32(weight)
     d = dev(input)
     C = x.shape[1]
-    gi = new_tensor(x.shape, torch.float32, d) if output_mask[0] else None
-    gw = new_tensor([C], torch.float32, d) if output_mask[1] else None
-    gb = new_tensor([C], torch.float32, d) if output_mask[2] else None
     if not train and (running_mean is None or running_var is None):
         raise RuntimeError("batch norm backward in eval mode needs running statistics")
-    norm_kernels.batch_norm_backward(d, addr(g), addr(x), tuple(x.shape), _a(save_mean) if train else 0,
-                           _a(save_invstd) if train else 0, _a(w), _a(gi), _a(gw), _a(gb), bool(train),
-                           _a(running_mean), _a(running_var), float(eps))
-    return (cast(gi, input.dtype) if gi is not None else None, gw, gb)
+    sizes = (tuple(x.shape) if output_mask[0] else None, [C] if output_mask[1] else None,
+             [C] if output_mask[2] else None)
+
+    def run(operands):
+        g, x, w, running_mean, running_var, save_mean, save_invstd = operands
+        gi, gw, gb = (new_tensor(size, torch.float32, d) if size is not None else None for size in sizes)
+        norm_kernels.batch_norm_backward(d, addr(g), addr(x), tuple(x.shape), _a(save_mean) if train else 0,
+                                         _a(save_invstd) if train else 0, _a(w), _a(gi), _a(gw), _a(gb), bool(train),
+                                         _a(running_mean), _a(running_var), float(eps))
+        return gi, gw, gb
+
+    operands = (g, x, w, running_mean, running_var, save_mean, save_invstd)
+    begun = mark()
+    gi, gw, gb = run(operands)
+    result = (cast(gi, input.dtype) if gi is not None else None, gw, gb)
+    offer(begun, result, operands, run)
+    return result
 
 
 @register(aten.native_batch_norm.default)

@@ -118,6 +118,9 @@ def view_dtype(self, dtype):
 @register(aten._unsafe_view.default)  # a view where it can be one, else a copy (torch's reshape of a non-view)
 def _unsafe_view(self, size):
     if self.is_contiguous():
-        return _wrap_like(self, aten.view.default(meta_of(self), size))
+        g = _geometry(aten.view.default(meta_of(self), size))
+        out = _wrap_geometry(self, g)
+        offer(mark(), out, (self,), _SameGeometry(g, self.storage_offset()))  # a view: repeated as one
+        return out
     c = contig(self)
     return _wrap_like(c, aten.view.default(meta_of(c), size))
