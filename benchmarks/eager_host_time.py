@@ -11,7 +11,8 @@ Where CUDA is present, torch CUDA runs the same mix in its own process (no torch
     python benchmarks/eager_host_time.py --model hf_gpt2      # each aten op's share of a model's step
 
 --compare checks REV out in a temporary git worktree (or takes a directory holding an earlier tree:
-`git archive REV torchvk tvk_kernels templates tuning tuned_configs shipped | tar -x -C DIR`) and
+`git archive REV torchvk tvk_kernels templates tuning tuned_configs shipped | tar -x -C DIR`, and
+REV written to DIR/REVISION to name it; the H200 runs of 2026-12-04 named theirs ".base", 1da66bc) and
 times it too, its processes alternating with this checkout's. Writes eager_host_time.json (and .md) to DIR when given.
 """
 import argparse
@@ -221,7 +222,9 @@ def main():
         roots = {"tvk": ROOT}
         worktree = args.compare and not Path(args.compare).is_dir()
         if args.compare:  # a revision (checked out here) or a directory holding an earlier tree
-            label = Path(args.compare).name if not worktree else args.compare
+            revision = Path(args.compare) / "REVISION"  # the tree's commit, written beside it by whoever made it
+            label = args.compare if worktree else revision.read_text().strip() if revision.is_file() \
+                else Path(args.compare).name
             roots[f"tvk at {label}"] = Path(tmp) / "tree" if worktree else Path(args.compare).resolve()
         if worktree:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
