@@ -79,15 +79,19 @@ _Tensor = torch.Tensor
 
 
 _repeats: dict = {}  # call key -> Repeat (_repeat.py): how a call made before runs again
+_unrepeated: set = set()  # ops whose repeat would be their implementation anyway: no key is built for them
 
 
 def dispatch(func, args, kwargs):
     try:
-        key = call_key(func, args, kwargs)
-        try:
-            repeat = _repeats.get(key)
-        except TypeError:  # an unhashable argument
+        if func in _unrepeated:
             key = repeat = None
+        else:
+            key = call_key(func, args, kwargs)
+            try:
+                repeat = _repeats.get(key)
+            except TypeError:  # an unhashable argument
+                key = repeat = None
         if repeat is not None and repeat.holds(args, kwargs):
             _vk_counts[repeat.name] += 1
             out = repeat(args, kwargs)
@@ -135,8 +139,9 @@ def _dispatch(func, args, kwargs, key=None):
             repeat = listening.repeat(name, out, args, kwargs, None)
         elif overlap_screened(func):  # a written tensor's overlap is judged on every call
             repeat = listening.repeat(name, out, args, kwargs, func)
-        else:  # an op that writes and judges its own calls: its implementation runs every time
-            repeat = None
+        else:  # an op that writes and judges its own calls (torch.optim's foreach ops): not worth a key
+            _unrepeated.add(func)
+            return out
         keep(_repeats, key, repeat or Direct(name, impl, func if overlap_screened(func) else None))
         return out
     decomp = DECOMPOSE.get(func)

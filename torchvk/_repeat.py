@@ -23,7 +23,9 @@ A call that offers nothing exact is repeated by calling its implementation direc
 without the dispatcher's lookups and checks, which passed for its key.
 
 An op that writes a tensor (in place, out=) is repeated only after torch's memory-overlap screen
-passes for this call: it depends on which storages the tensors view, which no key holds.
+passes for this call: it depends on which storages the tensors view, which no key holds. One that
+writes and judges its own calls (torch.optim's foreach ops) is never repeated, and no key is built
+for it (the dispatcher's `_unrepeated`): its lists of tensors made the key cost more than it saved.
 
 Where the first call passed one tensor in two places (`x * x`), the repeat holds only while the
 same arguments are again one tensor (`Repeat.same`), as the mapping from arguments to operands
