@@ -3,8 +3,8 @@
 An eager training step calls the same kernel entry points (conv2d_forward, layer_norm, reduce ...)
 with the same geometry every step, and each call works out its config, split and grid again in
 Python before it records one or two dispatches. `@kept_call("x_addr", "out_addr", ...)` keeps, per
-call key (every argument but the named addresses, which count by whether they are 0 and by their
-alignment), the dispatches the first call made, and replays them on later calls with the new
+call key (every argument but the named addresses, which count by whether they are 0, by their
+alignment and by which of them are equal), the dispatches the first call made, and replays them on later calls with the new
 addresses written into their push constants.
 
 Where each address goes is found, not declared: the first call of a key runs twice with its
@@ -122,7 +122,9 @@ def kept_call(*address_names):
                 if a is not None and type(a) is not int:
                     return fn(device, *args, **kwargs)  # a buffer object: the plain path
             addrs = [a or 0 for a in addrs]
-            alignments = tuple(a == 0 or a & 255 for a in addrs)
+            # per address: absent, or its alignment and the first address equal to it (a call that
+            # passes one buffer twice is kept apart from one that passes two)
+            alignments = tuple(a == 0 or (a & 255, addrs.index(a)) for a in addrs)
             try:  # shapes come as lists or tuples of ints: hashable as they are, or as tuples
                 key = (id(device), alignments, tuple(tuple(a) if type(a) is list else a
                                                      for k, a in enumerate(args) if k not in positions),
@@ -181,8 +183,13 @@ def _learn(device, fn, args, kwargs, addrs, with_addresses):
         capture = _Capture()
         a, k = with_addresses(args, kwargs, values)
         allocs = device.allocator.allocations
-        with stream.capturing_calls(capture):
-            result = fn(device, *a, **k)
+        try:
+            with stream.capturing_calls(capture):
+                result = fn(device, *a, **k)
+        except Exception:  # noqa: BLE001
+            if values is addrs:
+                raise  # the call's own error
+            return None  # the probe's addresses refused: not kept, the call runs in full
         capture.other = capture.other or device.allocator.allocations != allocs
         captures.append((capture, result))
     if captures[0][1] != captures[1][1]:
