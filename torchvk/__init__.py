@@ -42,6 +42,8 @@ from . import autocast as _autocast  # noqa: E402
 _autocast.install()  # torch.autocast("tvk"): CUDA's op policy (torch has none for PrivateUse1)
 from . import accelerator as _accelerator  # noqa: E402
 _accelerator.install()  # torch.accelerator's C++-backed functions and Graph, done for tvk
+from . import events as _events  # noqa: E402
+_events.install()  # torch.Event: a tvk event where the device is tvk
 
 from . import aten as _aten  # noqa: E402,F401  (fills the op table)
 from .compile import fake as _fake  # noqa: E402,F401  (Dynamo's stand-in for a tvk tensor: TVKTensor's hook)

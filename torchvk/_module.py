@@ -9,6 +9,7 @@ from tvk_kernels import list_devices
 
 from . import memory as _memory
 from . import _rng
+from .events import Event
 from ._storage import current_index, get_device, set_current_index, supported_dtypes
 
 
@@ -51,6 +52,25 @@ class Stream(torch.Stream):
     def is_capturing(self) -> bool:
         """Whether a graph capture (torchvk.graph, torch.accelerator.Graph) is recording the device's kernels."""
         return get_device(self.device_index).stream.capturing
+
+    def record_event(self, event=None) -> Event:
+        """Record `event` (a new one if None) after the kernels recorded so far, and return it."""
+        event = Event(torch.device("tvk", self.device_index)) if event is None else event
+        if type(event) is not Event:
+            raise TypeError(f"record_event on a tvk stream takes a tvk torch.Event, got {event!r}")
+        event.record(self)
+        return event
+
+    def wait_event(self, event) -> None:
+        """Later work waits for the event: one queue runs in order, so nothing to do."""
+        if type(event) is not Event:
+            raise TypeError(f"wait_event on a tvk stream takes a tvk torch.Event, got {event!r}")
+        event.wait(self)
+
+    def wait_stream(self, stream) -> None:
+        """Later work waits for the other stream's: a device has one stream, so nothing to do."""
+        if stream.device.type != "tvk":
+            raise ValueError(f"wait_stream: a tvk stream waiting for a stream of {stream.device}")
 
 
 class TVKModule:
@@ -111,6 +131,7 @@ class TVKModule:
         get_device(_index(device)).stream.synchronize()
 
     Stream = Stream
+    Event = Event
 
     @staticmethod
     def current_stream(device=None) -> Stream:

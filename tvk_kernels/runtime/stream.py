@@ -79,6 +79,44 @@ class _Slot:
             check(lib.vkCreateQueryPool(dev, qinfo, NULL, qp), "vkCreateQueryPool")
             self.queries = qp[0]
         self.in_flight = False
+        self.generation = 0  # command buffers begun in this slot: a Marker of an older one has completed
+
+
+class Marker:
+    """A point in a stream's work (torch.Event on tvk): reached once every command recorded before it
+    has run. `timer`, where given, took the GPU's clock there."""
+
+    __slots__ = ("slot", "generation", "timer")
+
+    def __init__(self, slot, generation, timer):
+        self.slot, self.generation, self.timer = slot, generation, timer
+
+
+class Timer:
+    """One timestamp query, written by the command buffer a Marker was recorded into; the command
+    buffer holds it (keep_alive) until it has run, so dropping its event early frees nothing in use."""
+
+    def __init__(self, device):
+        self.device = device
+        pool = ffi.new("VkQueryPool*")
+        check(lib.vkCreateQueryPool(device.handle, new("VkQueryPoolCreateInfo", [], queryType=lib.VK_QUERY_TYPE_TIMESTAMP,
+                                                       queryCount=1), NULL, pool), "vkCreateQueryPool")
+        self.pool = pool[0]
+
+    def seconds(self) -> float:
+        """The GPU clock when it was written, in seconds (of an arbitrary origin: compare two of one device)."""
+        data = ffi.new("uint64_t[1]")
+        check(lib.vkGetQueryPoolResults(self.device.handle, self.pool, 0, 1, 8, data, 8,
+                                        lib.VK_QUERY_RESULT_64_BIT | lib.VK_QUERY_RESULT_WAIT_BIT), "vkGetQueryPoolResults")
+        bits = self.device.timestamp_bits
+        ticks = data[0] & ((1 << bits) - 1 if bits < 64 else _UINT64_MAX)
+        return ticks * self.device.facts.timestamp_period_ns * 1e-9
+
+    def __del__(self):
+        try:
+            lib.vkDestroyQueryPool(self.device.handle, self.pool, NULL)
+        except Exception:  # interpreter shutdown: the device may be gone first
+            pass
 
 
 class Stream:
@@ -141,6 +179,7 @@ class Stream:
             self.recording = True
             self._last_pipeline = None
             self.count = 0
+            slot.generation += 1
         return slot.cmd
 
     def dispatch(self, pipeline, groups, push: bytes = b"", label: str | None = None):
@@ -242,6 +281,55 @@ class Stream:
         if not self.recording:
             self._begin()
         self.slots[self.current].keep_alive.append(obj)
+
+    # ------------------------------------------------------------------ markers (torch.Event)
+    @locked
+    def mark(self, timed: bool = False) -> Marker:
+        """A Marker after everything recorded so far; timed: it also takes the GPU's clock there,
+        once every earlier command has finished."""
+        if self.capturing:
+            raise RuntimeError("an event recorded inside a graph capture: TorchVK's graphs hold kernels only; "
+                               "record the event before the capture or after a replay")
+        if timed and not self.timestamps:
+            raise RuntimeError(f"{self.device.facts.name} has no compute timestamps: an event with "
+                               "enable_timing=True cannot be timed on it; use enable_timing=False")
+        timer = Timer(self.device) if timed else None
+        cmd = self.cmd if self.recording else self._begin()
+        slot = self.slots[self.current]
+        if timer is not None:
+            with deferred():  # the timer is held until the command buffer that writes it has run
+                lib.vkCmdResetQueryPool(cmd, timer.pool, 0, 1)
+                _vkCmdWriteTimestamp(cmd, lib.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timer.pool, 0)
+                slot.keep_alive.append(timer)
+        return Marker(slot, slot.generation, timer)
+
+    @locked
+    def reached(self, marker: Marker) -> bool:
+        """Whether the work before the marker has run (no wait; recorded but not submitted: not yet)."""
+        slot = marker.slot
+        if slot.generation != marker.generation or not (slot.in_flight or slot is self.slots[self.current]
+                                                        and self.recording):
+            return True  # its command buffer has completed and been retired
+        if not slot.in_flight:
+            return False
+        return lib.vkGetFenceStatus(self.device.handle, slot.fence) == lib.VK_SUCCESS
+
+    @locked
+    def wait_for(self, marker: Marker):
+        """Wait until the work before the marker has run (submitting it if it is still being recorded)."""
+        slot = marker.slot
+        if slot.generation != marker.generation:
+            return
+        if self.recording and slot is self.slots[self.current]:
+            self.submit()
+        n = len(self.slots)
+        for i in range(n):  # oldest first up to the marker's, so profile records stay in order
+            older = self.slots[(self.current + i) % n]
+            if older.in_flight:
+                self._retire(older)
+            if older is slot:
+                break
+        self.device.errors.check()
 
     @contextmanager
     def capturing_calls(self, capture):
