@@ -2,6 +2,7 @@
 
   accelerate.Accelerator and HF transformers.Trainer: accelerate.py
   Lightning's Trainer(accelerator="tvk"):             lightning.py
+  Lightning Fabric's Fabric(accelerator="tvk"):       lightning_fabric.py
 
 `import torchvk` calls install(), which imports none of these libraries (seconds each): each
 integration runs right after its library's module has loaded, or at once if it is loaded already.
@@ -33,13 +34,21 @@ def _lightning_connector(module):
     lightning.install(module._AcceleratorConnector)
 
 
+def _lightning_fabric_connector(module):
+    from . import lightning_fabric  # lazy: imports lightning.fabric, loaded only once the user's code loaded it
+
+    lightning_fabric.install(module._Connector)
+
+
 # {module: what runs once it has loaded}. Lightning's accelerator connector imports everything
 # lightning.py needs (the registry, the strategies, the precision plugins), and `import lightning`
-# loads it, so the registry has "tvk" before any user code sees it.
+# loads it, so the registry has "tvk" before any user code sees it. Fabric's connector does the same
+# for Fabric's registry, and `import lightning.fabric` (which `import lightning.pytorch` runs first) loads it.
 HOOKS = {
     "accelerate.state": _accelerate_state,
     "transformers.training_args": _transformers_training_args,
     "lightning.pytorch.trainer.connectors.accelerator_connector": _lightning_connector,
+    "lightning.fabric.connector": _lightning_fabric_connector,
 }
 
 

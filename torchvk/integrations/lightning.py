@@ -14,6 +14,9 @@ so the hook on its accelerator connector corrects them for tvk:
     and torch.amp.GradScaler("tvk"), which TorchVK supports.
 Other precisions ("32-true", "16-true", "bf16-true", "64-true") name no device and work as they are.
 
+Fabric (lightning.fabric) has its own registry and connector: lightning_fabric.py, whose TVKAccelerator
+this one subclasses.
+
 Registration is idempotent by design: registering TVKAccelerator again does nothing; "tvk" taken
 by another accelerator class raises.
 """
@@ -21,75 +24,23 @@ from __future__ import annotations
 
 import functools
 
-import torch
 from lightning.pytorch.accelerators import Accelerator, AcceleratorRegistry
 from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from .._module import device_count, is_available
-from ..memory import empty_cache, memory_stats
-from .default_device import tvk_is_torch_accelerator
+from ..memory import memory_stats
+from .lightning_fabric import TVKAccelerator as FabricTVKAccelerator
+from .lightning_fabric import tvk_for_auto
 
 
-class TVKAccelerator(Accelerator):
+class TVKAccelerator(FabricTVKAccelerator, Accelerator):
     """Accelerator for TorchVK's tvk devices (any GPU with a Vulkan driver)."""
 
-    def setup_device(self, device: torch.device) -> None:
-        if device.type != "tvk":
-            raise MisconfigurationException(f"TVKAccelerator runs on tvk devices, got {device}")
-        torch.tvk.set_device(device.index or 0)
-
-    def teardown(self) -> None:
-        empty_cache()  # as Lightning's CUDA accelerator: cached blocks go back to the driver
+    # Fabric's (lightning_fabric.py) parses devices, sets them up and registers; the Trainer adds device stats
+    entry_point = "Trainer"
 
     def get_device_stats(self, device) -> dict:
         return memory_stats(device)
-
-    @staticmethod
-    def parse_devices(devices) -> list[int]:
-        """The device indices `Trainer(devices=...)` asks for, in CUDA's forms: a count n (the first n),
-        -1 (all), a list of indices, or a string of either ("2", "-1", "0,1")."""
-        count = device_count()
-        if isinstance(devices, str):
-            text = devices.strip()
-            devices = [int(part) for part in text.split(",") if part.strip()] if "," in text else int(text)
-        if isinstance(devices, int):
-            devices = list(range(count)) if devices == -1 else list(range(devices))
-        indices = list(devices)
-        missing = [index for index in indices if not 0 <= index < count]
-        if not indices or missing:
-            raise MisconfigurationException(
-                f"Trainer(accelerator='tvk') asked for tvk device(s) {indices}, but this machine has {count} "
-                f"(torch.tvk.device_count()): pass devices=1 or a list of indices below {count}.")
-        return indices
-
-    @staticmethod
-    def get_parallel_devices(devices: list[int]) -> list[torch.device]:
-        return [torch.device("tvk", index) for index in devices]
-
-    @staticmethod
-    def auto_device_count() -> int:
-        return device_count()
-
-    @staticmethod
-    def is_available() -> bool:
-        return is_available()
-
-    @staticmethod
-    def name() -> str:
-        return "tvk"
-
-    @classmethod
-    def register_accelerators(cls, accelerator_registry) -> None:
-        entry = dict.get(accelerator_registry, cls.name())  # the registry's own get() builds an accelerator
-        if entry is not None:
-            if entry["accelerator"] is cls:
-                return
-            raise MisconfigurationException(
-                f"Lightning's accelerator name {cls.name()!r} is taken by {entry['accelerator']!r}; "
-                f"TorchVK's {cls.__qualname__} cannot register under it")
-        accelerator_registry.register(cls.name(), cls, description=cls.__doc__)
 
 
 def install(accelerator_connector):
@@ -97,14 +48,8 @@ def install(accelerator_connector):
     TVKAccelerator.register_accelerators(AcceleratorRegistry)
     if getattr(accelerator_connector._choose_strategy, "torchvk_hook", False):
         return
-    lightning_auto = accelerator_connector._choose_auto_accelerator
     lightning_strategy = accelerator_connector._choose_strategy
     lightning_precision = accelerator_connector._check_and_init_precision
-
-    @functools.wraps(lightning_auto)
-    def _choose_auto_accelerator():
-        name = lightning_auto()
-        return TVKAccelerator.name() if name == "cpu" and tvk_is_torch_accelerator() else name
 
     @functools.wraps(lightning_strategy)
     def _choose_strategy(self):
@@ -123,6 +68,6 @@ def install(accelerator_connector):
         return lightning_precision(self)
 
     _choose_strategy.torchvk_hook = True
-    accelerator_connector._choose_auto_accelerator = staticmethod(_choose_auto_accelerator)
+    accelerator_connector._choose_auto_accelerator = tvk_for_auto(accelerator_connector._choose_auto_accelerator)
     accelerator_connector._choose_strategy = _choose_strategy
     accelerator_connector._check_and_init_precision = _check_and_init_precision
