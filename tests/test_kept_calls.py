@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import torchvk  # noqa: F401
 from tvk_kernels import config
-from tvk_kernels.kernels import conv, kept_calls, norm, reduce, softmax
+from tvk_kernels.kernels import conv, elementwise, kept_calls, norm, reduce, softmax
 from tvk_kernels.runtime.device import get_device
 
 
@@ -37,7 +37,7 @@ def test_replayed_calls_compute_on_the_new_tensors_like_cpu():
         assert "_Kept" in _kinds(fn), fn.__name__
 
 
-def test_a_call_that_allocates_scratch_is_not_kept_and_stays_right():
+def test_a_call_with_scratch_memory_is_kept_and_stays_right():
     device = get_device()
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
@@ -45,14 +45,61 @@ def test_a_call_that_allocates_scratch_is_not_kept_and_stays_right():
     g = rng.standard_normal((2, 4, 6, 6)).astype(np.float32)
     want = conv.reference_conv2d_backward(g, x, w, padding=1)[1]
     conv.conv2d_backward_weight.kept.clear()
-    for _ in range(3):  # split in 3 slices: partial sums in scratch memory, summed by a second pass
+    for _ in range(4):  # split in 3 slices: partial sums in scratch memory, summed by a second pass
         xb, gb = device.upload(x), device.upload(g)
         out = device.allocator.alloc(w.nbytes)
         conv.conv2d_backward_weight(device, gb.address, xb.address, out.address, x.shape, w.shape, padding=1,
                                     split_k=3)
         got = device.download(out, np.float32, w.shape)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    assert _kinds(conv.conv2d_backward_weight) == {"not kept"}
+    assert _kinds(conv.conv2d_backward_weight) == {"_Kept"}
+    (kept,) = conv.conv2d_backward_weight.kept.values()
+    assert kept.scratch  # the partials are allocated anew by every replay
+
+
+@kept_calls.kept_call("x_addr", "out_addr")
+def _five_times(device, x_addr, out_addr, n):
+    """out = 5 x through two scratch buffers of one size, the first freed before the second is taken
+    (so in the call both have one address; a replay must still tell their push words apart)."""
+    first = device.allocator.alloc(4 * n)
+    elementwise.add(device, x_addr, x_addr, first.address, n)
+    elementwise.add(device, first.address, x_addr, out_addr, n)  # 3 x
+    device.stream.keep_alive(first)
+    del first
+    second = device.allocator.alloc(4 * n)
+    elementwise.add(device, out_addr, x_addr, second.address, n)
+    elementwise.add(device, second.address, x_addr, out_addr, n)  # 5 x
+    device.stream.keep_alive(second)
+
+
+_held = []
+
+
+@kept_calls.kept_call("x_addr", "out_addr")
+def _with_a_held_buffer(device, x_addr, out_addr, n):
+    """out = 4 x through a buffer the call keeps for later (a table's, not scratch)."""
+    _held[:] = [device.allocator.alloc(4 * n)]
+    elementwise.add(device, x_addr, x_addr, _held[0].address, n)
+    elementwise.add(device, _held[0].address, x_addr, out_addr, n)
+    elementwise.add(device, _held[0].address, _held[0].address, out_addr, n)
+
+
+def test_replays_allocate_their_own_scratch_and_a_buffer_that_outlives_the_call_is_not_scratch():
+    device = get_device()
+    n = 1000
+    for fn, times in ((_five_times, 5), (_with_a_held_buffer, 4)):
+        for step in range(4):
+            x = np.arange(n, dtype=np.float32) + step
+            xb, out = device.upload(x), device.allocator.alloc(4 * n)
+            fn(device, xb.address, out.address, n)
+            np.testing.assert_allclose(device.download(out, np.float32, (n,)), times * x)
+    assert _kinds(_five_times) == {"_Kept"}
+    (kept,) = _five_times.kept.values()
+    assert kept.scratch == [4 * n, 4 * n] and kept.kept == [0, 1]
+    # each launch's words: x, out, and the scratch buffers (2, 3) told apart though they shared an address
+    assert [sorted({i for _, i, _ in launch[3]}) for launch in kept.launches] == [[0, 2], [0, 1, 2], [0, 1, 3],
+                                                                                [0, 1, 3]]
+    assert _kinds(_with_a_held_buffer) == {"not kept"}
 
 
 def test_push_words_are_matched_to_addresses_or_refused():

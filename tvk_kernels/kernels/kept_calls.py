@@ -10,17 +10,25 @@ addresses written into their push constants.
 Where each address goes is found, not declared: the first call of a key runs twice with its
 dispatches captured instead of recorded, the second time with every address moved by a distinct
 multiple of 2**36 (alignments kept). A push-constant word that moves by an address's shift holds
-that address plus a fixed offset; anything else must be equal in both runs. A call that differs in
-any other way (another pipeline, grid or word), allocates scratch memory, copies, fills or keeps a
-buffer alive is not kept: it runs in full every time, as does every call in benchmark mode, while
-shapes are recorded for the tuner, with explicit `params`, or after the configs reload (the kept
-launches are then dropped).
+that address plus a fixed offset; anything else must be equal in both runs.
+
+Scratch memory (split-K partials, two-pass reductions) is kept too: the call's allocations are
+seen, and in the probe each scratch buffer shows the first run's address moved the same way, so
+its words are found as an argument's are; a replay allocates buffers of the same sizes, writes
+their addresses, and keeps alive the ones the call kept alive. A scratch buffer that outlives the
+call (held by a table or returned) is not scratch: such a call is not kept.
+
+A call that differs in any other way (another pipeline, grid, word or scratch size), copies, fills
+or keeps anything else alive is not kept: it runs in full every time, as does every call in
+benchmark mode, while shapes are recorded for the tuner, with explicit `params`, or after the
+configs reload (the kept launches are then dropped).
 """
 from __future__ import annotations
 
 import functools
 import inspect
 import struct
+import weakref
 
 from .. import benchmark_mode
 from ..config import generation
@@ -34,18 +42,44 @@ _SEEN = object()  # a call key seen once
 
 
 class _Capture:
-    """What a call did to the stream while captured: its dispatches, and whether it did anything else."""
+    """What a call did to the stream and the allocator while captured: its dispatches, its scratch
+    buffers, and whether it did anything else. moved: in the probe, the address each scratch
+    buffer is to show (the first run's, moved), so its push words are found as an argument's."""
 
-    def __init__(self):
+    def __init__(self, moved=None):
         self.dispatches: list = []
-        self.other = False  # a copy, fill, keep_alive or allocation: not replayable
+        self.other = False  # a copy, fill or other keep_alive: not replayable
+        self.scratch: list = []  # (nbytes, the address the call saw, weak reference) per allocation
+        self.kept: list = []  # the scratch buffers (indices) the call kept alive
+        self.moved = moved
+
+    def allocated(self, buf):
+        k = len(self.scratch)
+        if self.moved is not None:
+            if k < len(self.moved) and self.moved[k][0] == buf.nbytes:
+                buf.address = self.moved[k][1]  # nothing is recorded: the buffer's memory is never used
+            else:
+                self.other = True
+        self.scratch.append((buf.nbytes, buf.address, weakref.ref(buf)))
+
+    def kept_alive(self, obj):
+        for k, (_, _, ref) in enumerate(self.scratch):
+            if ref() is obj:
+                self.kept.append(k)
+                return
+        self.other = True
+
+    def outlived(self) -> bool:
+        """Whether a scratch buffer is still in use after the call: it belongs to something else."""
+        return any(buf is not None and not buf.freed for buf in (ref() for _, _, ref in self.scratch))
 
 
 class _Kept:
-    __slots__ = ("launches", "result", "generation")
+    __slots__ = ("launches", "result", "generation", "scratch", "kept")
 
-    def __init__(self, launches, result):
+    def __init__(self, launches, result, scratch, kept):
         self.launches, self.result, self.generation = launches, result, generation()
+        self.scratch, self.kept = scratch, kept  # scratch sizes to allocate, and which of them to keep alive
 
 
 def _slots(first, moved, addresses):
@@ -75,8 +109,10 @@ def _slots(first, moved, addresses):
 
 
 def _plan(captures, addresses):
+    """addresses: the call's, then its scratch buffers' in the first run."""
     first, moved = captures
-    if first.other or moved.other or len(first.dispatches) != len(moved.dispatches):
+    if first.other or moved.other or len(first.dispatches) != len(moved.dispatches) or \
+            [n for n, _, _ in first.scratch] != [n for n, _, _ in moved.scratch] or first.kept != moved.kept:
         return None
     launches = []
     for (pipe, groups, push, label), (pipe2, groups2, push2, label2) in zip(first.dispatches, moved.dispatches):
@@ -180,9 +216,12 @@ def _learn(device, fn, args, kwargs, addrs, with_addresses):
     captures = []
     moved = [a + (i + 1) * _SHIFT if a else 0 for i, a in enumerate(addrs)]
     for values in (addrs, moved):
-        capture = _Capture()
+        if values is addrs:
+            capture = _Capture()
+        else:  # scratch buffer k shows the first run's address, moved as argument len(addrs) + k would be
+            capture = _Capture([(n, address + (len(addrs) + k + 1) * _SHIFT)
+                                for k, (n, address, _) in enumerate(captures[0][0].scratch)])
         a, k = with_addresses(args, kwargs, values)
-        allocs = device.allocator.allocations
         try:
             with stream.capturing_calls(capture):
                 result = fn(device, *a, **k)
@@ -190,15 +229,20 @@ def _learn(device, fn, args, kwargs, addrs, with_addresses):
             if values is addrs:
                 raise  # the call's own error
             return None  # the probe's addresses refused: not kept, the call runs in full
-        capture.other = capture.other or device.allocator.allocations != allocs
+        capture.other = capture.other or capture.outlived()
         captures.append((capture, result))
     if captures[0][1] != captures[1][1]:
         return None
-    launches = _plan([c for c, _ in captures], addrs)
-    return None if launches is None else _Kept(launches, captures[0][1])
+    first = captures[0][0]
+    launches = _plan([c for c, _ in captures], addrs + [address for _, address, _ in first.scratch])
+    return None if launches is None else _Kept(launches, captures[0][1], [n for n, _, _ in first.scratch],
+                                               first.kept)
 
 
 def _replay(device, kept, addrs):
+    if kept.scratch:
+        scratch = [device.allocator.alloc(n) for n in kept.scratch]
+        addrs = addrs + [buf.address for buf in scratch]
     dispatch = device.stream.dispatch
     for pipe, groups, push, slots, label in kept.launches:
         if slots:
@@ -207,4 +251,6 @@ def _replay(device, kept, addrs):
                 _U64.pack_into(push, o, addrs[i] + delta)
             push = bytes(push)
         dispatch(pipe, groups, push, label)
+    for k in kept.kept:
+        device.stream.keep_alive(scratch[k])
     return kept.result

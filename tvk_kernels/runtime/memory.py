@@ -157,7 +157,7 @@ class Allocator:
         self.graph_scratch: dict = {}
         self.tracker: list | None = None  # weakrefs to every buffer allocated while a list is set here
         self.later: list = []  # (method, argument): frees from threads that could not take the lock
-        self.allocations = 0  # every alloc() so far (kernels/kept_calls.py tells a call that allocates by it)
+        self.call_capture = None  # kernels/kept_calls.py learning a call: it sees the call's allocations
 
     # ------------------------------------------------------------------ public
     def alloc(self, nbytes: int) -> DeviceBuffer:
@@ -165,7 +165,6 @@ class Allocator:
             if self.later:
                 self._run_later()
             size = _round(nbytes)
-            self.allocations += 1
             cap = self.capture
             if cap is not None and len(cap.allocated) in cap.temps:
                 buf = self._borrow(cap, size, nbytes)
@@ -189,6 +188,8 @@ class Allocator:
             if self.allocated > self.peak_allocated:
                 self.peak_allocated = self.allocated
             buf = DeviceBuffer(self, block, off, size, nbytes)
+            if self.call_capture is not None:
+                self.call_capture.allocated(buf)
             if cap is not None:
                 cap.allocated.append(weakref.ref(buf))
             elif self.tracker is not None:

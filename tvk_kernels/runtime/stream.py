@@ -276,7 +276,7 @@ class Stream:
     def keep_alive(self, obj):
         """Hold `obj` until the command buffer being recorded has finished on the GPU."""
         if self.call_capture is not None:
-            self.call_capture.other = True
+            self.call_capture.kept_alive(obj)
             return
         if not self.recording:
             self._begin()
@@ -334,13 +334,17 @@ class Stream:
     @contextmanager
     def capturing_calls(self, capture):
         """Collect the dispatches made inside into `capture` (kernels/kept_calls.py) instead of recording
-        them; a copy, fill or keep_alive marks the capture `other` and is dropped."""
+        them, and show it the allocations and keep_alives; a copy or fill marks the capture `other` and
+        is dropped."""
+        allocator = self.device.allocator
         with runtime_lock:
             outer, self.call_capture = self.call_capture, capture
+            outer_allocs, allocator.call_capture = allocator.call_capture, capture
             try:
                 yield capture
             finally:
                 self.call_capture = outer
+                allocator.call_capture = outer_allocs
 
     # ------------------------------------------------------------------ submit
     @locked
