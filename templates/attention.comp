@@ -1,7 +1,9 @@
 #version 450
 // Fused scaled-dot-product attention, flash-attention style: the L x L score matrix is never
-// stored. q [B, Hq, Lq, D], k and v [B, Hkv, Lk, D], o [B, Hq, Lq, D] contiguous (Hq = Hkv * group:
-// query head h reads key/value head h / group); lse and delta [B, Hq, Lq] float32.
+// stored. q [B, Hq, Lq, D], k and v [B, Hkv, Lk, D], o [B, Hq, Lq, D] (Hq = Hkv * group: query head
+// h reads key/value head h / group), each with its own batch, head and row strides (a view's, read
+// in place: no copy to contiguous) and unit stride along D; lse and delta [B, Hq, Lq] float32.
+// The strides, and the mask's, are in a geometry buffer (GeoBuf): the push constants have no room.
 //   S = (q * scale) k^T + mask, P = softmax(S), O = dropout(P) v,  lse = logsumexp(S) per row.
 // KERNEL 0 forward: a workgroup owns BR query rows of one (b, h) and walks k/v in tiles of BC
 //          rows through shared memory with an online softmax (running max m and sum l).
@@ -93,10 +95,24 @@ layout(push_constant) uniform Params {
     uvec2 x0;      // forward: where its seed goes (int64); preprocess: dO; dQ: dQ; dK/dV: dK
     uvec2 x1;      // forward: the offset (a value); preprocess, dQ, dK/dV: delta
     uvec2 x2;      // forward: where its offset goes (int64); dQ: dS (float32 [B, Hq, Lq, Lk], or 0); dK/dV: dV
-    uint lq, lk, d, hq, group;
+    uint lq, lk, d, hq, group;  // preprocess: lq = every row (B * Hq * Lq), lk = Lq
     float scale, p;
-    uint ms_b, ms_h, ms_i, ms_j;  // mask strides in elements (0: broadcast)
+    uvec2 geo;  // GeoBuf
 } p;
+
+// the mask's strides over [B, Hq, Lq, Lk] (0: broadcast), then (batch, head, row) strides in elements
+// of each tensor: Q 0, K 1, V 2, O 3, dO 4, dQ 5, dK 6, dV 7
+layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer GeoBuf { uint ms[4]; uint s[24]; };
+#define SQ 0
+#define SK 1
+#define SV 2
+#define SO 3
+#define SDO 4
+#define SDQ 5
+#define SDK 6
+#define SDV 7
+// the element offset of row `row` of (b, h) in tensor `slot`
+#define AT(G, slot, b, h, row) ((b) * G.s[3 * (slot)] + (h) * G.s[3 * (slot) + 1] + (row) * G.s[3 * (slot) + 2])
 
 // ---------------------------------------------------------------- dropout (elementwise_rng.comp)
 uvec4 philox_round(uvec4 c, uvec2 k) {
@@ -129,7 +145,8 @@ float masked(float s, uint b, uint h, uint i, uint j) {
     if (j > i) return NEG_INF;
 #endif
 #if MASK != 0
-    uint mi = b * p.ms_b + h * p.ms_h + i * p.ms_i + j * p.ms_j;
+    GeoBuf G = GeoBuf(p.geo);
+    uint mi = b * G.ms[0] + h * G.ms[1] + i * G.ms[2] + j * G.ms[3];
 #if MASK == 1
     if (uint(MBuf(p.mask).v[mi]) == 0u) return NEG_INF;
 #else
@@ -139,11 +156,11 @@ float masked(float s, uint b, uint h, uint i, uint j) {
     return s;
 }
 
-// load `rows` rows of HEAD from a [*, d] tensor at row `first` (zero past d and past `count`)
-#define LOAD_TILE(DST, SRC, BASE, FIRST, COUNT, ROWS, MUL)                                  \
+// load `rows` rows of HEAD from rows RS elements apart at row `first` (zero past d and past `count`)
+#define LOAD_TILE(DST, SRC, BASE, RS, FIRST, COUNT, ROWS, MUL)                              \
     for (uint e = gl_LocalInvocationID.x; e < (ROWS) * HEAD; e += gl_WorkGroupSize.x) {     \
         uint rr = e / HEAD, dd = e % HEAD, row = (FIRST) + rr;                              \
-        DST[rr * HS + dd] = (row < (COUNT) && dd < p.d) ? float(SRC.v[(BASE) + row * p.d + dd]) * (MUL) : 0.0; \
+        DST[rr * HS + dd] = (row < (COUNT) && dd < p.d) ? float(SRC.v[(BASE) + row * (RS) + dd]) * (MUL) : 0.0; \
     }
 
 #if KERNEL == 1
@@ -151,10 +168,13 @@ float masked(float s, uint b, uint h, uint i, uint j) {
 void main() {
     uint row = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x
                + gl_LocalInvocationID.x;
-    if (row >= p.lq) return;  // lq: every row, B * Hq * Lq
+    if (row >= p.lq) return;  // lq: every row, B * Hq * Lq; lk: Lq
     SBuf O = SBuf(p.o), dO = SBuf(p.x0);
+    GeoBuf G = GeoBuf(p.geo);
+    const uint i = row % p.lk, h = (row / p.lk) % p.hq, b = row / p.lk / p.hq;
+    const uint ob = AT(G, SO, b, h, i), gb = AT(G, SDO, b, h, i);
     float acc = 0.0;
-    for (uint dd = 0; dd < p.d; ++dd) acc += float(O.v[row * p.d + dd]) * float(dO.v[row * p.d + dd]);
+    for (uint dd = 0; dd < p.d; ++dd) acc += float(O.v[ob + dd]) * float(dO.v[gb + dd]);
     FBuf(p.x1).v[row] = acc;
 }
 #else
@@ -171,7 +191,9 @@ shared float sS[BR * BC];
 void main() {
     const uint b = gl_WorkGroupID.z, h = gl_WorkGroupID.y, hk = h / p.group, hkv = p.hq / p.group;
     const uint i0 = gl_WorkGroupID.x * BR, i = i0 + r;
-    const uint qbase = (b * p.hq + h) * p.lq * p.d, kbase = (b * hkv + hk) * p.lk * p.d;
+    GeoBuf G = GeoBuf(p.geo);
+    const uint qbase = AT(G, SQ, b, h, 0), kbase = AT(G, SK, b, hk, 0), vbase = AT(G, SV, b, hk, 0);
+    const uint qrs = G.s[3 * SQ + 2], krs = G.s[3 * SK + 2], vrs = G.s[3 * SV + 2];
     SBuf Q = SBuf(p.q), K = SBuf(p.k), V = SBuf(p.v), O = SBuf(p.o);
 #if DROPOUT
 #if SEED_BUF
@@ -188,7 +210,7 @@ void main() {
     }
     const uint nrow = ((b * p.hq + h) * p.lq + i) * p.lk;
 #endif
-    LOAD_TILE(sQ, Q, qbase, i0, p.lq, BR, p.scale)
+    LOAD_TILE(sQ, Q, qbase, qrs, i0, p.lq, BR, p.scale)
     float acc[DPT];
     [[unroll]] for (uint c = 0; c < DPT; ++c) acc[c] = 0.0;
     float m = NEG_INF, lsum = 0.0;
@@ -199,7 +221,7 @@ void main() {
 #endif
     for (uint j0 = 0; j0 < jend; j0 += BC) {
         barrier();
-        LOAD_TILE(sKV, K, kbase, j0, p.lk, BC, 1.0)
+        LOAD_TILE(sKV, K, kbase, krs, j0, p.lk, BC, 1.0)
         barrier();
         for (uint c = t; c < BC; c += TPR) {
             float s = 0.0;
@@ -207,7 +229,7 @@ void main() {
             sS[r * BC + c] = masked(s, b, h, i, j0 + c);
         }
         barrier();
-        LOAD_TILE(sKV, V, kbase, j0, p.lk, BC, 1.0)
+        LOAD_TILE(sKV, V, vbase, vrs, j0, p.lk, BC, 1.0)
         barrier();
         float mt = m;
         for (uint c = 0; c < BC; ++c) mt = max(mt, sS[r * BC + c]);
@@ -230,9 +252,10 @@ void main() {
     if (i < p.lq) {
         // a row with every score masked: O = 0 and lse = -inf (its gradients are 0)
         float inv = lsum > 0.0 ? 1.0 / lsum : 0.0;
+        const uint obase = AT(G, SO, b, h, i);
         [[unroll]] for (uint e = 0; e < DPT; ++e) {
             uint dd = t + e * TPR;
-            if (dd < p.d) O.v[qbase + i * p.d + dd] = STYPE(acc[e] * inv);
+            if (dd < p.d) O.v[obase + dd] = STYPE(acc[e] * inv);
         }
         if (t == 0) FBuf(p.lse).v[(b * p.hq + h) * p.lq + i] = lsum > 0.0 ? m + log(lsum) : NEG_INF;
     }
@@ -249,7 +272,10 @@ shared float sdS[BR * BC];
 void main() {
     const uint b = gl_WorkGroupID.z, h = gl_WorkGroupID.y, hk = h / p.group, hkv = p.hq / p.group;
     const uint i0 = gl_WorkGroupID.x * BR, i = i0 + r;
-    const uint qbase = (b * p.hq + h) * p.lq * p.d, kbase = (b * hkv + hk) * p.lk * p.d;
+    GeoBuf G = GeoBuf(p.geo);
+    const uint qbase = AT(G, SQ, b, h, 0), gbase = AT(G, SDO, b, h, 0);
+    const uint kbase = AT(G, SK, b, hk, 0), vbase = AT(G, SV, b, hk, 0);
+    const uint qrs = G.s[3 * SQ + 2], grs = G.s[3 * SDO + 2], krs = G.s[3 * SK + 2], vrs = G.s[3 * SV + 2];
     const uint row = (b * p.hq + h) * p.lq + i;
     SBuf Q = SBuf(p.q), K = SBuf(p.k), V = SBuf(p.v), dO = SBuf(p.o), dQ = SBuf(p.x0);
 #if DROPOUT
@@ -259,8 +285,8 @@ void main() {
     const float lse_i = i < p.lq ? FBuf(p.lse).v[row] : 0.0;
     const float delta_i = i < p.lq ? FBuf(p.x1).v[row] : 0.0;
     const bool write_ds = p.x2 != uvec2(0u);
-    LOAD_TILE(sQ, Q, qbase, i0, p.lq, BR, p.scale)
-    LOAD_TILE(sdO, dO, qbase, i0, p.lq, BR, 1.0)
+    LOAD_TILE(sQ, Q, qbase, qrs, i0, p.lq, BR, p.scale)
+    LOAD_TILE(sdO, dO, gbase, grs, i0, p.lq, BR, 1.0)
     float acc[DPT];
     [[unroll]] for (uint c = 0; c < DPT; ++c) acc[c] = 0.0;
 #if CAUSAL
@@ -270,8 +296,8 @@ void main() {
 #endif
     for (uint j0 = 0; j0 < jend; j0 += BC) {
         barrier();
-        LOAD_TILE(sK, K, kbase, j0, p.lk, BC, 1.0)
-        LOAD_TILE(sV, V, kbase, j0, p.lk, BC, 1.0)
+        LOAD_TILE(sK, K, kbase, krs, j0, p.lk, BC, 1.0)
+        LOAD_TILE(sV, V, vbase, vrs, j0, p.lk, BC, 1.0)
         barrier();
         for (uint c = t; c < BC; c += TPR) {
             const uint j = j0 + c;
@@ -296,9 +322,10 @@ void main() {
         }
     }
     if (i < p.lq) {
+        const uint dqbase = AT(G, SDQ, b, h, i);
         [[unroll]] for (uint e = 0; e < DPT; ++e) {
             uint dd = t + e * TPR;
-            if (dd < p.d) dQ.v[qbase + i * p.d + dd] = STYPE(acc[e] * p.scale);
+            if (dd < p.d) dQ.v[dqbase + dd] = STYPE(acc[e] * p.scale);
         }
     }
 }
@@ -315,15 +342,17 @@ shared float sdS[BR * BC];
 void main() {
     const uint b = gl_WorkGroupID.z, hk = gl_WorkGroupID.y, hkv = p.hq / p.group;
     const uint j0 = gl_WorkGroupID.x * BR, j = j0 + r;
-    const uint kbase = (b * hkv + hk) * p.lk * p.d;
+    GeoBuf G = GeoBuf(p.geo);
+    const uint kbase = AT(G, SK, b, hk, 0), vbase = AT(G, SV, b, hk, 0);
+    const uint krs = G.s[3 * SK + 2], vrs = G.s[3 * SV + 2], qrs = G.s[3 * SQ + 2], grs = G.s[3 * SDO + 2];
     SBuf Q = SBuf(p.q), K = SBuf(p.k), V = SBuf(p.v), dO = SBuf(p.o), dK = SBuf(p.x0), dV = SBuf(p.x2);
     FBuf L = FBuf(p.lse), Dl = FBuf(p.x1);
 #if DROPOUT
     RngBuf rs = RngBuf(p.rng);
     const uvec2 seed = rs.seed, offset = rs.offset;
 #endif
-    LOAD_TILE(sK, K, kbase, j0, p.lk, BR, 1.0)
-    LOAD_TILE(sV, V, kbase, j0, p.lk, BR, 1.0)
+    LOAD_TILE(sK, K, kbase, krs, j0, p.lk, BR, 1.0)
+    LOAD_TILE(sV, V, vbase, vrs, j0, p.lk, BR, 1.0)
     float dk[DPT], dv[DPT];
     [[unroll]] for (uint c = 0; c < DPT; ++c) { dk[c] = 0.0; dv[c] = 0.0; }
 #if CAUSAL
@@ -333,11 +362,11 @@ void main() {
 #endif
     for (uint hh = 0; hh < p.group; ++hh) {
         const uint h = hk * p.group + hh;
-        const uint qbase = (b * p.hq + h) * p.lq * p.d, lbase = (b * p.hq + h) * p.lq;
+        const uint qbase = AT(G, SQ, b, h, 0), gbase = AT(G, SDO, b, h, 0), lbase = (b * p.hq + h) * p.lq;
         for (uint i0 = istart; i0 < p.lq; i0 += BC) {
             barrier();
-            LOAD_TILE(sQ, Q, qbase, i0, p.lq, BC, p.scale)
-            LOAD_TILE(sdO, dO, qbase, i0, p.lq, BC, 1.0)
+            LOAD_TILE(sQ, Q, qbase, qrs, i0, p.lq, BC, p.scale)
+            LOAD_TILE(sdO, dO, gbase, grs, i0, p.lq, BC, 1.0)
             barrier();
             for (uint c = t; c < BC; c += TPR) {
                 const uint i = i0 + c;
@@ -370,11 +399,12 @@ void main() {
         }
     }
     if (j < p.lk) {
+        const uint dkbase = AT(G, SDK, b, hk, j), dvbase = AT(G, SDV, b, hk, j);
         [[unroll]] for (uint e = 0; e < DPT; ++e) {
             uint dd = t + e * TPR;
             if (dd < p.d) {
-                dK.v[kbase + j * p.d + dd] = STYPE(dk[e]);
-                dV.v[kbase + j * p.d + dd] = STYPE(dv[e]);
+                dK.v[dkbase + dd] = STYPE(dk[e]);
+                dV.v[dvbase + dd] = STYPE(dv[e]);
             }
         }
     }

@@ -98,6 +98,54 @@ def test_transposed_inputs_keep_their_layout():
     torch.testing.assert_close(out.cpu(), want, atol=1e-5, rtol=1e-5)
 
 
+def test_views_of_one_projection_are_read_and_written_in_place():
+    """GPT-2's layout: q, k, v sliced from one [B, L, 3 H D] projection and split into heads, the
+    grad in [B, L, H, D]: the fused ops read them through their strides (one kernel forward, three
+    backward: no copy to contiguous) and write o, dq, dk, dv in the inputs' layout."""
+    b, length, heads, d = 2, 11, 3, 16
+    gen = torch.Generator().manual_seed(3)
+    qkv, grad = torch.randn(b, length, 3 * heads * d, generator=gen), torch.randn(b, length, heads, d, generator=gen)
+    split = [x.view(b, length, heads, d).transpose(1, 2) for x in qkv.to("tvk").split(heads * d, dim=2)]
+    g = grad.to("tvk").transpose(1, 2)
+    stream = torchvk._storage.get_device().stream
+    before = stream.total_dispatches
+    out, lse, *rest = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(*split, is_causal=True)
+    assert stream.total_dispatches - before == 1
+    assert out.stride() == (length * heads * d, d, heads * d, 1)  # [B, L, H, D] underneath, as the query
+    before = stream.total_dispatches
+    dq, dk, dv, _ = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward(
+        g, *split, None, [True, True, True, False], out, lse, *rest[:4], 0.0, True, *rest[4:6])
+    assert stream.total_dispatches - before == 3
+    assert all(t.stride() == out.stride() for t in (dq, dk, dv))  # dense, in the inputs' dim order
+    leaves = [x.view(b, length, heads, d).transpose(1, 2).double().requires_grad_() for x in qkv.split(heads * d, dim=2)]
+    want = F.scaled_dot_product_attention(*leaves, is_causal=True)
+    want.backward(grad.double().transpose(1, 2))
+    for got, ref in zip((out, dq, dk, dv), [want] + [x.grad for x in leaves]):
+        torch.testing.assert_close(got.cpu().double(), ref, atol=2e-5, rtol=2e-5)
+
+
+def test_repeated_calls_on_new_tensors_replay_kept_launches_and_stay_right():
+    from tvk_kernels.kernels import attention as attention_kernels, kept_calls
+    for fn in (attention_kernels.attention_forward, attention_kernels.attention_backward):
+        fn.kept.clear()
+    for seed in range(4):  # new tensors (new addresses) every step, one geometry: learned, then replayed
+        _compare(*_inputs(2, 2, 1, 9, 13, 16, seed=seed), is_causal=True, enable_gqa=True)
+    for fn in (attention_kernels.attention_forward, attention_kernels.attention_backward):
+        assert any(type(v) is kept_calls._Kept for v in fn.kept.values()), fn.__name__
+
+
+def test_a_query_whose_head_dim_is_not_innermost_gets_its_layout_back():
+    q, k, v, g = _inputs(2, 2, 2, 5, 7, 16)
+    qt = q.permute(3, 0, 1, 2).contiguous().to("tvk").permute(1, 2, 3, 0).requires_grad_()  # d outermost
+    out = F.scaled_dot_product_attention(qt, k.to("tvk"), v.to("tvk"))
+    out.backward(g.to("tvk"))
+    assert out.stride() == qt.stride() and qt.grad.stride() == qt.stride()
+    want = F.scaled_dot_product_attention(q.requires_grad_(), k, v)
+    want.backward(g)
+    torch.testing.assert_close(out.cpu(), want, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(qt.grad.cpu(), q.grad, atol=2e-5, rtol=2e-5)
+
+
 def test_dropout_mask_is_the_same_in_forward_and_backward():
     """The kept scores are those of a native dropout drawn at the same RNG state (so the forward's
     mask is known), and the grads match torch CPU on that mask: the backward regenerated it."""

@@ -93,15 +93,42 @@ register_composite(aten.scaled_dot_product_attention.default, traced=traced_sdpa
 
 
 # ---------------------------------------------------------------- the fused op and its backward
-def _matching_layout(src: TVKTensor, like) -> TVKTensor:
-    """src (contiguous) in the dim order of `like`'s strides, as torch's meta kernels allocate
-    (a compiled graph's later views assume that layout)."""
-    if like.is_contiguous():
+def _rows(t: TVKTensor) -> TVKTensor:
+    """t as the kernels read it: in place where each row of d elements is contiguous (a view that
+    splits heads off [batch, l, heads * d], or slices q/k/v from one projection), else a copy."""
+    return t if (t.stride(3) == 1 or t.shape[3] == 1) and min(t.stride()) >= 0 else contig(t)
+
+
+def _strides(*tensors) -> tuple:
+    """Each tensor's (batch, head, row) strides in elements, for the kernels' `strides`."""
+    return tuple(tuple(t.stride()[:3]) for t in tensors)
+
+
+def _order(like) -> list:
+    return sorted(range(4), key=lambda i: like.stride()[i], reverse=True)
+
+
+def _empty_like_layout(like) -> TVKTensor:
+    """A new tensor of like's shape in like's dim order, as torch's meta kernels allocate (a compiled
+    graph's later views assume that layout), for the kernel to write in place; contiguous where d is
+    not like's innermost dim (the kernel writes rows of d: _in_layout copies it into like's order)."""
+    shape, order = like.shape, _order(like)
+    if like.is_contiguous() or order[3] != 3:
+        return new_tensor(shape, like.dtype, dev(like))
+    stride, step = [0] * 4, 1
+    for i in reversed(order):
+        stride[i], step = step, step * shape[i]
+    return new_tensor(shape, like.dtype, dev(like), stride=stride)
+
+
+def _in_layout(src: TVKTensor, like) -> TVKTensor:
+    """src (from _empty_like_layout(like)) in like's dim order: itself, or where d is not like's
+    innermost dim, a copy."""
+    order = _order(like)
+    if like.is_contiguous() or order[3] == 3:
         return src
-    order = sorted(range(like.dim()), key=lambda i: like.stride()[i], reverse=True)
     phys = new_tensor([src.shape[i] for i in order], src.dtype, dev(src))
-    out = phys.permute([order.index(i) for i in range(like.dim())])
-    return device_copy(out, src)
+    return device_copy(phys.permute([order.index(i) for i in range(4)]), src)
 
 
 def _shape(query, key):
@@ -138,20 +165,20 @@ def fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=
             f"[B, H, Lq, Lk]; got q {tuple(query.shape)} {query.dtype}, k {tuple(key.shape)}, v {tuple(value.shape)}. "
             "F.scaled_dot_product_attention takes every input (the others through its math decomposition).")
     d = dev(query)
-    q, k, v = contig(query), contig(key), contig(value)
+    q, k, v = _rows(query), _rows(key), _rows(value)
     shape = _shape(q, k)
     b, hq, hkv, lq, lk, hd = shape
-    out = new_tensor(q.shape, q.dtype, d)
+    out = _empty_like_layout(query)  # written in place by the kernel: no copy into query's layout
     lse = new_tensor((b, hq, lq), torch.float32, d)
     seed_t, offset_t = _int64_scalar(d), _int64_scalar(d)
-    rng = (0, 0, None)
+    rng, rng_out = (0, 0, None), None
     if dropout_p > 0:
-        rng = _rng.kernel_seed(b * hq * lq * lk)
+        rng, rng_out = _rng.kernel_seed(b * hq * lq * lk), (addr(seed_t), addr(offset_t))
     if lse.numel():
         attention_kernels.attention_forward(d, addr(q), addr(k), addr(v), addr(out), addr(lse), shape, dtype=_DT[q.dtype],
                              scale=_scale(scale, hd), mask=_mask(attn_bias, q, lk), causal=is_causal,
-                             dropout_p=float(dropout_p), rng=rng, rng_out=(addr(seed_t), addr(offset_t)))
-    return (_matching_layout(out, query), lse, None, None, lq, lk, seed_t, offset_t, None)
+                             dropout_p=float(dropout_p), rng=rng, rng_out=rng_out, strides=_strides(q, k, v, out))
+    return (_in_layout(out, query), lse, None, None, lq, lk, seed_t, offset_t, None)
 
 
 _BWD = aten._scaled_dot_product_fused_attention_overrideable_backward.default
@@ -170,11 +197,11 @@ register_meta(_BWD, _backward_meta)
 def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
                              cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
     d = dev(query)
-    q, k, v = contig(query), contig(key), contig(value)
-    o, g = contig(out), contig(cast(grad_out, query.dtype))
+    q, k, v = _rows(query), _rows(key), _rows(value)
+    o, g = _rows(out), _rows(cast(grad_out, query.dtype))
     shape = _shape(q, k)
     b, hq, hkv, lq, lk, hd = shape
-    dq, dk, dv = new_tensor(q.shape, q.dtype, d), new_tensor(k.shape, k.dtype, d), new_tensor(v.shape, v.dtype, d)
+    dq, dk, dv = _empty_like_layout(query), _empty_like_layout(key), _empty_like_layout(value)
     want_bias = attn_bias is not None and attn_bias.dtype != torch.bool and len(grad_input_mask) > 3 \
         and grad_input_mask[3]
     ds = new_tensor((b, hq, lq, lk), torch.float32, d) if want_bias else None
@@ -192,9 +219,10 @@ def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_
                               addr(dk), addr(dv), shape, dtype=_DT[q.dtype], scale=_scale(scale, hd),
                               mask=_mask(attn_bias, q, lk), causal=is_causal, dropout_p=float(dropout_p),
                               rng_state=None if rng_state is None else addr(rng_state),
-                              ds=None if ds is None else addr(ds), delta=addr(delta))
+                              ds=None if ds is None else addr(ds), delta=addr(delta),
+                              strides=_strides(q, k, v, o, g, dq, dk, dv))
     grad_bias = _bias_grad(ds, attn_bias) if want_bias else None
-    return _matching_layout(dq, query), _matching_layout(dk, key), _matching_layout(dv, value), grad_bias
+    return _in_layout(dq, query), _in_layout(dk, key), _in_layout(dv, value), grad_bias
 
 
 def _bias_grad(ds, attn_bias):

@@ -4,8 +4,11 @@
     attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, ...)
 
 `shape` is (batch, heads_q, heads_kv, lq, lk, d): q, o, d_o, dq are [batch, heads_q, lq, d],
-k, v, dk, dv [batch, heads_kv, lk, d], all contiguous in one storage dtype (float32 or float16);
-lse is float32 [batch, heads_q, lq]. heads_q must be a multiple of heads_kv (grouped heads).
+k, v, dk, dv [batch, heads_kv, lk, d], in one storage dtype (float32 or float16), contiguous, or
+as `strides` gives: per tensor (q, k, v, o, d_o, dq, dk, dv; None: contiguous) its (batch, head,
+row) strides in elements, unit along d, so a view (heads split off a [batch, l, heads * d] tensor,
+q/k/v sliced from one projection) is read and written in place. lse is float32 [batch, heads_q,
+lq]. heads_q must be a multiple of heads_kv (grouped heads).
 mask: None or (address, "bool" | "float", 4 strides over [batch, heads_q, lq, lk] in elements,
 0 where broadcast); an additive mask has the storage dtype. Dropout: p > 0 with `rng` =
 (seed, offset, seed_buffer) and `rng_out` = (seed address, offset address), two int64s the
@@ -20,9 +23,10 @@ import struct
 
 from ..errors import InvalidConfigError
 from . import dtypes
+from .kept_calls import kept_call
 from .launch import Family, address, family, grid_1d, record_shape, recording
 
-_PUSH = struct.Struct("<10Q5I2f4I")
+_PUSH = struct.Struct("<10Q5I2f4xQ")  # the geometry buffer's address 8-byte aligned, as std430 puts it
 _DT = dtypes.codes("float32", "float16")
 _MASK = {None: 0, "bool": 1, "float": 2}
 _M64 = (1 << 64) - 1
@@ -95,6 +99,35 @@ def fits(device, batch: int, heads: int, length: int, head: int) -> bool:
     return True
 
 
+_GEOMETRY: dict = {}  # (device, strides) -> its uploaded geometry buffer, held for the process: kept
+# calls (kept_calls.py) replay its address; distinct geometries are few (one per layout and length)
+_SLOTS = ("q", "k", "v", "o", "d_o", "dq", "dk", "dv")
+
+
+def _geometry(device, shape, mask_strides, strides) -> int:
+    """The address of the geometry buffer (templates/attention.comp, GeoBuf): the mask's 4 strides,
+    then (batch, head, row) strides per tensor slot."""
+    b, hq, hkv, lq, lk, d = shape
+    given = tuple(strides or ()) + (None,) * (len(_SLOTS) - len(strides or ()))
+    words = list(mask_strides)
+    for slot, st in zip(_SLOTS, given):
+        heads, length = (hkv, lk) if slot in ("k", "v", "dk", "dv") else (hq, lq)
+        if st is None:
+            st = (heads * length * d, length * d, d)
+        st = tuple(int(x) for x in st)
+        reach = d + (b - 1) * st[0] + (heads - 1) * st[1] + (length - 1) * st[2]
+        if min(st) < 0 or reach > 1 << 32:
+            raise ValueError(f"attention: {slot} strides {st} are negative or reach past 2**32 elements")
+        words.extend(st)
+    key = (id(device), tuple(words))
+    buf = _GEOMETRY.get(key)
+    if buf is None:
+        import numpy as np  # lazy, as elementwise's meta buffers: once per geometry
+
+        buf = _GEOMETRY[key] = device.upload(np.asarray(words, dtype=np.uint32))
+    return buf.address
+
+
 def _mask_fields(mask):
     if mask is None:
         return 0, None, (0, 0, 0, 0)
@@ -109,9 +142,10 @@ def _check_dropout(p, b, hq, lq, lk):
         raise ValueError("attention dropout numbers scores with 32 bits: batch * heads * lq * lk must be under 2**32")
 
 
+@kept_call("q", "k", "v", "o", "lse")
 def attention_forward(device, q, k, v, o, lse, shape, *, dtype="float32", scale: float, mask=None,
                       causal: bool = False, dropout_p: float = 0.0, rng=(0, 0, None), rng_out=None,
-                      params: dict | None = None):
+                      strides=None, params: dict | None = None):
     """o = softmax(q k^T * scale + mask) v (dropout on the probabilities), lse = the rows' logsumexp."""
     b, hq, hkv, lq, lk, d = _check(device, shape, dtype)
     if b * hq * lq == 0:
@@ -134,14 +168,16 @@ def attention_forward(device, q, k, v, o, lse, shape, *, dtype="float32", scale:
     if dropout and not (seed_out and offset_out):
         raise ValueError("attention dropout needs rng_out: where the forward writes its seed and offset")
     q, k, v, o, lse = map(address, (q, k, v, o, lse))
+    geo = _geometry(device, (b, hq, hkv, lq, lk, d), ms, strides)
     push = _PUSH.pack(q, k, v, o, lse, m_addr, int(seed) & _M64, seed_out, int(offset) & _M64, offset_out,
-                      lq, lk, d, hq, hq // hkv, float(scale), float(dropout_p), *ms)
+                      lq, lk, d, hq, hq // hkv, float(scale), float(dropout_p), geo)
     device.stream.dispatch(pipe, (-(-lq // defines["BR"]), hq, b), push, "attention")
 
 
+@kept_call("q", "k", "v", "o", "d_o", "lse", "dq", "dk", "dv", "rng_state", "ds", "delta")
 def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype="float32", scale: float,
                        mask=None, causal: bool = False, dropout_p: float = 0.0, rng_state=None, ds=None,
-                       delta=None, params: dict | None = None):
+                       delta=None, strides=None, params: dict | None = None):
     """dq, dk, dv from d_o and the forward's o and lse. `delta` is a float32 scratch buffer of
     batch * heads_q * lq floats; `rng_state` the forward's rng_out (dropout only)."""
     b, hq, hkv, lq, lk, d = _check(device, shape, dtype)
@@ -157,21 +193,22 @@ def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype
     m_addr, m_kind, ms = _mask_fields(mask)
     dropout = dropout_p > 0
     rows = b * hq * lq
-    common = (lk, d, hq, hq // hkv, float(scale), float(dropout_p), *ms)
+    geo = _geometry(device, (b, hq, hkv, lq, lk, d), ms, strides)
+    common = (d, hq, hq // hkv, float(scale), float(dropout_p), geo)
     q, k, v, o, d_o, lse, dq, dk, dv, delta, ds, rng_state = map(
         address, (q, k, v, o, d_o, lse, dq, dk, dv, delta, ds, rng_state))
 
     defines, wg, _ = kernel_defines(1, prm, head, dtype)
     pre = fam.variant(defines, wg, _PUSH.size)
     device.stream.dispatch(pre, grid_1d(-(-rows // wg), device.facts.max_workgroup_count[0]),
-                           _PUSH.pack(0, 0, 0, o, 0, 0, 0, d_o, delta, 0, rows, *common), "attention_backward_delta")
+                           _PUSH.pack(0, 0, 0, o, 0, 0, 0, d_o, delta, 0, rows, lq, *common), "attention_backward_delta")
     defines, wg, shared = kernel_defines(2, prm, head, dtype, m_kind, causal, dropout)
     pipe = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared)
     device.stream.dispatch(pipe, (-(-lq // defines["BR"]), hq, b),
-                           _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dq, delta, ds, lq, *common),
+                           _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dq, delta, ds, lq, lk, *common),
                            "attention_backward_dq")
     defines, wg, shared = kernel_defines(3, prm, head, dtype, m_kind, causal, dropout)
     pipe = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared)
     device.stream.dispatch(pipe, (-(-lk // defines["BR"]), hkv, b),
-                           _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dk, delta, dv, lq, *common),
+                           _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dk, delta, dv, lq, lk, *common),
                            "attention_backward_dkv")
