@@ -23,7 +23,11 @@ COMPILED_IN_CI = ("mlp", "lenet", "resnet", "mobilenet", "unet", "transformer", 
                   "groupnorm_cnn", "cross_attention", "hf_gpt2", "hf_llama", "hf_bert", "hf_vit", "hf_t5",
                   "timm_resnet18", "timm_efficientnet", "timm_convnext", "tv_mobilenet_v3", "diffusers_unet")
 # how far float16 rounding (AMP) may move losses and the gradients and buffers (norm-wise) from float32's,
-# whatever torch's own AMP does: beyond it, tvk's AMP must be as close to float32 as torch CPU's is
+# whatever torch's own AMP does: beyond it, tvk's AMP must be as close to float32 as torch CPU's is. A loss
+# after the first step is the loss of AMP's updated weights, which AdamW moves a full step along gradients
+# that are float16 rounding noise (see _grads_and_buffers): it may move as far as the tensors (AMP_FLOOR);
+# two AMP runs with other rounding land on different sides (timm_efficientnet on lavapipe: tvk's second
+# loss 2.9% off float32's, torch CPU's 0.7%, with gradients equally far: 0.068 and 0.060 norm-wise)
 AMP_LOSS_FLOOR, AMP_FLOOR = 1e-2, 3e-2
 
 
@@ -58,14 +62,16 @@ def _distance(tensors, reference):
     return float(difference), float(torch.cat([v.flatten() for v in reference.values()]).norm())
 
 
-def _assert_as_near(losses, tensors, referee, torch_run, loss_floor, floor):
+def _assert_as_near(losses, tensors, referee, torch_run, loss_floor, floor, later_loss_floor=None):
     """tvk's losses and tensors are as near the referee's as torch CPU's run comes (twice its distance), or
-    within the floors (relative to the referee's loss, and norm); "twice": rounding differs run to run.
-    torch_run None: torch CPU cannot run it, the floors alone."""
+    within the floors (relative to the referee's loss, and norm; later_loss_floor: the losses after the
+    first step, loss_floor where None); "twice": rounding differs run to run. torch_run None: torch CPU
+    cannot run it, the floors alone."""
     referee_losses, referee_tensors = referee
     torch_losses, torch_tensors = torch_run or referee
-    for loss, torch_loss, referee_loss in zip(losses, torch_losses, referee_losses, strict=True):
-        assert abs(loss - referee_loss) <= 2 * abs(torch_loss - referee_loss) + loss_floor * abs(referee_loss), \
+    for step, (loss, torch_loss, referee_loss) in enumerate(zip(losses, torch_losses, referee_losses, strict=True)):
+        step_floor = loss_floor if step == 0 or later_loss_floor is None else later_loss_floor
+        assert abs(loss - referee_loss) <= 2 * abs(torch_loss - referee_loss) + step_floor * abs(referee_loss), \
             (losses, torch_losses, referee_losses)
     difference, norm = _distance(tensors, referee_tensors)
     torch_difference, _ = _distance(torch_tensors, referee_tensors)
@@ -105,7 +111,8 @@ def test_zoo_model_trains_like_torch_cpu(name, mode):
     assert tensors.keys() == ref_tensors.keys()
     assert all(torch.isfinite(v).all() for v in tensors.values()), "a non-finite gradient or buffer"
     if mode == "amp":  # against float32, as near as torch CPU's AMP (autocast float16, GradScaler) comes
-        _assert_as_near(losses, tensors, (ref_losses, ref_tensors), _torch_amp(name), AMP_LOSS_FLOOR, AMP_FLOOR)
+        _assert_as_near(losses, tensors, (ref_losses, ref_tensors), _torch_amp(name), AMP_LOSS_FLOOR, AMP_FLOOR,
+                        later_loss_floor=AMP_FLOOR)
         return
     if ZOO[name].compare_by_norm:  # see ZooModel.compare_by_norm: against a float64 CPU referee
         _assert_as_near(losses, tensors, _cpu_reference(name, torch.float64), (ref_losses, ref_tensors), 1e-4, 1e-3)
