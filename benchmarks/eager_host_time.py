@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,6 +173,31 @@ for func, seconds in sorted(cost.items(), key=lambda kv: -kv[1])[:30]:
 """
 
 
+@contextmanager
+def trees(compare):
+    """{"tvk": this checkout, "tvk at REV": the earlier tree} (the latter only with compare): a
+    revision checked out in a temporary worktree, or a directory holding a tree (its REVISION file
+    names it)."""
+    roots = {"tvk": ROOT}
+    if not compare:
+        yield roots
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        worktree = not Path(compare).is_dir()
+        revision = Path(compare) / "REVISION"  # the tree's commit, written beside it by whoever made it
+        label = compare if worktree else revision.read_text().strip() if revision.is_file() else Path(compare).name
+        roots[f"tvk at {label}"] = Path(tmp) / "tree" if worktree else Path(compare).resolve()
+        if worktree:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
+                            str(roots[f"tvk at {label}"]), compare], check=True)
+        try:
+            yield roots
+        finally:
+            if worktree:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                str(roots[f"tvk at {label}"])], check=True)
+
+
 def _run(script, source_root: Path, *argv) -> str:
     env = dict(os.environ, PYTHONPATH=str(source_root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env,
@@ -218,26 +244,11 @@ def main():
         print(_run(_PROFILE, ROOT, "tvk", statement))
         return
     processes, rounds, calls = (1, 2, 50) if args.quick else (3, 7, 1000)
-    with tempfile.TemporaryDirectory() as tmp:
-        roots = {"tvk": ROOT}
-        worktree = args.compare and not Path(args.compare).is_dir()
-        if args.compare:  # a revision (checked out here) or a directory holding an earlier tree
-            revision = Path(args.compare) / "REVISION"  # the tree's commit, written beside it by whoever made it
-            label = args.compare if worktree else revision.read_text().strip() if revision.is_file() \
-                else Path(args.compare).name
-            roots[f"tvk at {label}"] = Path(tmp) / "tree" if worktree else Path(args.compare).resolve()
-        if worktree:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach",
-                            str(roots[f"tvk at {args.compare}"]), args.compare], check=True)
-        try:
-            runs = {name: {} for name in roots}
-            for _ in range(processes):
-                for name, root in roots.items():
-                    _merge(runs[name], _time(root, "tvk", rounds, calls))
-        finally:
-            if worktree:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                                str(roots[f"tvk at {args.compare}"])], check=True)
+    with trees(args.compare) as roots:
+        runs = {name: {} for name in roots}
+        for _ in range(processes):
+            for name, root in roots.items():
+                _merge(runs[name], _time(root, "tvk", rounds, calls))
     if _has_cuda():  # torch CUDA in its own process, without torchvk
         runs["torch cuda"] = {}
         for _ in range(processes):

@@ -19,7 +19,7 @@
 #   I: the real-model shape suites (tvk-bench shapes into tvk_kernels/tune/suites, copied to suites/)
 #   O: real models' training steps vs torch CUDA eager/inductor/AMP (tvk-bench models; TVK_MODELS: some, merged)
 #   J: host time per eager op vs torch CUDA and the no-op dispatch floor (TVK_BASE: an earlier tree beside it, a
-#      directory carried with the run, see benchmarks/eager_host_time.py)
+#      directory carried with the run, see benchmarks/eager_host_time.py; with it, eager_step_ab.py's model steps)
 #   X: tuning of matmul alone (its layout and batched buckets)   Y: tuning of gemv and conv2d_depthwise   Z: the model zoo (tvk-bench zoo)   D: data-parallel throughput, tvk backend vs torch CUDA (2 processes)
 # Pass TVK_COMMIT from the checkout: the copy on the device may carry an older .git HEAD.
 # Usage there: TVK_COMMIT=<sha> bash benchmarks/h200_session.sh A B   (results land in $OUT/results.tgz
@@ -62,7 +62,11 @@ for phase in "$@"; do
          || python3 benchmarks/eager_host_time.py --out $R"
        for m in ${TVK_PROFILE_MODELS:-hf_gpt2 timm_resnet18 hf_llama}; do  # each aten op's host time in a step
          step bash -c "python3 benchmarks/eager_host_time.py --model $m 2>&1 | grep -v '^.transformers' >> $R/eager_host_profile.txt"
-       done ;;
+       done
+       if [ -n "${TVK_BASE:-}" ]; then  # eager steps beside the earlier tree, interleaved processes (TVK_AB_MODELS)
+         step python3 benchmarks/eager_step_ab.py --compare $TVK_BASE --out $R ${TVK_AB_MODELS:+--models $TVK_AB_MODELS} \
+           --rounds ${TVK_AB_ROUNDS:-4}
+       fi ;;
     R) mkdir -p $R/correctness  # real models (transformers carried in .whl), fork safety, launch plans under torch 2.11
        step bash -c "python3 -m pytest -q -p no:cacheprovider --junitxml=$R/correctness/real-models-junit.xml \
          tests/test_hf_models.py tests/test_compile_calling.py tests/test_fork.py tests/test_launch_plans.py \

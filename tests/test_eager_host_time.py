@@ -1,6 +1,8 @@
 """benchmarks/eager_host_time.py: its quick run times every op of the mix beside the no-op floor,
-counts the aten ops each dispatches, and writes the result files the README's Results read."""
+counts the aten ops each dispatches, and writes the result files the README's Results read;
+benchmarks/eager_step_ab.py runs a model's eager steps in both trees in turn and writes every run."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,3 +26,22 @@ def test_quick_run_writes_every_op_with_its_floor_and_op_count(tmp_path):
     from tvk_kernels.bench.report import eager_host_time
     lines = eager_host_time(result)
     assert len(lines) == 4 + len(result["mix"])  # a paragraph, a blank line, the table's head and rows
+
+
+def test_step_ab_runs_both_trees_in_turn_and_writes_each_run(tmp_path):
+    tree = tmp_path / "tree"  # an earlier tree as a directory (this checkout's own files stand in), named by REVISION
+    tree.mkdir()
+    for part in ("torchvk", "tvk_kernels", "templates", "tuning", "tuned_configs", "shipped"):
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / "REVISION").write_text("earlier\n")
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "eager_step_ab.py"), "--compare", str(tree),
+                        "--models", "mlp", "--rounds", "2", "--steps", "5", "--out", str(tmp_path)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    result = json.loads((tmp_path / "eager_step_ab.json").read_text())
+    assert result["trees"] == ["tvk", "tvk at earlier"]
+    for tree_runs in result["runs"].values():
+        assert len(tree_runs["mlp"]) == 2 and all(r["median_ms"] > 0 for r in tree_runs["mlp"])
+    # the same model, init and batches in both trees: the same loss
+    assert result["runs"]["tvk"]["mlp"][0]["loss"] == result["runs"]["tvk at earlier"]["mlp"][0]["loss"]
+    assert "median tvk / tvk at earlier" in (tmp_path / "eager_step_ab.md").read_text()
