@@ -45,3 +45,7 @@ def test_step_ab_runs_both_trees_in_turn_and_writes_each_run(tmp_path):
     # the same model, init and batches in both trees: the same loss
     assert result["runs"]["tvk"]["mlp"][0]["loss"] == result["runs"]["tvk at earlier"]["mlp"][0]["loss"]
     assert "median tvk / tvk at earlier" in (tmp_path / "eager_step_ab.md").read_text()
+
+    from tvk_kernels.bench.report import eager_step_ab
+    lines = eager_step_ab(result)
+    assert len(lines) == 4 + 1 and lines[-1].startswith("| mlp |")  # a paragraph, a blank line, the head, a row

@@ -308,6 +308,22 @@ def eager_host_time(r) -> list[str]:
     return out
 
 
+def eager_step_ab(r) -> list[str]:
+    this, other = r["trees"]
+    lines = [f"Eager training steps (`python benchmarks/eager_step_ab.py`: {r['rounds']} runs per tree, the trees "
+             f"alternating, each run a fresh process and the median of its steps 5 to {r['steps']}), {this} beside "
+             f"{other}: {r['unit']}", "",
+             f"| model | {this} runs | {other} runs | {this} median (min) | {other} median (min) | median ratio |",
+             "|---|---|---|---|---|---|"]
+    for model in r["runs"][this]:
+        runs = [", ".join(_fmt(x["median_ms"]) for x in r["runs"][tree][model]) for tree in (this, other)]
+        med = [f"{_fmt(r['summary'][t][model]['median_ms'])} ({_fmt(r['summary'][t][model]['min_ms'])})"
+               for t in (this, other)]
+        ratio = r["summary"][this][model]["median_ms"] / r["summary"][other][model]["median_ms"]
+        lines.append(f"| {model} | {runs[0]} | {runs[1]} | {med[0]} | {med[1]} | {_fmt(ratio)}x |")
+    return lines
+
+
 def zoo(r) -> list[str]:
     ok = [x for x in r["runs"] if x["device"] == "tvk" and "error" not in x]
     out = [f"{r['tvk_trained']} train on tvk with 0 CPU ops (eager, torchvk.compile, torch.compile)."
@@ -495,6 +511,7 @@ SECTIONS = [("vector-add", "1. Vector add", vector_add), ("matmul", "2. Matmul",
             ("low-vram", "5. Little GPU memory", low_vram), ("ablations", "6. Ablations", ablations),
             ("kernels", "Kernels beside torch CUDA", kernels), ("models", "Real models: training steps", models),
             ("eager_host_time", "Host time per eager op", eager_host_time),
+            ("eager_step_ab", "Eager steps beside an earlier tree", eager_step_ab),
             ("zoo", "Model zoo", zoo),
             ("kernel_profile", "Training-step GPU time", kernel_profile),
             ("distributed", "Data-parallel training (torch.distributed)", distributed)]
@@ -528,7 +545,7 @@ def build(results: Path, configs: Path) -> str:
                 lines = fn(found[key], found.get("matmul")) if key == "ablations" else fn(found[key])
                 if key in ("mnist", "low-vram"):
                     out += [f"**{title}.** {_stamp(found[key])}"] + [f"- {line}" for line in lines]
-                elif key in ("models", "eager_host_time"):  # a paragraph, its table, a closing line
+                elif key in ("models", "eager_host_time", "eager_step_ab"):  # a paragraph, its table, a closing line
                     out += [f"**{title}.** {lines[0]} {_stamp(found[key])}"] + lines[1:]
                 else:
                     out.append(f"**{title}.** " + " ".join(lines) + f" {_stamp(found[key])}")
