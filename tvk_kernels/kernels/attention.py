@@ -122,7 +122,7 @@ def _geometry(device, shape, mask_strides, strides) -> int:
     key = (id(device), tuple(words))
     buf = _GEOMETRY.get(key)
     if buf is None:
-        import numpy as np  # lazy, as elementwise's meta buffers: once per geometry
+        import numpy as np  # lazy: numpy only to upload a new geometry, as elementwise's meta buffers
 
         buf = _GEOMETRY[key] = device.upload(np.asarray(words, dtype=np.uint32))
     return buf.address
