@@ -269,16 +269,25 @@ def _composite(func):
     return fn
 
 
+# element types of a list argument that need no look: tvk tensors and plain values (a foreach op's
+# lists of 150 parameters are judged by one set of their types, not element by element)
+_PLAIN = frozenset({TVKTensor, int, float, bool, type(None)})
+
+
 def check_devices(func, args, kwargs):
     """All tensor arguments on tvk, except 0-dim CPU tensors (scalars), as torch allows."""
-    for x in list(args) + list(kwargs.values()):
-        if isinstance(x, _Tensor):
-            if type(x) is not TVKTensor and not (x.device.type == "cpu" and x.dim() == 0):
-                raise_mixed_devices(func, x)
-        elif isinstance(x, (list, tuple)):
+    for x in (*args, *kwargs.values()):
+        kind = type(x)
+        if kind is TVKTensor:
+            continue
+        if kind is list or kind is tuple:
+            if _PLAIN.issuperset(map(type, x)):
+                continue
             for y in x:
                 if isinstance(y, _Tensor) and type(y) is not TVKTensor and not (y.device.type == "cpu" and y.dim() == 0):
                     raise_mixed_devices(func, y)
+        elif isinstance(x, _Tensor) and not (x.device.type == "cpu" and x.dim() == 0):
+            raise_mixed_devices(func, x)
 
 
 def raise_mixed_devices(func, other):
