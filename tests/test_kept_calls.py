@@ -84,6 +84,49 @@ def _with_a_held_buffer(device, x_addr, out_addr, n):
     elementwise.add(device, _held[0].address, _held[0].address, out_addr, n)
 
 
+_tables: dict = {}
+_by_address: dict = {}
+
+
+@kept_calls.kept_call("x_addr", "out_addr")
+def _copy_through_a_buffer_kept_per_input(device, x_addr, out_addr, n):
+    """out = x + x through a buffer kept per input address (the probe's moved input makes one too)."""
+    buf = _by_address.setdefault(x_addr, device.allocator.alloc(4 * n))
+    elementwise.add(device, x_addr, x_addr, buf.address, n)
+    elementwise.add(device, buf.address, x_addr, out_addr, n)
+    elementwise.add(device, buf.address, buf.address, out_addr, n)
+
+
+@kept_calls.kept_call("x_addr", "out_addr")
+def _plus_table(device, x_addr, out_addr, n):
+    """out = x + [0, 1, 2 ...] from a table uploaded once per size and kept (as attention's geometry)."""
+    table = _tables.get(n)
+    if table is None:
+        table = _tables[n] = device.upload(np.arange(n, dtype=np.float32))
+    elementwise.add(device, x_addr, table.address, out_addr, n)
+
+
+def test_an_upload_while_a_call_is_learned_runs_and_a_kept_buffer_keeps_its_own_address():
+    device = get_device()
+    n = 300
+    for step in range(4):
+        if step == 1:
+            _tables.clear()  # the table is made again while the call is learned (captured)
+        x = np.full(n, float(step), dtype=np.float32)
+        xb, out = device.upload(x), device.allocator.alloc(4 * n)
+        _plus_table(device, xb.address, out.address, n)
+        np.testing.assert_allclose(device.download(out, np.float32, (n,)), x + np.arange(n))
+    assert _kinds(_plus_table) == {"not kept"}  # it uploaded: not replayable
+    inputs = [device.upload(np.full(n, float(step), dtype=np.float32)) for step in range(3)]  # 3 addresses
+    for step, xb in enumerate(inputs):
+        out = device.allocator.alloc(4 * n)
+        _copy_through_a_buffer_kept_per_input(device, xb.address, out.address, n)
+        np.testing.assert_allclose(device.download(out, np.float32, (n,)), np.full(n, 4.0 * step))
+    assert len(_by_address) == 4  # three inputs, and the probe's moved one
+    for buf in list(_tables.values()) + list(_by_address.values()):  # a buffer kept never keeps a moved address
+        assert buf.address == buf.block.address + buf.offset
+
+
 def test_replays_allocate_their_own_scratch_and_a_buffer_that_outlives_the_call_is_not_scratch():
     device = get_device()
     n = 1000

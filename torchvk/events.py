@@ -77,7 +77,7 @@ class Event(TorchEvent, metaclass=_EventType):
 
     def elapsed_time(self, end_event) -> float:
         """Milliseconds of GPU time between this event's recorded point and end_event's."""
-        if not isinstance(end_event, Event) or type(end_event) is TorchEvent:
+        if type(end_event) is not Event:
             raise TypeError(f"elapsed_time: end_event must be a tvk torch.Event, got {end_event!r}")
         if end_event.device != self.device:
             raise ValueError(f"elapsed_time between events of {self.device} and {end_event.device}")

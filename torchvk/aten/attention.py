@@ -96,7 +96,7 @@ register_composite(aten.scaled_dot_product_attention.default, traced=traced_sdpa
 def _rows(t: TVKTensor) -> TVKTensor:
     """t as the kernels read it: in place where each row of d elements is contiguous (a view that
     splits heads off [batch, l, heads * d], or slices q/k/v from one projection), else a copy."""
-    return t if (t.stride(3) == 1 or t.shape[3] == 1) and min(t.stride()) >= 0 else contig(t)
+    return t if t.stride(3) == 1 or t.shape[3] == 1 else contig(t)
 
 
 def _strides(*tensors) -> tuple:

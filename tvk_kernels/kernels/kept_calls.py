@@ -70,8 +70,13 @@ class _Capture:
         self.other = True
 
     def outlived(self) -> bool:
-        """Whether a scratch buffer is still in use after the call: it belongs to something else."""
-        return any(buf is not None and not buf.freed for buf in (ref() for _, _, ref in self.scratch))
+        """Whether a scratch buffer is still in use after the call: it belongs to something else. In
+        the probe such a buffer gets its own address back (a table may use it on later calls)."""
+        alive = [buf for buf in (ref() for _, _, ref in self.scratch) if buf is not None and not buf.freed]
+        if self.moved is not None:
+            for buf in alive:
+                buf.address = buf.block.address + buf.offset
+        return bool(alive)
 
 
 class _Kept:
@@ -226,10 +231,11 @@ def _learn(device, fn, args, kwargs, addrs, with_addresses):
             with stream.capturing_calls(capture):
                 result = fn(device, *a, **k)
         except Exception:  # noqa: BLE001
+            capture.outlived()  # a probe buffer something holds gets its own address back
             if values is addrs:
                 raise  # the call's own error
             return None  # the probe's addresses refused: not kept, the call runs in full
-        capture.other = capture.other or capture.outlived()
+        capture.other = capture.outlived() or capture.other
         captures.append((capture, result))
     if captures[0][1] != captures[1][1]:
         return None

@@ -240,10 +240,11 @@ class Stream:
     @locked
     def copy(self, src, dst, nbytes: int, src_offset: int = 0, dst_offset: int = 0):
         """Record a buffer-to-buffer copy (DeviceBuffer ranges)."""
-        if self.call_capture is not None:
-            self.call_capture.other = True
-            return
-        if self.dry and src.block.mapped is None:
+        if self.call_capture is not None:  # not replayable; an upload still runs (its data is real, and a
+            self.call_capture.other = True  # family may keep the uploaded table for later calls), as in a dry run
+            if src.block.mapped is None:
+                return
+        elif self.dry and src.block.mapped is None:
             return  # a device-to-device copy (uploads come from mapped staging memory and still run)
         cmd = self.cmd if self.recording else self._begin()
         _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
@@ -335,7 +336,7 @@ class Stream:
     def capturing_calls(self, capture):
         """Collect the dispatches made inside into `capture` (kernels/kept_calls.py) instead of recording
         them, and show it the allocations and keep_alives; a copy or fill marks the capture `other` and
-        is dropped."""
+        is dropped, but for an upload from the host, which runs."""
         allocator = self.device.allocator
         with runtime_lock:
             outer, self.call_capture = self.call_capture, capture
