@@ -1,13 +1,14 @@
 """Interleaved A/B on one device (diagnostic; it decided two thresholds, see design note 29):
 
-    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop] [prefetch]    (writes ab2.json to $OUT or /tmp)
+    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop] [prefetch] [frag]   (writes ab2.json to $OUT or /tmp)
 
 gemm: the GEMM sweep with matmul's tile fit on and off (tuning/matmul.json tile_fit order
 emptied), conv: the conv sweep with the forward's and grad-input's split-K planned and forced
 to 1; coop: the fp16 sweep rows the cooperative-matrix kernel takes, run by it with split-K
 (the rule), by it without (split_k=1), and by the tiled kernel with split-K (the fallback that
 split-K replaced); prefetch: the GEMM sweep's tiled rows with each config's PREFETCH forced to
-0 and to 1. Each row measured twice per mode in alternating order, the better kept, so clock drift
+0 and to 1; frag: the same with FRAG (runs of 4 rows and columns, vec4 shared loads) over squares,
+the real models' heaviest GEMMs and the sweep, fp32, rows whose config can take FRAG 1. Each row measured twice per mode in alternating order, the better kept, so clock drift
 does not favour a mode; torch CUDA's times from the sweeps' own peers. The H200 run at 0f03d26
 is benchmarks/results/h200/ab/0f03d26-tile-fit-split-k.json.
 """
@@ -27,7 +28,7 @@ while time.time() - t < 8:
 del a
 fit = search_space("matmul")["tile_fit"]
 ORDER = list(fit["order"])
-out = {"gemm": [], "conv": [], "coop": [], "prefetch": []}
+out = {"gemm": [], "conv": [], "coop": [], "prefetch": [], "frag": []}
 
 
 def geomean(xs):
@@ -140,14 +141,14 @@ if "coop" in parts:
         if xs:
             print("COOP", name, "geomean", round(geomean(xs), 3), "over2x",
                   sum(x > 2 for x in xs), flush=True)
-if "prefetch" in parts:
+def forced_define_ab(part, name, legal, gemms, dts):
+    """Each GEMM's tiled config with the define `name` forced to 0 and to 1 (1 only where legal(params)),
+    interleaved; rows the tiled kernel does not run, or whose config cannot take 1, are left out."""
     defines0 = matmul_plan.defines  # the tiled family (matmul_plan.Matmul.gemm) builds its kernels with it
 
     def forced(value):
-        return lambda params, **kw: defines0(dict(params, PREFETCH=value), **kw)
+        return lambda params, **kw: defines0(dict(params, **{name: value if legal(params) else 0}), **kw)
 
-    gemms = gemm_sweep.sample()
-    dts = ["float32", "float16"]
     cuda, _ = gemm_sweep.cuda_times(gemms, dts, 10) or (None, None)
     i = 0
     for g in gemms:
@@ -157,24 +158,39 @@ if "prefetch" in parts:
             matmul_plan.defines = defines0
             c = cuda[i] if cuda else None
             i += 1
-            if res["on"]["kernel"] != "tiled":
+            if res["on"]["kernel"] != "tiled" or not legal(res["on"]["params"]):
                 continue
             row = {"label": gemm_sweep._label(g), "dtype": dt, "cuda_s": c, "bucket": res["on"]["config_bucket"],
-                   "splits": res["on"]["splits"]}
-            for name, r in res.items():
-                row[name] = {"s": r["tvk_s"], "x": r["tvk_s"] / c if c else None}
-            out["prefetch"].append(row)
+                   "splits": res["on"]["splits"], "params": res["on"]["params"]}
+            for mode, r in res.items():
+                row[mode] = {"s": r["tvk_s"], "x": r["tvk_s"] / c if c else None,
+                             "tflops": 2 * g["batch"] * g["M"] * g["N"] * g["K"] / r["tvk_s"] / 1e12}
+            out[part].append(row)
             print(f'{row["label"]:32s} {dt:8s} {row["bucket"]:10s} s{row["splits"]} off {row["off"]["x"]:.2f} '
-                  f'on {row["on"]["x"]:.2f}', flush=True)
+                  f'on {row["on"]["x"]:.2f} ({row["off"]["tflops"]:.1f} -> {row["on"]["tflops"]:.1f} TFLOP/s)',
+                  flush=True)
     for dt in dts:
-        for name in ("off", "on"):
-            xs = [r[name]["x"] for r in out["prefetch"] if r["dtype"] == dt and r[name]["x"]]
-            print("PREFETCH", dt, name, "geomean", round(geomean(xs), 3),
-                  "over2x", sum(x > 2 for x in xs), flush=True)
+        for mode in ("off", "on"):
+            xs = [r[mode]["x"] for r in out[part] if r["dtype"] == dt and r[mode]["x"]]
+            if xs:
+                print(name, dt, mode, "geomean tvk/cuBLAS", round(geomean(xs), 3), "over2x", sum(x > 2 for x in xs),
+                      flush=True)
     by_bucket = {}
-    for r in out["prefetch"]:
+    for r in out[part]:
         by_bucket.setdefault(r["bucket"], []).append(r["on"]["s"] / r["off"]["s"])
     for b, xs in sorted(by_bucket.items()):
-        print("PREFETCH bucket", b, "on/off time geomean", round(geomean(xs), 3),
-              "rows", len(xs), flush=True)
+        print(name, "bucket", b, "on/off time geomean", round(geomean(xs), 3), "rows", len(xs), flush=True)
+
+
+if "prefetch" in parts:
+    forced_define_ab("prefetch", "PREFETCH", lambda params: True, gemm_sweep.sample(), ["float32", "float16"])
+if "frag" in parts:
+    # the sweep (no shape in the tuning suites), the real models' heaviest GEMMs, and squares
+    from torchvk.experiments import model_shapes
+    from tvk_kernels.tune import model_suites
+    squares = [{"M": n, "N": n, "K": n, "batch": 1, "layout": "nn", "bcast_b": False} for n in (1024, 2048, 4096)]
+    real = [{k: g[k] for k in ("M", "N", "K", "batch", "layout", "bcast_b")}
+            for g in model_shapes.gemms(model_suites.load())]
+    forced_define_ab("frag", "FRAG", lambda p: p["TM"] % 4 == 0 and p["TN"] % 4 == 0 and p["PAD"] % 4 == 0,
+                     squares + real + gemm_sweep.sample(), ["float32"])
 json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "ab2.json"), "w"))

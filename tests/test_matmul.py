@@ -199,6 +199,36 @@ def test_prefetch_every_layout_and_split(device, rng, dtype):
         assert info["params"]["PREFETCH"] == 1 and info["splits"] == split, info
 
 
+FRAG_CONFIGS = [  # FRAG 1: runs of 4 rows and columns, one vec4 shared load each
+    {"BM": 16, "BN": 16, "BK": 8, "TM": 4, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 4, "PREFETCH": 1, "FRAG": 1,
+     "SUBGROUP": 0},
+    {"BM": 32, "BN": 16, "BK": 8, "TM": 8, "TN": 4, "VEC": 2, "UNROLL": 1, "PAD": 0, "PREFETCH": 0, "FRAG": 1,
+     "SUBGROUP": 0},
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("params", FRAG_CONFIGS, ids=("4x4-prefetch", "8x4"))
+def test_frag_every_layout_and_split(device, rng, dtype, params):
+    """FRAG 1: ragged M, N and K (rows and columns past the edge inside a run of 4), each operand
+    layout, with and without split-K, bias and activation, batched."""
+    if dtype != "float32":
+        _need16(device, dtype)
+    for (al, bl), split in zip([("mk", "kn"), ("km", "kn"), ("mk", "nk"), ("km", "nk")], (1, 3, 1, 2)):
+        info = check(device, rng, 37, 45, 83, batch=2, dtype=dtype, params=params, split_k=split, a_layout=al,
+                     b_layout=bl, bias=True, activation="relu")
+        assert info["params"]["FRAG"] == 1 and info["splits"] == split, info
+    check(device, rng, 29, 22, 40, dtype=dtype, params=params, out_layout="nm")  # transposed output
+
+
+def test_frag_needs_runs_of_four(device):
+    """FRAG 1 with a TM, TN or PAD that is no multiple of 4 is refused, naming the rule."""
+    fam = matmul_kernels.family(device, matmul_kernels.Matmul)
+    for bad in ({"TM": 2}, {"TN": 2}, {"PAD": 1}):
+        with pytest.raises(InvalidConfigError, match="FRAG=1"):
+            fam.check_config(dict(FRAG_CONFIGS[0], **bad))
+
+
 @pytest.mark.parametrize("params", EXPLICIT, ids=lambda p: f"{p['BM']}x{p['BN']}x{p['BK']}-{p['TM']}x{p['TN']}")
 def test_explicit_candidates(device, rng, params):
     info = check(device, rng, 67, 45, 52, params=params)

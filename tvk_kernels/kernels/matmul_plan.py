@@ -34,6 +34,7 @@ def defines(params: dict, *, mode: int = MODE_GEMM, dtype_id: int = 0, a_kmajor:
     return {
         "BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "TM": params["TM"], "TN": params["TN"],
         "UNROLL": params["UNROLL"], "PAD": params["PAD"], "PREFETCH": params.get("PREFETCH", 0),
+        "FRAG": params.get("FRAG", 0),
         "VEC_A": params["VEC"] if vec_a is None else vec_a, "VEC_B": params["VEC"] if vec_b is None else vec_b,
         "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor), "DTYPE": dtype_id, "MODE": mode,
         **activations.act_define(act if mode == MODE_GEMM else None),
@@ -77,6 +78,9 @@ class Matmul(Family):
                 raise InvalidConfigError(f"matmul parameter {name}={params[name]} must be a positive integer")
         if params["VEC"] not in (1, 2, 4):
             raise InvalidConfigError(f"matmul VEC={params['VEC']} must be 1, 2 or 4 (the tiled kernel's load widths)")
+        if params.get("FRAG", 0) and (params["TM"] % 4 or params["TN"] % 4 or params["PAD"] % 4):
+            raise InvalidConfigError(f"matmul FRAG=1 reads runs of 4 rows and columns: TM={params['TM']}, "
+                                     f"TN={params['TN']} and PAD={params['PAD']} must be multiples of 4")
         d = with_derived(search_space(self.family), params)
         try:
             self.device.pipelines.check_limits((d["WG"], 1, 1), shared_bytes=d["shared_bytes"],
