@@ -22,11 +22,11 @@
 // (storage: fp32, fp16 or bf16, codes of common/dtypes.glsl). PREFETCH (specialization constant
 // 14; 1: each invocation loads the next BK slice into registers while the current one is
 // multiplied, hiding the global loads' latency for a few registers; 0: load, then multiply).
-// FRAG (a define, a module each): 0, an invocation's TM rows are TY apart (TN columns TX apart),
+// FRAG (specialization constant 15): 0, an invocation's TM rows are TY apart (TN columns TX apart),
 // each read from shared memory on its own; 1, they come in runs of 4 adjacent rows (columns), the
-// runs 4*TY (4*TX) apart, and each run is one 16-byte shared load where FRAG 0 issues four (the
-// products of a 8x8 tile then need 4 shared loads per 64 FMAs, not 16). FRAG 1 needs TM, TN and
-// PAD multiples of 4 (the host checks).
+// runs 4*TY (4*TX) apart, each run 4 floats at a 16-byte-aligned offset that the compiler can load
+// at once (an 8x8 tile's products then need 4 shared loads per 64 FMAs, not 16). FRAG 1 needs TM,
+// TN and PAD multiples of 4 (the host checks).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -49,9 +49,6 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef MODE
 #define MODE 0
 #endif
-#ifndef FRAG
-#define FRAG 0
-#endif
 layout(constant_id = 3) const uint BM = 64u;
 layout(constant_id = 4) const uint BN = 64u;
 layout(constant_id = 5) const uint BK = 16u;
@@ -64,6 +61,7 @@ layout(constant_id = 11) const uint B_NMAJOR = 1u;
 layout(constant_id = 12) const uint UNROLL = 4u;
 layout(constant_id = 13) const uint PAD = 0u;
 layout(constant_id = 14) const uint PREFETCH = 0u;
+layout(constant_id = 15) const uint FRAG = 0u;
 // ------------------------------------------------------------------ storage types
 #if DTYPE == TVK_DT_FLOAT32
 #define T float
@@ -164,23 +162,11 @@ const uint WG = TX * TY;
 const uint AS = BM + PAD;  // shared row lengths
 const uint BS = BN + PAD;
 
-#if FRAG
-// the tiles as vec4 (AS, BS multiples of 4): a run of 4 is one load; stores go to a component
-shared vec4 As4[BK * AS / 4u];  // As[k][m]
-shared vec4 Bs4[BK * BS / 4u];  // Bs[k][n]
-#define A_SET(idx, val) As4[(idx) >> 2][(idx) & 3u] = (val)
-#define B_SET(idx, val) Bs4[(idx) >> 2][(idx) & 3u] = (val)
-// the output row (column) of an invocation's i-th (j-th) accumulator
-#define GM(i) (m0 + ((i) >> 2) * (TY * 4u) + ty * 4u + ((i) & 3u))
-#define GN(j) (n0 + ((j) >> 2) * (TX * 4u) + tx * 4u + ((j) & 3u))
-#else
 shared float As[BK * AS];  // As[k][m]
 shared float Bs[BK * BS];  // Bs[k][n]
-#define A_SET(idx, val) As[idx] = val
-#define B_SET(idx, val) Bs[idx] = val
-#define GM(i) m0 + ty + i * TY
-#define GN(j) n0 + tx + j * TX
-#endif
+// the output row (column) of an invocation's i-th (j-th) accumulator
+#define GM(i) (FRAG != 0u ? m0 + ((i) >> 2) * (TY * 4u) + ty * 4u + ((i) & 3u) : m0 + ty + (i) * TY)
+#define GN(j) (FRAG != 0u ? n0 + ((j) >> 2) * (TX * 4u) + tx * 4u + ((j) & 3u) : n0 + tx + (j) * TX)
 
 const uint A_PER = (A_KMAJOR != 0u ? BK : BM) / VEC_A;  // vectors per m-row (k-row when not K-major) of the tile
 const uint A_VECS = BM * BK / VEC_A;
@@ -233,9 +219,9 @@ vec4 fetch_a(uint v, uvec2 abase, uint m0, uint k0, uint kend) {
 void stash_a(uint v, vec4 val) {
     const uint row = v / A_PER, col = (v % A_PER) * VEC_A;
     if (A_KMAJOR != 0u) {
-        [[unroll]] for (uint q = 0u; q < VEC_A; ++q) A_SET((col + q) * AS + row, val[q]);
+        [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[(col + q) * AS + row] = val[q];
     } else {
-        [[unroll]] for (uint q = 0u; q < VEC_A; ++q) A_SET(row * AS + col + q, val[q]);
+        [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[row * AS + col + q] = val[q];
     }
 }
 vec4 fetch_b(uint v, uvec2 bbase, uint n0, uint k0, uint kend) {
@@ -253,9 +239,9 @@ vec4 fetch_b(uint v, uvec2 bbase, uint n0, uint k0, uint kend) {
 void stash_b(uint v, vec4 val) {
     const uint row = v / B_PER, col = (v % B_PER) * VEC_B;
     if (B_NMAJOR != 0u) {
-        [[unroll]] for (uint q = 0u; q < VEC_B; ++q) B_SET(row * BS + col + q, val[q]);
+        [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[row * BS + col + q] = val[q];
     } else {
-        [[unroll]] for (uint q = 0u; q < VEC_B; ++q) B_SET((col + q) * BS + row, val[q]);
+        [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[(col + q) * BS + row] = val[q];
     }
 }
 // whether vector v of a tile exists (the last round of a workgroup's loads may be partial)
@@ -315,19 +301,19 @@ void main() {
         [[dont_unroll]] for (uint kk = 0u; kk < BK; kk += UNROLL) {
             [[unroll]] for (uint u = 0u; u < UNROLL; ++u) {
                 float av[TM], bv[TN];
-#if FRAG
-                [[unroll]] for (uint i = 0u; i < TM; i += 4u) {
-                    const vec4 v = As4[(kk + u) * (AS / 4u) + (i >> 2) * TY + ty];
-                    av[i] = v.x; av[i + 1u] = v.y; av[i + 2u] = v.z; av[i + 3u] = v.w;
+                if (FRAG != 0u) {
+                    [[unroll]] for (uint i = 0u; i < TM; i += 4u) {
+                        const uint e = (kk + u) * AS + (i >> 2) * (TY * 4u) + ty * 4u;  // 16-byte aligned
+                        [[unroll]] for (uint q = 0u; q < 4u; ++q) av[i + q] = As[e + q];
+                    }
+                    [[unroll]] for (uint j = 0u; j < TN; j += 4u) {
+                        const uint e = (kk + u) * BS + (j >> 2) * (TX * 4u) + tx * 4u;
+                        [[unroll]] for (uint q = 0u; q < 4u; ++q) bv[j + q] = Bs[e + q];
+                    }
+                } else {
+                    [[unroll]] for (uint i = 0u; i < TM; ++i) av[i] = As[(kk + u) * AS + ty + i * TY];
+                    [[unroll]] for (uint j = 0u; j < TN; ++j) bv[j] = Bs[(kk + u) * BS + tx + j * TX];
                 }
-                [[unroll]] for (uint j = 0u; j < TN; j += 4u) {
-                    const vec4 v = Bs4[(kk + u) * (BS / 4u) + (j >> 2) * TX + tx];
-                    bv[j] = v.x; bv[j + 1u] = v.y; bv[j + 2u] = v.z; bv[j + 3u] = v.w;
-                }
-#else
-                [[unroll]] for (uint i = 0u; i < TM; ++i) av[i] = As[(kk + u) * AS + ty + i * TY];
-                [[unroll]] for (uint j = 0u; j < TN; ++j) bv[j] = Bs[(kk + u) * BS + tx + j * TX];
-#endif
                 [[unroll]] for (uint i = 0u; i < TM; ++i)
                     [[unroll]] for (uint j = 0u; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
             }
