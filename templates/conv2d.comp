@@ -22,6 +22,11 @@
 // Tunables (specialization constants, so one SPIR-V module per DIR serves every tile shape):
 // BM, BN, BK tile; TM, TN outputs per thread; PAD shared-row padding (floats); WG must equal
 // the local size (specialization constant 0) = (BM/TM)*(BN/TN).
+// FRAG (specialization constant 10): 0, an invocation owns rows tm + i*BMT and columns
+// tn + j*BNT, each read from shared memory on its own; 1, rows (i/4)*4*BMT + tm*4 + i%4, runs of
+// 4 adjacent ones (columns alike) at 16-byte-aligned offsets, so the compiler can read a run with
+// one load where four were (those loads, not the FMAs, bound the products on NVIDIA); needs TM,
+// TN and PAD multiples of 4.
 // Defines: DIR (it changes the push constants and the shared tables); ACT (DIR 0 only, not
 // tuned): the activation applied after the bias, as a GLSL expression in x
 // (common/activation.glsl; compiled mode's act(conv2d)); absent: none.
@@ -43,6 +48,7 @@ layout(constant_id = 6) const uint TM = 4u;
 layout(constant_id = 7) const uint TN = 4u;
 layout(constant_id = 8) const uint PAD = 1u;
 layout(constant_id = 9) const uint WG = 256u;  // (BM / TM) * (BN / TN)
+layout(constant_id = 10) const uint FRAG = 0u;
 
 const uint BMT = BM / TM;  // threads along M
 const uint BNT = BN / TN;  // threads along N
@@ -172,6 +178,9 @@ void main() {
 #else
     const uint tm = tid % BMT, tn = tid / BMT;  // consecutive threads: consecutive output pixels
 #endif
+    // the tile row (column) of this invocation's accumulator i (j)
+#define TILE_ROW(i) (FRAG != 0u ? (i) / 4u * (4u * BMT) + tm * 4u + (i) % 4u : tm + (i) * BMT)
+#define TILE_COL(j) (FRAG != 0u ? (j) / 4u * (4u * BNT) + tn * 4u + (j) % 4u : tn + (j) * BNT)
 
     for (uint k0 = kbeg; k0 < kend; k0 += BK) {
         // decode this K tile
@@ -269,10 +278,10 @@ void main() {
         [[unroll]] for (uint kk = 0; kk < BK; ++kk) {
             float av[TM], bv[TN];
             [[unroll]] for (uint i = 0; i < TM; ++i) {
-                av[i] = As[kk][tm + i * BMT];
+                av[i] = As[kk][TILE_ROW(i)];
             }
             [[unroll]] for (uint j = 0; j < TN; ++j) {
-                bv[j] = Bs[kk][tn + j * BNT];
+                bv[j] = Bs[kk][TILE_COL(j)];
             }
             [[unroll]] for (uint i = 0; i < TM; ++i) {
                 [[unroll]] for (uint j = 0; j < TN; ++j) {
@@ -289,12 +298,12 @@ void main() {
     const uint flags = p.flags & uint(split == 0u);  // the bias: split 0 only
     const uint slice = split * p.n * p.oc * ohw;
     [[unroll]] for (uint i = 0; i < TM; ++i) {
-        uint m = m0 + tm + i * BMT;
+        uint m = m0 + TILE_ROW(i);
         if (m < M) {
             uint nn = m / ohw, r = m - nn * ohw;
             uint base = slice + (nn * p.oc + g * ocg) * ohw + r;
             [[unroll]] for (uint j = 0; j < TN; ++j) {
-                uint col = n0 + tn + j * BNT;
+                uint col = n0 + TILE_COL(j);
                 if (col < N) {
                     float v = acc[i][j];
                     if ((flags & 1u) != 0u) {
@@ -308,13 +317,13 @@ void main() {
 #elif DIR == 1
     const uint nslice = split * p.n;  // slice `split` of [split][N][IC][H][W]
     [[unroll]] for (uint i = 0; i < TM; ++i) {
-        uint m = m0 + tm + i * BMT;
+        uint m = m0 + TILE_ROW(i);
         if (m < M) {
             uint nn = m / hwc, r = m - nn * hwc;
             uint y = r / p.wc, x = r - y * p.wc;
             uint base = ((nslice + nn) * p.ic + g * icg) * hw + p.pix0 + y * p.pix_h + x * p.pix_w;
             [[unroll]] for (uint j = 0; j < TN; ++j) {
-                uint col = n0 + tn + j * BNT;
+                uint col = n0 + TILE_COL(j);
                 if (col < N) {
                     C.v[base + col * hw] = acc[i][j];
                 }
@@ -324,11 +333,11 @@ void main() {
 #else
     const uint slice = split * p.oc * N;
     [[unroll]] for (uint i = 0; i < TM; ++i) {
-        uint m = m0 + tm + i * BMT;
+        uint m = m0 + TILE_ROW(i);
         if (m < M) {
             uint base = slice + (g * ocg + m) * N;
             [[unroll]] for (uint j = 0; j < TN; ++j) {
-                uint col = n0 + tn + j * BNT;
+                uint col = n0 + TILE_COL(j);
                 if (col < N) {
                     C.v[base + col] = acc[i][j];
                 }

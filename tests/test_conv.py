@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
+from rdna1_check import assert_fits_rdna1, navi10_stats  # noqa: E402
 from tvk_kernels import InvalidConfigError  # noqa: E402
 from tvk_kernels.kernels import conv  # noqa: E402
 from tvk_kernels.tune.targets import conv2d as conv2d_target  # noqa: E402
@@ -141,8 +142,72 @@ def test_explicit_candidates(device, rng):
     """Each explicit parameter set (from the valid candidate list) computes the same correct conv."""
     listed = conv.candidates(device)
     for params in EXPLICIT:
-        assert params in listed, params
+        assert {**params, "FRAG": 0} in listed, params  # a config without FRAG (tuned before it) runs FRAG 0
         check_conv(device, rng, (2, 5, 9, 7), (7, 5, 3, 3), 2, 1, 1, 1, True, params=params)
+
+
+FRAG = [  # FRAG 1: runs of 4 rows and columns, one vec4 shared load each
+    {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "PAD": 4, "FRAG": 1},
+    {"BM": 64, "BN": 32, "BK": 8, "TM": 8, "TN": 4, "PAD": 0, "FRAG": 1},  # two runs of rows, 4*BMT apart
+    {"BM": 32, "BN": 64, "BK": 16, "TM": 4, "TN": 8, "PAD": 4, "FRAG": 1},  # two runs of columns
+]
+FRAG_CASES = [
+    # x shape, w shape, stride, padding, dilation, groups: ragged M, N and K against every tile above
+    ((2, 5, 9, 7), (7, 5, 3, 3), 1, 1, 1, 1),
+    ((2, 13, 7, 5), (37, 13, 1, 1), 1, 0, 1, 1),                 # 1x1, N = 37: a second, ragged N tile
+    ((3, 4, 13, 11), (9, 4, 3, 3), 2, 1, 1, 1),                  # stride 2: four grad-input phases
+    ((1, 3, 13, 11), (6, 3, 3, 3), 1, 2, 2, 1),                  # dilation 2
+    ((2, 6, 9, 9), (10, 3, 3, 3), (2, 1), (1, 0), (1, 2), 2),    # groups 2, mixed stride/pad/dilation
+    ((1, 3, 23, 21), (8, 3, 7, 7), 2, 3, 1, 1),                  # 7x7/2 stem: K = 147
+]
+
+
+@pytest.mark.parametrize("params", FRAG, ids=lambda p: f"TM{p['TM']}TN{p['TN']}PAD{p['PAD']}")
+def test_frag_layout(device, rng, params):
+    """FRAG 1 (each invocation's rows and columns in runs of 4) computes every direction's conv."""
+    from tvk_kernels.runtime.compiler import split_defines
+
+    assert params in conv.candidates(device)
+    compiled, spec = split_defines(conv.Conv2d.template, conv.gemm_defines(0, params, 64))
+    assert compiled == {"DIR": 0} and spec[10] == 1  # the module FRAG 0 uses; FRAG is constant 10
+    for xs, ws, s, p, d, g in FRAG_CASES:
+        check_conv(device, rng, xs, ws, s, p, d, g, True, params=params)
+
+
+def test_frag_needs_multiples_of_4(device):
+    """FRAG 1 with TM, TN or PAD not a multiple of 4: refused (InvalidConfigError), never a candidate."""
+    x = device.upload(np.zeros((1, 2, 5, 5), np.float32))
+    out = device.allocator.alloc(4 * 2 * 9)
+    for bad in ({"TM": 2}, {"TN": 2}, {"PAD": 1}):
+        params = {**FRAG[0], **bad}
+        with pytest.raises(InvalidConfigError, match="FRAG == 0 or"):
+            conv.conv2d_forward(device, x, x, None, out, (1, 2, 5, 5), (2, 2, 3, 3), params=params)
+        assert params not in conv.candidates(device)
+
+
+_FRAG_STATS = """
+import json
+from tvk_kernels import get_device
+from tvk_kernels.kernels import conv
+from tvk_kernels.search_space import search_space, with_derived
+dev = get_device(0)
+stats = {}
+for params in %r:
+    prm = with_derived(search_space("conv2d"), params)
+    for direction, dir_id in conv.DIRS.items():
+        pipe = dev.pipelines.get("conv2d.comp", conv.gemm_defines(dir_id, prm, prm["WG"]),
+                                 local_size=(prm["WG"], 1, 1), push_size=128, capture_stats=True)
+        stats[f"{params} {direction}"] = pipe.stats
+print(json.dumps(stats))
+"""
+
+
+def test_frag_compiles_for_rdna1_without_spills(tmp_path):
+    """The FRAG 1 configs above in every direction, by RDNA1's own compiler (Mesa's null Navi 10):
+    no spills, within 32 KiB of shared memory (benchmarks/rdna1_conv_frag.py: the shipped configs)."""
+    stats = navi10_stats(_FRAG_STATS % (FRAG,), tmp_path)
+    assert len(stats) == 3 * len(FRAG), sorted(stats)
+    assert_fits_rdna1(stats)
 
 
 def test_one_spirv_module_per_direction_serves_every_tile_shape():

@@ -66,8 +66,9 @@ def gemm_dims(direction: str, g: dict) -> tuple[int, int, int]:
 
 def gemm_defines(dir_id: int, params: dict, wg: int, act: str | None = None) -> dict:
     """The template's defines for one direction and parameter set. ACT is absent unless asked for,
-    so the tuned kernels' SPIR-V stays what was tuned (tune/carry_over.py relies on it)."""
-    defines = {"DIR": dir_id, "WG": wg, **{k: params[k] for k in _GEMM_KEYS}}
+    so the tuned kernels' SPIR-V stays what was tuned (tune/carry_over.py relies on it). FRAG is a
+    specialization constant: 0 for a config tuned before it existed."""
+    defines = {"DIR": dir_id, "WG": wg, "FRAG": params.get("FRAG", 0), **{k: params[k] for k in _GEMM_KEYS}}
     if act is not None:
         defines.update(activations.act_define(ACTIVATIONS[act]))
     return defines
