@@ -1,14 +1,17 @@
 """Interleaved A/B on one device (diagnostic; it decided two thresholds, see design note 29):
 
-    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop] [prefetch] [frag]   (writes ab2.json to $OUT or /tmp)
+    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop] [prefetch] [frag] [convfrag]
+    (writes ab2.json to $OUT or /tmp)
 
 gemm: the GEMM sweep with matmul's tile fit on and off (tuning/matmul.json tile_fit order
 emptied), conv: the conv sweep with the forward's and grad-input's split-K planned and forced
 to 1; coop: the fp16 sweep rows the cooperative-matrix kernel takes, run by it with split-K
 (the rule), by it without (split_k=1), and by the tiled kernel with split-K (the fallback that
 split-K replaced); prefetch: the GEMM sweep's tiled rows with each config's PREFETCH forced to
-0 and to 1; frag: the same with FRAG (runs of 4 rows and columns, vec4 shared loads) over squares,
-the real models' heaviest GEMMs and the sweep, fp32, rows whose config can take FRAG 1. Each row measured twice per mode in alternating order, the better kept, so clock drift
+0 and to 1; frag: the same with FRAG (runs of 4 rows and columns; FRAG 1 raises PAD to a multiple
+of 4) over squares, the real models' heaviest GEMMs and the sweep, fp32, rows whose TM and TN are
+multiples of 4; convfrag: conv2d's FRAG alike over the conv sweep and the real models' heaviest conv
+layers, every direction. Each row measured twice per mode in alternating order, the better kept, so clock drift
 does not favour a mode; torch CUDA's times from the sweeps' own peers. The H200 run at 0f03d26
 is benchmarks/results/h200/ab/0f03d26-tile-fit-split-k.json.
 """
@@ -28,7 +31,7 @@ while time.time() - t < 8:
 del a
 fit = search_space("matmul")["tile_fit"]
 ORDER = list(fit["order"])
-out = {"gemm": [], "conv": [], "coop": [], "prefetch": [], "frag": []}
+out = {"gemm": [], "conv": [], "coop": [], "prefetch": [], "frag": [], "convfrag": []}
 
 
 def geomean(xs):
@@ -141,13 +144,15 @@ if "coop" in parts:
         if xs:
             print("COOP", name, "geomean", round(geomean(xs), 3), "over2x",
                   sum(x > 2 for x in xs), flush=True)
-def forced_define_ab(part, name, legal, gemms, dts):
-    """Each GEMM's tiled config with the define `name` forced to 0 and to 1 (1 only where legal(params)),
-    interleaved; rows the tiled kernel does not run, or whose config cannot take 1, are left out."""
+def forced_define_ab(part, name, legal, gemms, dts, setting=None):
+    """Each GEMM's tiled config with the parameter `name` forced to 0 and to 1 (1 only where legal(params);
+    setting(params, value): the config at that value, default just the parameter set), interleaved; rows
+    the tiled kernel does not run, or whose config cannot take 1, are left out."""
     defines0 = matmul_plan.defines  # the tiled family (matmul_plan.Matmul.gemm) builds its kernels with it
+    setting = setting or (lambda params, value: dict(params, **{name: value}))
 
     def forced(value):
-        return lambda params, **kw: defines0(dict(params, **{name: value if legal(params) else 0}), **kw)
+        return lambda params, **kw: defines0(setting(params, value if legal(params) else 0), **kw)
 
     cuda, _ = gemm_sweep.cuda_times(gemms, dts, 10) or (None, None)
     i = 0
@@ -182,6 +187,16 @@ def forced_define_ab(part, name, legal, gemms, dts):
         print(name, "bucket", b, "on/off time geomean", round(geomean(xs), 3), "rows", len(xs), flush=True)
 
 
+def frag_fits(params):
+    """Whether a config's tile can take FRAG 1 (runs of 4 rows and columns), PAD aside (with_frag raises it)."""
+    return params["TM"] % 4 == 0 and params["TN"] % 4 == 0
+
+
+def with_frag(params, value):
+    """params at FRAG `value`; FRAG 1 with PAD raised to the next multiple of 4 where it is none."""
+    return dict(params, FRAG=value, PAD=-(-params["PAD"] // 4) * 4) if value else dict(params, FRAG=0)
+
+
 if "prefetch" in parts:
     forced_define_ab("prefetch", "PREFETCH", lambda params: True, gemm_sweep.sample(), ["float32", "float16"])
 if "frag" in parts:
@@ -191,6 +206,51 @@ if "frag" in parts:
     squares = [{"M": n, "N": n, "K": n, "batch": 1, "layout": "nn", "bcast_b": False} for n in (1024, 2048, 4096)]
     real = [{k: g[k] for k in ("M", "N", "K", "batch", "layout", "bcast_b")}
             for g in model_shapes.gemms(model_suites.load())]
-    forced_define_ab("frag", "FRAG", lambda p: p["TM"] % 4 == 0 and p["TN"] % 4 == 0 and p["PAD"] % 4 == 0,
-                     squares + real + gemm_sweep.sample(), ["float32"])
+    forced_define_ab("frag", "FRAG", frag_fits, squares + real + gemm_sweep.sample(), ["float32"], with_frag)
+if "convfrag" in parts:
+    # the conv sweep and the real models' heaviest conv layers, each direction's config as tuned against
+    # FRAG 1 (PAD raised to 4 where needed) where its TM and TN allow, else the row is left out
+    from tvk_kernels import config
+    from tvk_kernels.kernels import conv
+    from torchvk.experiments import model_shapes
+    from tvk_kernels.tune import model_suites
+    gemm_defines0 = conv.gemm_defines
+    used = []  # the FRAG of each kernel built since the last reset
+
+    def conv_forced(value):
+        def build(dir_id, params, wg, act=None):
+            fits = frag_fits(params)
+            used.append(fits)
+            return gemm_defines0(dir_id, with_frag(params, value) if fits else params, wg, act)
+        return build
+
+    layers = conv_sweep.LAYERS + model_shapes.conv_layers(model_suites.load())
+    cuda, _ = conv_sweep.cuda_times(layers, 10) or (None, None)
+    DIRS = ["fwd", "bwd_input", "bwd_weight"]
+    for li, L in enumerate(layers):
+        res, fits = {}, {}
+        for rep in range(2):
+            for mode in (("off", "on") if rep == 0 else ("on", "off")):
+                conv.gemm_defines = conv_forced(int(mode == "on"))
+                config.reload()  # drops the kept plans and kept calls built at the other FRAG
+                used.clear()
+                r = conv_sweep._tvk_one(dev, L, 10, False)
+                for d, (t, e) in r.items():
+                    if (mode, d) not in res or t < res[(mode, d)]:
+                        res[(mode, d)] = t
+                fits[mode] = any(used)
+        conv.gemm_defines = gemm_defines0
+        for di, d in enumerate(DIRS):
+            c = cuda[li * 3 + di] if cuda else None
+            row = {"label": conv_sweep.label(L), "direction": d, "cudnn_s": c, "off_s": res[("off", d)],
+                   "on_s": res[("on", d)], "off": res[("off", d)] / c if c else None,
+                   "on": res[("on", d)] / c if c else None}
+            out["convfrag"].append(row)
+            print(f'{row["label"]:48s} {d:10s} off {row["off_s"] * 1e6:.1f} us, on {row["on_s"] * 1e6:.1f} us, '
+                  f'cuDNN {c * 1e6 if c else float("nan"):.1f} us', flush=True)
+    for mode in ("off", "on"):
+        xs = [r[mode] for r in out["convfrag"] if r[mode]]
+        print("CONVFRAG", mode, "geomean tvk/cuDNN", round(geomean(xs), 3), "over2x", sum(x > 2 for x in xs), flush=True)
+    xs = [r["on_s"] / r["off_s"] for r in out["convfrag"]]
+    print("CONVFRAG on/off time geomean", round(geomean(xs), 3), "rows", len(xs), flush=True)
 json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "ab2.json"), "w"))
