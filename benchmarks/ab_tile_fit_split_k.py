@@ -250,7 +250,8 @@ if "convfrag" in parts:
                   f'cuDNN {c * 1e6 if c else float("nan"):.1f} us', flush=True)
     for mode in ("off", "on"):
         xs = [r[mode] for r in out["convfrag"] if r[mode]]
-        print("CONVFRAG", mode, "geomean tvk/cuDNN", round(geomean(xs), 3), "over2x", sum(x > 2 for x in xs), flush=True)
+        if xs:
+            print("CONVFRAG", mode, "geomean tvk/cuDNN", round(geomean(xs), 3), "over2x", sum(x > 2 for x in xs), flush=True)
     xs = [r["on_s"] / r["off_s"] for r in out["convfrag"]]
     print("CONVFRAG on/off time geomean", round(geomean(xs), 3), "rows", len(xs), flush=True)
 json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "ab2.json"), "w"))
