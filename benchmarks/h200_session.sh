@@ -9,7 +9,8 @@
 #   N: tuning of norm into the shipped file (after a norm.comp change)   G: per-kernel GPU profile vs CUDA
 #   V: tuning of conv2d alone, longer (40 trials a bucket; TVK_TUNE_BUDGET seconds)   W: kernel benchmarks only
 #   H: the cooperative-matrix kernel: its device tests, its tuning (fp16), the matmul table, and the A/B of its split-K
-#   F: the A/B of the tiled matmul's PREFETCH (each config run with it off and on, interleaved)
+#   F: the A/B of the tiled matmul's PREFETCH (each config run with it off and on, interleaved); TVK_AB_PARTS names
+#      other parts of benchmarks/ab_tile_fit_split_k.py ("frag convfrag": matmul's and conv2d's FRAG)
 #   U: the matmul kernels' device-only tests (cooperative matrix, prefetch)
 #   S: after a reduce/softmax/norm template change: their tuning into the shipped file (TVK_TUNE_OPS: fewer), the subgroup check
 #      (tests/subgroup_worker.py: those ops and three trainings against the CPU at the device's subgroup size), coopmat tests
@@ -74,7 +75,8 @@ for phase in "$@"; do
          'tests/test_zoo.py::test_zoo_model_trains_like_torch_cpu' \
          -k 'hf or gpt2 or llama or t5 or argument or fork or plan or generate or trainer or accelerator' \
          2>&1 | tail -30 | tee $R/correctness/real-models-pytest.txt" ;;
-    F) step python3 benchmarks/ab_tile_fit_split_k.py prefetch; mkdir -p $R/ab; mv $OUT/ab2.json $R/ab/prefetch.json; save ;;
+    F) parts=${TVK_AB_PARTS:-prefetch}  # e.g. "frag convfrag"
+       step python3 benchmarks/ab_tile_fit_split_k.py $parts; mkdir -p $R/ab; mv $OUT/ab2.json $R/ab/${parts// /-}-$TVK_COMMIT.json; save ;;
     U) step python3 -m pytest -q -p no:cacheprovider tests/test_matmul.py -k "coopmat or prefetch" ;;
     X) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # the layout and batched buckets join the shipped file
        step python3 -m tvk_kernels.tune.cli --device 0 --ops matmul --trials 25 --time-budget ${TVK_TUNE_BUDGET:-360} --out $TVK_CONFIG_DIR --no-progress ;;
