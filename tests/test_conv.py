@@ -204,7 +204,7 @@ print(json.dumps(stats))
 
 def test_frag_compiles_for_rdna1_without_spills(tmp_path):
     """The FRAG 1 configs above in every direction, by RDNA1's own compiler (Mesa's null Navi 10):
-    no spills, within 32 KiB of shared memory (benchmarks/rdna1_conv_frag.py: the shipped configs)."""
+    no spills, within 32 KiB of shared memory (benchmarks/rdna1_frag.py: the shipped configs)."""
     stats = navi10_stats(_FRAG_STATS % (FRAG,), tmp_path)
     assert len(stats) == 3 * len(FRAG), sorted(stats)
     assert_fits_rdna1(stats)
