@@ -242,7 +242,8 @@ if "convfrag" in parts:
         conv.gemm_defines = gemm_defines0
         for di, d in enumerate(DIRS):
             c = cuda[li * 3 + di] if cuda else None
-            row = {"label": conv_sweep.label(L), "direction": d, "cudnn_s": c, "off_s": res[("off", d)],
+            row = {"label": conv_sweep.label(L), "direction": d, "cudnn_s": c, "frag_applied": fits["on"],
+                   "off_s": res[("off", d)],
                    "on_s": res[("on", d)], "off": res[("off", d)] / c if c else None,
                    "on": res[("on", d)] / c if c else None}
             out["convfrag"].append(row)
@@ -252,6 +253,11 @@ if "convfrag" in parts:
         xs = [r[mode] for r in out["convfrag"] if r[mode]]
         if xs:
             print("CONVFRAG", mode, "geomean tvk/cuDNN", round(geomean(xs), 3), "over2x", sum(x > 2 for x in xs), flush=True)
-    xs = [r["on_s"] / r["off_s"] for r in out["convfrag"]]
-    print("CONVFRAG on/off time geomean", round(geomean(xs), 3), "rows", len(xs), flush=True)
+    xs = [r["on_s"] / r["off_s"] for r in out["convfrag"] if r["frag_applied"]]
+    if xs:
+        print("CONVFRAG on/off time geomean", round(geomean(xs), 3), "rows where a kernel took FRAG 1", len(xs),
+              flush=True)
+out["environment"] = {"device": dev.facts.name, "driver": dev.facts.driver_info, "torch": torch.__version__,
+                      "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": os.environ.get("TVK_COMMIT", ""),
+                      "parts": parts}
 json.dump(out, open(os.path.join(os.environ.get("OUT", "/tmp"), "ab2.json"), "w"))
