@@ -300,13 +300,19 @@ for a_k, b_n in ((1, 1), (0, 0)):
     pipe = dev.pipelines.get(fam.template, matmul_kernels.defines(p, a_kmajor=a_k, b_nmajor=b_n), local_size=(p["WG"], 1, 1),
                              push_size=128, subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
     stats[f"large.prefetch.{matmul_kernels.layout_name(a_k, b_n)}"] = pipe.stats
+# runs of 4 rows and columns (FRAG 1) on the largest default tile, at PAD 0 (FRAG needs a multiple of 4)
+p = fam.resolve("large", dict(default_params("matmul", dev.facts, "large"), FRAG=1, PAD=0))
+for a_k, b_n in ((1, 1), (0, 0)):
+    pipe = dev.pipelines.get(fam.template, matmul_kernels.defines(p, a_kmajor=a_k, b_nmajor=b_n), local_size=(p["WG"], 1, 1),
+                             push_size=128, subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
+    stats[f"large.frag.{matmul_kernels.layout_name(a_k, b_n)}"] = pipe.stats
 print(json.dumps(stats))
 """
 
 
 def test_static_defaults_compile_for_rdna1_without_spills(tmp_path):
     """Every bucket's static default, NN and TT, on RDNA1's compiler (Mesa's null Navi 10), and the
-    largest with PREFETCH 1."""
+    largest with PREFETCH 1 and with FRAG 1."""
     stats = navi10_stats(_RDNA1, tmp_path)
-    assert "batched.tt" in stats and "large.prefetch.tt" in stats and len(stats) >= 2 * 3
+    assert "batched.tt" in stats and "large.prefetch.tt" in stats and "large.frag.tt" in stats and len(stats) >= 2 * 3
     assert_fits_rdna1(stats)
