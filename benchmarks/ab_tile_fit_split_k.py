@@ -1,6 +1,6 @@
 """Interleaved A/B on one device (diagnostic; it decided two thresholds, see design note 29):
 
-    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop] [prefetch] [frag] [convfrag]
+    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop] [prefetch] [frag] [convfrag] [stages]
     (writes ab2.json to $OUT or /tmp)
 
 gemm: the GEMM sweep with matmul's tile fit on and off (tuning/matmul.json tile_fit order
@@ -11,7 +11,8 @@ split-K replaced); prefetch: the GEMM sweep's tiled rows with each config's PREF
 0 and to 1; frag: the same with FRAG (runs of 4 rows and columns; FRAG 1 raises PAD to a multiple
 of 4) over squares, the real models' heaviest GEMMs and the sweep, fp32, rows whose TM and TN are
 multiples of 4; convfrag: conv2d's FRAG alike over the conv sweep and the real models' heaviest conv
-layers, every direction. Each row measured twice per mode in alternating order, the better kept, so clock drift
+layers, every direction; stages: the tiled GEMM's STAGES 1 against 2 (double-buffered shared memory)
+over squares and the real models' 12 heaviest GEMMs, fp32. Each row measured twice per mode in alternating order, the better kept, so clock drift
 does not favour a mode; torch CUDA's times from the sweeps' own peers. The H200 run at 0f03d26
 is benchmarks/results/h200/ab/0f03d26-tile-fit-split-k.json.
 """
@@ -31,7 +32,7 @@ while time.time() - t < 8:
 del a
 fit = search_space("matmul")["tile_fit"]
 ORDER = list(fit["order"])
-out = {"gemm": [], "conv": [], "coop": [], "prefetch": [], "frag": [], "convfrag": []}
+out = {"gemm": [], "conv": [], "coop": [], "prefetch": [], "frag": [], "convfrag": [], "stages": []}
 
 
 def geomean(xs):
@@ -207,6 +208,16 @@ if "frag" in parts:
     real = [{k: g[k] for k in ("M", "N", "K", "batch", "layout", "bcast_b")}
             for g in model_shapes.gemms(model_suites.load())]
     forced_define_ab("frag", "FRAG", frag_fits, squares + real + gemm_sweep.sample(), ["float32"], with_frag)
+if "stages" in parts:
+    # STAGES 2 (double-buffered shared memory, one barrier per K slice) over squares and the real models'
+    # 12 heaviest GEMMs, fp32, every tiled config
+    from torchvk.experiments import model_shapes
+    from tvk_kernels.tune import model_suites
+    squares = [{"M": n, "N": n, "K": n, "batch": 1, "layout": "nn", "bcast_b": False} for n in (1024, 2048, 4096)]
+    real = [{k: g[k] for k in ("M", "N", "K", "batch", "layout", "bcast_b")}
+            for g in model_shapes.gemms(model_suites.load())[:12]]
+    forced_define_ab("stages", "STAGES", lambda p: True, squares + real, ["float32"],
+                     lambda params, value: dict(params, STAGES=2 if value else 1))
 if "convfrag" in parts:
     # the conv sweep and the real models' heaviest conv layers, each direction's config as tuned against
     # FRAG 1 (PAD raised to 4 where needed) where its TM and TN allow, else the row is left out

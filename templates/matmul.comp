@@ -26,7 +26,10 @@
 // each read from shared memory on its own; 1, they come in runs of 4 adjacent rows (columns), the
 // runs 4*TY (4*TX) apart, each run 4 floats at a 16-byte-aligned offset that the compiler can load
 // at once (an 8x8 tile's products then need 4 shared loads per 64 FMAs, not 16). FRAG 1 needs TM,
-// TN and PAD multiples of 4 (the host checks).
+// TN and PAD multiples of 4 (the host checks). STAGES (specialization constant 16): 1, one shared
+// buffer, two barriers per K slice; 2, two buffers: the next slice (loaded into registers during
+// the products, as PREFETCH does) is stored to the other buffer after them, one barrier per slice,
+// twice the shared memory.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -62,6 +65,7 @@ layout(constant_id = 12) const uint UNROLL = 4u;
 layout(constant_id = 13) const uint PAD = 0u;
 layout(constant_id = 14) const uint PREFETCH = 0u;
 layout(constant_id = 15) const uint FRAG = 0u;
+layout(constant_id = 16) const uint STAGES = 1u;
 // ------------------------------------------------------------------ storage types
 #if DTYPE == TVK_DT_FLOAT32
 #define T float
@@ -162,8 +166,8 @@ const uint WG = TX * TY;
 const uint AS = BM + PAD;  // shared row lengths
 const uint BS = BN + PAD;
 
-shared float As[BK * AS];  // As[k][m]
-shared float Bs[BK * BS];  // Bs[k][n]
+shared float As[STAGES * BK * AS];  // As[stage][k][m]
+shared float Bs[STAGES * BK * BS];  // Bs[stage][k][n]
 // the output row (column) of an invocation's i-th (j-th) accumulator
 #define GM(i) (FRAG != 0u ? m0 + ((i) >> 2) * (TY * 4u) + ty * 4u + ((i) & 3u) : m0 + ty + (i) * TY)
 #define GN(j) (FRAG != 0u ? n0 + ((j) >> 2) * (TX * 4u) + tx * 4u + ((j) & 3u) : n0 + tx + (j) * TX)
@@ -216,12 +220,12 @@ vec4 fetch_a(uint v, uvec2 abase, uint m0, uint k0, uint kend) {
     }
     return val;
 }
-void stash_a(uint v, vec4 val) {
+void stash_a(uint v, vec4 val, uint base) {
     const uint row = v / A_PER, col = (v % A_PER) * VEC_A;
     if (A_KMAJOR != 0u) {
-        [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[(col + q) * AS + row] = val[q];
+        [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[base + (col + q) * AS + row] = val[q];
     } else {
-        [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[row * AS + col + q] = val[q];
+        [[unroll]] for (uint q = 0u; q < VEC_A; ++q) As[base + row * AS + col + q] = val[q];
     }
 }
 vec4 fetch_b(uint v, uvec2 bbase, uint n0, uint k0, uint kend) {
@@ -236,12 +240,12 @@ vec4 fetch_b(uint v, uvec2 bbase, uint n0, uint k0, uint kend) {
     }
     return val;
 }
-void stash_b(uint v, vec4 val) {
+void stash_b(uint v, vec4 val, uint base) {
     const uint row = v / B_PER, col = (v % B_PER) * VEC_B;
     if (B_NMAJOR != 0u) {
-        [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[row * BS + col + q] = val[q];
+        [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[base + row * BS + col + q] = val[q];
     } else {
-        [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[(col + q) * BS + row] = val[q];
+        [[unroll]] for (uint q = 0u; q < VEC_B; ++q) Bs[base + (col + q) * BS + row] = val[q];
     }
 }
 // whether vector v of a tile exists (the last round of a workgroup's loads may be partial)
@@ -269,28 +273,40 @@ void main() {
     [[unroll]] for (uint i = 0u; i < TM; ++i)
         [[unroll]] for (uint j = 0u; j < TN; ++j) acc[i][j] = 0.0;
 
-    vec4 ra[A_ITERS];  // this slice's vectors (PREFETCH: loaded during the previous slice)
+    vec4 ra[A_ITERS];  // this slice's vectors (PREFETCH, STAGES 2: loaded during the previous slice)
     vec4 rb[B_ITERS];
-    if (PREFETCH != 0u) {
+    const bool ahead = PREFETCH != 0u || STAGES > 1u;  // loads run a slice ahead, into registers
+    if (ahead) {
         [[unroll]] for (uint it = 0u; it < A_ITERS; ++it)
             if (A_VALID(tid + it * WG)) ra[it] = fetch_a(tid + it * WG, abase, m0, kbeg, kend);
         [[unroll]] for (uint it = 0u; it < B_ITERS; ++it)
             if (B_VALID(tid + it * WG)) rb[it] = fetch_b(tid + it * WG, bbase, n0, kbeg, kend);
     }
-    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
-        // ---- this slice -> shared memory: from the registers it was prefetched into, or loaded now
-        [[unroll]] for (uint it = 0u; it < A_ITERS; ++it) {
-            if (!A_VALID(tid + it * WG)) continue;
-            if (PREFETCH == 0u) ra[it] = fetch_a(tid + it * WG, abase, m0, k0, kend);
-            stash_a(tid + it * WG, ra[it]);
-        }
-        [[unroll]] for (uint it = 0u; it < B_ITERS; ++it) {
-            if (!B_VALID(tid + it * WG)) continue;
-            if (PREFETCH == 0u) rb[it] = fetch_b(tid + it * WG, bbase, n0, k0, kend);
-            stash_b(tid + it * WG, rb[it]);
-        }
+    uint stage = 0u;  // STAGES 2: the buffer holding this slice
+    if (STAGES > 1u) {
+        [[unroll]] for (uint it = 0u; it < A_ITERS; ++it)
+            if (A_VALID(tid + it * WG)) stash_a(tid + it * WG, ra[it], 0u);
+        [[unroll]] for (uint it = 0u; it < B_ITERS; ++it)
+            if (B_VALID(tid + it * WG)) stash_b(tid + it * WG, rb[it], 0u);
         barrier();
-        if (PREFETCH != 0u && k0 + BK < kend) {  // the next slice's loads are in flight during this one's products
+    }
+    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
+        // ---- STAGES 1: this slice -> shared memory, from the registers it was prefetched into, or loaded now
+        if (STAGES == 1u) {
+            [[unroll]] for (uint it = 0u; it < A_ITERS; ++it) {
+                if (!A_VALID(tid + it * WG)) continue;
+                if (PREFETCH == 0u) ra[it] = fetch_a(tid + it * WG, abase, m0, k0, kend);
+                stash_a(tid + it * WG, ra[it], 0u);
+            }
+            [[unroll]] for (uint it = 0u; it < B_ITERS; ++it) {
+                if (!B_VALID(tid + it * WG)) continue;
+                if (PREFETCH == 0u) rb[it] = fetch_b(tid + it * WG, bbase, n0, k0, kend);
+                stash_b(tid + it * WG, rb[it], 0u);
+            }
+            barrier();
+        }
+        const uint sa = stage * (BK * AS), sb = stage * (BK * BS);
+        if (ahead && k0 + BK < kend) {  // the next slice's loads are in flight during this one's products
             [[unroll]] for (uint it = 0u; it < A_ITERS; ++it)
                 if (A_VALID(tid + it * WG)) ra[it] = fetch_a(tid + it * WG, abase, m0, k0 + BK, kend);
             [[unroll]] for (uint it = 0u; it < B_ITERS; ++it)
@@ -303,20 +319,27 @@ void main() {
                 float av[TM], bv[TN];
                 if (FRAG != 0u) {
                     [[unroll]] for (uint i = 0u; i < TM; i += 4u) {
-                        const uint e = (kk + u) * AS + (i >> 2) * (TY * 4u) + ty * 4u;  // 16-byte aligned
+                        const uint e = sa + (kk + u) * AS + (i >> 2) * (TY * 4u) + ty * 4u;  // 16-byte aligned
                         [[unroll]] for (uint q = 0u; q < 4u; ++q) av[i + q] = As[e + q];
                     }
                     [[unroll]] for (uint j = 0u; j < TN; j += 4u) {
-                        const uint e = (kk + u) * BS + (j >> 2) * (TX * 4u) + tx * 4u;
+                        const uint e = sb + (kk + u) * BS + (j >> 2) * (TX * 4u) + tx * 4u;
                         [[unroll]] for (uint q = 0u; q < 4u; ++q) bv[j + q] = Bs[e + q];
                     }
                 } else {
-                    [[unroll]] for (uint i = 0u; i < TM; ++i) av[i] = As[(kk + u) * AS + ty + i * TY];
-                    [[unroll]] for (uint j = 0u; j < TN; ++j) bv[j] = Bs[(kk + u) * BS + tx + j * TX];
+                    [[unroll]] for (uint i = 0u; i < TM; ++i) av[i] = As[sa + (kk + u) * AS + ty + i * TY];
+                    [[unroll]] for (uint j = 0u; j < TN; ++j) bv[j] = Bs[sb + (kk + u) * BS + tx + j * TX];
                 }
                 [[unroll]] for (uint i = 0u; i < TM; ++i)
                     [[unroll]] for (uint j = 0u; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
             }
+        }
+        if (STAGES > 1u && k0 + BK < kend) {  // the next slice -> the other buffer, which nobody reads now
+            [[unroll]] for (uint it = 0u; it < A_ITERS; ++it)
+                if (A_VALID(tid + it * WG)) stash_a(tid + it * WG, ra[it], (stage ^ 1u) * (BK * AS));
+            [[unroll]] for (uint it = 0u; it < B_ITERS; ++it)
+                if (B_VALID(tid + it * WG)) stash_b(tid + it * WG, rb[it], (stage ^ 1u) * (BK * BS));
+            stage ^= 1u;
         }
         barrier();
     }

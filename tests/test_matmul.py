@@ -178,10 +178,10 @@ def test_split_k_fp16(device, rng):
 
 # ------------------------------------------------------------------ tuning candidates
 EXPLICIT = [
-    {"BM": 16, "BN": 16, "BK": 8, "TM": 1, "TN": 1, "VEC": 1, "UNROLL": 1, "PAD": 0, "PREFETCH": 0, "FRAG": 0, "SUBGROUP": 0},
-    {"BM": 32, "BN": 64, "BK": 16, "TM": 4, "TN": 8, "VEC": 2, "UNROLL": 4, "PAD": 1, "PREFETCH": 1, "FRAG": 0, "SUBGROUP": 0},
-    {"BM": 64, "BN": 32, "BK": 32, "TM": 8, "TN": 2, "VEC": 4, "UNROLL": 8, "PAD": 4, "PREFETCH": 0, "FRAG": 0, "SUBGROUP": 0},
-    {"BM": 128, "BN": 16, "BK": 8, "TM": 8, "TN": 1, "VEC": 4, "UNROLL": 8, "PAD": 0, "PREFETCH": 1, "FRAG": 0, "SUBGROUP": 0},
+    {"BM": 16, "BN": 16, "BK": 8, "TM": 1, "TN": 1, "VEC": 1, "UNROLL": 1, "PAD": 0, "PREFETCH": 0, "FRAG": 0, "STAGES": 1, "SUBGROUP": 0},
+    {"BM": 32, "BN": 64, "BK": 16, "TM": 4, "TN": 8, "VEC": 2, "UNROLL": 4, "PAD": 1, "PREFETCH": 1, "FRAG": 0, "STAGES": 1, "SUBGROUP": 0},
+    {"BM": 64, "BN": 32, "BK": 32, "TM": 8, "TN": 2, "VEC": 4, "UNROLL": 8, "PAD": 4, "PREFETCH": 0, "FRAG": 0, "STAGES": 1, "SUBGROUP": 0},
+    {"BM": 128, "BN": 16, "BK": 8, "TM": 8, "TN": 1, "VEC": 4, "UNROLL": 8, "PAD": 0, "PREFETCH": 1, "FRAG": 0, "STAGES": 1, "SUBGROUP": 0},
 ]
 
 
@@ -201,9 +201,9 @@ def test_prefetch_every_layout_and_split(device, rng, dtype):
 
 FRAG_CONFIGS = [  # FRAG 1: runs of 4 rows and columns, one vec4 shared load each
     {"BM": 16, "BN": 16, "BK": 8, "TM": 4, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 4, "PREFETCH": 1, "FRAG": 1,
-     "SUBGROUP": 0},
+     "STAGES": 1, "SUBGROUP": 0},
     {"BM": 32, "BN": 16, "BK": 8, "TM": 8, "TN": 4, "VEC": 2, "UNROLL": 1, "PAD": 0, "PREFETCH": 0, "FRAG": 1,
-     "SUBGROUP": 0},
+     "STAGES": 1, "SUBGROUP": 0},
 ]
 
 
@@ -219,6 +219,28 @@ def test_frag_every_layout_and_split(device, rng, dtype, params):
                      b_layout=bl, bias=True, activation="relu")
         assert info["params"]["FRAG"] == 1 and info["splits"] == split, info
     check(device, rng, 29, 22, 40, dtype=dtype, params=params, out_layout="nm")  # transposed output
+
+
+STAGES_CONFIGS = [  # STAGES 2: two shared buffers, the next K slice stored after the products
+    {"BM": 16, "BN": 32, "BK": 8, "TM": 2, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0, "FRAG": 0,
+     "STAGES": 2, "SUBGROUP": 0},
+    {"BM": 16, "BN": 16, "BK": 8, "TM": 4, "TN": 4, "VEC": 2, "UNROLL": 1, "PAD": 4, "PREFETCH": 1, "FRAG": 1,
+     "STAGES": 2, "SUBGROUP": 0},
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("params", STAGES_CONFIGS, ids=("2x4", "4x4-frag-prefetch"))
+def test_double_buffer_every_layout_and_split(device, rng, dtype, params):
+    """STAGES 2: a K of one slice, of a ragged last slice and of many; each operand layout, split-K."""
+    if dtype != "float32":
+        _need16(device, dtype)
+    for K in (5, 8, 83):
+        for (al, bl), split in zip([("mk", "kn"), ("km", "kn"), ("mk", "nk"), ("km", "nk")], (1, 1, 1, 1)
+                                   if K < 64 else (1, 3, 1, 2)):
+            info = check(device, rng, 37, 45, K, batch=2, dtype=dtype, params=params, split_k=split, a_layout=al,
+                         b_layout=bl, bias=True, activation="relu")
+            assert info["params"]["STAGES"] == 2 and info["splits"] == split, info
 
 
 def test_frag_needs_runs_of_four(device):

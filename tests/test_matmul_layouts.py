@@ -173,8 +173,8 @@ def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(de
     """A 'large' GEMM with one short side: the large tile would compute mostly padding, so a smaller
     size bucket's config runs (tuning/matmul.json tile_fit); results still match."""
     fam = matmul_kernels.family(device, matmul_kernels.Matmul)
-    wide = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0, "FRAG": 0, "SUBGROUP": 0}
-    narrow = {"BM": 16, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0, "FRAG": 0, "SUBGROUP": 0}
+    wide = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0, "FRAG": 0, "STAGES": 1, "SUBGROUP": 0}
+    narrow = {"BM": 16, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0, "FRAG": 0, "STAGES": 1, "SUBGROUP": 0}
     configs = {"large": wide, "medium": wide, "small": narrow}
     monkeypatch.setattr(fam, "params", lambda bucket="*": (configs[bucket.split(".")[0]], "default"))
     fam._resolved.clear()

@@ -34,7 +34,7 @@ def defines(params: dict, *, mode: int = MODE_GEMM, dtype_id: int = 0, a_kmajor:
     return {
         "BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "TM": params["TM"], "TN": params["TN"],
         "UNROLL": params["UNROLL"], "PAD": params["PAD"], "PREFETCH": params.get("PREFETCH", 0),
-        "FRAG": params.get("FRAG", 0),
+        "FRAG": params.get("FRAG", 0), "STAGES": params.get("STAGES", 1),
         "VEC_A": params["VEC"] if vec_a is None else vec_a, "VEC_B": params["VEC"] if vec_b is None else vec_b,
         "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor), "DTYPE": dtype_id, "MODE": mode,
         **activations.act_define(act if mode == MODE_GEMM else None),
