@@ -48,10 +48,13 @@ def evaluate(expr: str, names: dict):
 
 
 def with_derived(space: dict, params: dict) -> dict:
-    names = dict(params)
+    """params and the space's derived values. A parameter newer than `params` (a config tuned before it
+    existed) enters the derived values at its generic default, the kernel as it was before it."""
+    names = {**space.get("defaults", {}).get("generic", {}), **params}
+    derived = {}
     for name, expr in space.get("derived", {}).items():
-        names[name] = evaluate(expr, names)
-    return names
+        derived[name] = names[name] = evaluate(expr, names)
+    return {**params, **derived}
 
 
 def violations(space: dict, params: dict, facts) -> list[str]:

@@ -94,9 +94,7 @@ def main(argv=None) -> int:
         checked = 0
         for path, data, family in files:
             for bucket, res in data["families"][family]["buckets"].items():
-                # a parameter newer than the config takes its generic default: the kernel as it was before it
-                params = {**search_space(family)["defaults"].get("generic", {}), **res["params"]}
-                for defines in kernel_defines(family, params):
+                for defines in kernel_defines(family, res["params"]):
                     old_defines = {k: renumbered.get((k, str(v)), v) for k, v in defines.items()}
                     try:
                         before = compile_file(old, split_defines(old, old_defines)[0])
@@ -105,7 +103,7 @@ def main(argv=None) -> int:
                               f"with {old_defines} (a define renumbered since? see --old-value): {e}; nothing changed")
                         return 1
                     if device is not None:
-                        local = (with_derived(search_space(family), params).get("WG", 64), 1, 1)
+                        local = (with_derived(search_space(family), res["params"]).get("WG", 64), 1, 1)
                         problem = _machine_code_differs(device, old, before, old_defines, now, defines, local)
                     elif not same_kernel(before, compile_file(now, defines)):
                         problem = "the SPIR-V differs" + ("" if find_spirv_dis() else (
