@@ -199,48 +199,34 @@ def test_prefetch_every_layout_and_split(device, rng, dtype):
         assert info["params"]["PREFETCH"] == 1 and info["splits"] == split, info
 
 
-FRAG_CONFIGS = [  # FRAG 1: runs of 4 rows and columns, one vec4 shared load each
-    {"BM": 16, "BN": 16, "BK": 8, "TM": 4, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 4, "PREFETCH": 1, "FRAG": 1,
-     "STAGES": 1, "SUBGROUP": 0},
-    {"BM": 32, "BN": 16, "BK": 8, "TM": 8, "TN": 4, "VEC": 2, "UNROLL": 1, "PAD": 0, "PREFETCH": 0, "FRAG": 1,
-     "STAGES": 1, "SUBGROUP": 0},
-]
+LOOP_VARIANTS = {  # the inner loop's tunables at 1/2: FRAG (runs of 4 rows and columns), STAGES (two shared buffers)
+    "frag-4x4-prefetch": {"BM": 16, "BN": 16, "BK": 8, "TM": 4, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 4, "PREFETCH": 1,
+                          "FRAG": 1, "STAGES": 1, "SUBGROUP": 0},
+    "frag-8x4": {"BM": 32, "BN": 16, "BK": 8, "TM": 8, "TN": 4, "VEC": 2, "UNROLL": 1, "PAD": 0, "PREFETCH": 0,
+                 "FRAG": 1, "STAGES": 1, "SUBGROUP": 0},
+    "stages-2x4": {"BM": 16, "BN": 32, "BK": 8, "TM": 2, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0,
+                   "FRAG": 0, "STAGES": 2, "SUBGROUP": 0},
+    "stages-frag-prefetch": {"BM": 16, "BN": 16, "BK": 8, "TM": 4, "TN": 4, "VEC": 2, "UNROLL": 1, "PAD": 4,
+                             "PREFETCH": 1, "FRAG": 1, "STAGES": 2, "SUBGROUP": 0},
+}
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("params", FRAG_CONFIGS, ids=("4x4-prefetch", "8x4"))
-def test_frag_every_layout_and_split(device, rng, dtype, params):
-    """FRAG 1: ragged M, N and K (rows and columns past the edge inside a run of 4), each operand
-    layout, with and without split-K, bias and activation, batched."""
-    if dtype != "float32":
-        _need16(device, dtype)
-    for (al, bl), split in zip([("mk", "kn"), ("km", "kn"), ("mk", "nk"), ("km", "nk")], (1, 3, 1, 2)):
-        info = check(device, rng, 37, 45, 83, batch=2, dtype=dtype, params=params, split_k=split, a_layout=al,
-                     b_layout=bl, bias=True, activation="relu")
-        assert info["params"]["FRAG"] == 1 and info["splits"] == split, info
-    check(device, rng, 29, 22, 40, dtype=dtype, params=params, out_layout="nm")  # transposed output
-
-
-STAGES_CONFIGS = [  # STAGES 2: two shared buffers, the next K slice stored after the products
-    {"BM": 16, "BN": 32, "BK": 8, "TM": 2, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0, "FRAG": 0,
-     "STAGES": 2, "SUBGROUP": 0},
-    {"BM": 16, "BN": 16, "BK": 8, "TM": 4, "TN": 4, "VEC": 2, "UNROLL": 1, "PAD": 4, "PREFETCH": 1, "FRAG": 1,
-     "STAGES": 2, "SUBGROUP": 0},
-]
-
-
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("params", STAGES_CONFIGS, ids=("2x4", "4x4-frag-prefetch"))
-def test_double_buffer_every_layout_and_split(device, rng, dtype, params):
-    """STAGES 2: a K of one slice, of a ragged last slice and of many; each operand layout, split-K."""
+@pytest.mark.parametrize("name", LOOP_VARIANTS)
+def test_loop_variants_every_layout_and_split(device, rng, dtype, name):
+    """FRAG 1 and STAGES 2: a K of one slice, a ragged last slice and many; ragged M and N (rows and
+    columns past the edge inside a run of 4), each operand layout, split-K, bias and activation,
+    batched; a transposed output."""
+    params = LOOP_VARIANTS[name]
     if dtype != "float32":
         _need16(device, dtype)
     for K in (5, 8, 83):
-        for (al, bl), split in zip([("mk", "kn"), ("km", "kn"), ("mk", "nk"), ("km", "nk")], (1, 1, 1, 1)
-                                   if K < 64 else (1, 3, 1, 2)):
+        splits = (1, 3, 1, 2) if K > 64 else (1, 1, 1, 1)
+        for (al, bl), split in zip([("mk", "kn"), ("km", "kn"), ("mk", "nk"), ("km", "nk")], splits):
             info = check(device, rng, 37, 45, K, batch=2, dtype=dtype, params=params, split_k=split, a_layout=al,
                          b_layout=bl, bias=True, activation="relu")
-            assert info["params"]["STAGES"] == 2 and info["splits"] == split, info
+            assert info["params"] == params and info["splits"] == split, info
+    check(device, rng, 29, 22, 40, dtype=dtype, params=params, out_layout="nm")
 
 
 def test_frag_needs_runs_of_four(device):
@@ -248,7 +234,7 @@ def test_frag_needs_runs_of_four(device):
     fam = matmul_kernels.family(device, matmul_kernels.Matmul)
     for bad in ({"TM": 2}, {"TN": 2}, {"PAD": 1}):
         with pytest.raises(InvalidConfigError, match="FRAG=1"):
-            fam.check_config(dict(FRAG_CONFIGS[0], **bad))
+            fam.check_config(dict(LOOP_VARIANTS["frag-4x4-prefetch"], **bad))
 
 
 @pytest.mark.parametrize("params", EXPLICIT, ids=lambda p: f"{p['BM']}x{p['BN']}x{p['BK']}-{p['TM']}x{p['TN']}")
