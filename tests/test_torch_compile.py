@@ -119,6 +119,18 @@ class _Igamma(nn.Module):
         return torch.special.gammainc(x, x)
 
 
+def test_a_float_that_varies_between_calls_is_a_graph_input():
+    """A Python float that changes between calls (which Dynamo would make a 0-dim float64 CPU input
+    read with .item()) and a 0-dim float64 CPU tensor argument both work as the numbers they hold."""
+    torch._dynamo.reset()
+    scale = torch.compile(lambda x, s: (x * s).sum(), backend="tvk")
+    x = torch.randn(4, 5)
+    for s in (0.5, 0.25, 3.0, 1.5):  # a float that changes: a constant per value (no .item() in a graph)
+        torch.testing.assert_close(scale(x.to("tvk"), s).cpu(), (x * s).sum())
+    for s in (0.5, 0.25):  # a 0-dim float64 CPU tensor given as such: the float32 number it holds, as eager
+        torch.testing.assert_close(scale(x.to("tvk"), torch.tensor(s, dtype=torch.float64)).cpu(), (x * s).sum())
+
+
 def test_an_op_without_a_kernel_is_a_clear_error():
     _new_graphs()
     with pytest.raises(GraphBreakError, match="igamma.*no Vulkan kernel"):

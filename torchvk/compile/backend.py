@@ -15,6 +15,7 @@ import pkgutil
 
 import torch
 import torch._dynamo.trace_rules as rules
+from torch._dynamo import config as dynamo_config
 from torch._dynamo.backends.registry import _BACKENDS, register_backend
 
 import torchvk
@@ -74,8 +75,11 @@ def _upload_cpu_scalars(args: list) -> list:
         return []
     for position, i in enumerate(moved):
         cpu = args[i]
+        # Dynamo passes a Python float that varies between calls as a 0-dim float64 tensor; tvk has no
+        # float64, and an eager tvk op would take that number as float32 (float tensors stay float32)
+        value = cpu.float() if cpu.dtype == torch.float64 else cpu
         with torch.inference_mode(False):  # a normal tensor, whose version counter shows a write, in any mode
-            args[i] = from_cpu(cpu, device).requires_grad_(cpu.requires_grad)
+            args[i] = from_cpu(value, device).requires_grad_(cpu.requires_grad)
         moved[position] = (i, cpu, args[i]._version)
     return moved
 
@@ -155,6 +159,11 @@ def register():
             rules.add(f"torchvk.{module.name}")
     if "tvk" not in _BACKENDS:
         register_backend(tvk_backend, name="tvk")
+    # A Python float that changes between calls stays a constant (a recompile per value, as before torch
+    # 2.6): unspecialized, it reaches a graph as a 0-dim float64 CPU tensor read with .item(), which a
+    # tvk graph cannot trace. This module loads when the name "tvk" is looked up, before any tracing; the
+    # setting is process-wide (Dynamo has no per-backend one), so inductor in this process specializes too.
+    dynamo_config.specialize_float = True
 
 
 register()
