@@ -1,6 +1,6 @@
 """Interleaved A/B on one device (diagnostic; it decided two thresholds, see design note 29):
 
-    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop] [prefetch] [frag] [convfrag] [stages]
+    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop] [prefetch] [frag] [convfrag] [stages] [coop2]
     (writes ab2.json to $OUT or /tmp)
 
 gemm: the GEMM sweep with matmul's tile fit on and off (tuning/matmul.json tile_fit order
@@ -12,7 +12,8 @@ split-K replaced); prefetch: the GEMM sweep's tiled rows with each config's PREF
 of 4) over squares, the real models' heaviest GEMMs and the sweep, fp32, rows whose TM and TN are
 multiples of 4; convfrag: conv2d's FRAG alike over the conv sweep and the real models' heaviest conv
 layers, every direction; stages: the tiled GEMM's STAGES 1 against 2 (double-buffered shared memory)
-over squares and the real models' 12 heaviest GEMMs, fp32. Each row measured twice per mode in alternating order, the better kept, so clock drift
+over squares and the real models' 12 heaviest GEMMs, fp32; coop2: fp16 on the workgroup-scope cooperative-matrix
+kernel (VK_NV_cooperative_matrix2) against the subgroup-scope one, at its defaults and several tiles. Each row measured twice per mode in alternating order, the better kept, so clock drift
 does not favour a mode; torch CUDA's times from the sweeps' own peers. The H200 run at 0f03d26
 is benchmarks/results/h200/ab/0f03d26-tile-fit-split-k.json.
 """
@@ -32,7 +33,7 @@ while time.time() - t < 8:
 del a
 fit = search_space("matmul")["tile_fit"]
 ORDER = list(fit["order"])
-out = {"gemm": [], "conv": [], "coop": [], "prefetch": [], "frag": [], "convfrag": [], "stages": []}
+out = {"gemm": [], "conv": [], "coop": [], "prefetch": [], "frag": [], "convfrag": [], "stages": [], "coop2": []}
 
 
 def geomean(xs):
@@ -268,6 +269,65 @@ if "convfrag" in parts:
     if xs:
         print("CONVFRAG on/off time geomean", round(geomean(xs), 3), "rows where a kernel took FRAG 1", len(xs),
               flush=True)
+if "coop2" in parts:
+    # fp16: the workgroup-scope kernel (VK_NV_cooperative_matrix2) against the subgroup-scope one it
+    # replaces; over squares and the real models' 12 heaviest GEMMs also at several tiles, then over the
+    # sweep (no shape in any tuning suite) at its default configs
+    from tvk_kernels import config
+    from tvk_kernels.kernels import matmul_coopmat2 as coopmat2
+    from torchvk.experiments import model_shapes
+    from tvk_kernels.tune import model_suites
+    verified0, params0 = coopmat2.verified, coopmat2.CoopMatmul2.params
+    coop2 = verified0(dev)
+    print("coopmat2:", "verified, error %.3g" % coop2.verified_error if coop2 else "not available",
+          dev.facts.coopmat2, flush=True)
+    TILES = [(128, 128, 32, 256), (128, 256, 32, 256), (256, 128, 32, 256), (128, 128, 64, 256), (64, 64, 32, 128),
+             (64, 128, 32, 128)]
+
+    def coop2_mode(tile):
+        def setup():
+            config.reload()  # drops kept plans and resolved configs
+            coopmat2.verified = verified0 if tile != "subgroup" else (lambda device: None)
+            if tile in ("subgroup", "default"):
+                coopmat2.CoopMatmul2.params = params0
+            else:
+                cfg = dict(zip(("BM", "BN", "BK", "WGS"), tile))
+                coopmat2.CoopMatmul2.params = lambda self, bucket="*": (cfg, "ab")
+        return setup
+
+    def coop2_rows(gemms, modes):
+        cuda, _ = gemm_sweep.cuda_times(gemms, ["float16"], 10) or (None, None)
+        for i, g in enumerate(gemms):
+            res = alternating_best(g, "float16", modes)
+            modes["default"]()
+            c = cuda[i] if cuda else None
+            flop = 2 * g["batch"] * g["M"] * g["N"] * g["K"]
+            row = {"label": gemm_sweep._label(g), "dtype": "float16", "cuda_s": c,
+                   "cuda_tflops": flop / c / 1e12 if c else None}
+            for name, r in res.items():
+                row[name] = {"s": r["tvk_s"], "x": r["tvk_s"] / c if c else None, "kernel": r["kernel"],
+                             "splits": r["splits"], "rel_err": r["rel_err"], "params": r["params"],
+                             "tflops": flop / r["tvk_s"] / 1e12}
+            out["coop2"].append(row)
+            print(f'{row["label"]:34s} cuBLAS {row["cuda_tflops"] or 0:6.1f} TF | ' + " ".join(
+                f'{n} {row[n]["tflops"]:6.1f} TF {row[n]["kernel"]} s{row[n]["splits"]} e{row[n]["rel_err"]:.1g}'
+                for n in modes), flush=True)
+
+    out["coop2"] = []
+    if coop2 is not None:
+        squares = [{"M": n, "N": n, "K": n, "batch": 1, "layout": "nn", "bcast_b": False} for n in (1024, 2048, 4096)]
+        real = [{k: g[k] for k in ("M", "N", "K", "batch", "layout", "bcast_b")}
+                for g in model_shapes.gemms(model_suites.load())[:12]]
+        modes = {"subgroup": coop2_mode("subgroup"), "default": coop2_mode("default"),
+                 **{"x".join(map(str, t)): coop2_mode(t) for t in TILES}}
+        coop2_rows(squares + real, modes)
+        coop2_rows(gemm_sweep.sample(), {"subgroup": coop2_mode("subgroup"), "default": coop2_mode("default")})
+        coopmat2.verified, coopmat2.CoopMatmul2.params = verified0, params0
+        for name in ["subgroup", "default"] + ["x".join(map(str, t)) for t in TILES]:
+            xs = [r[name]["x"] for r in out["coop2"] if name in r and r[name]["x"]]
+            if xs:
+                print("COOP2", name, "geomean tvk/cuBLAS time", round(geomean(xs), 3), "rows", len(xs),
+                      "worst", round(max(xs), 2), flush=True)
 out["environment"] = {"device": dev.facts.name, "driver": dev.facts.driver_info, "torch": torch.__version__,
                       "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": os.environ.get("TVK_COMMIT", ""),
                       "parts": parts}

@@ -1,4 +1,4 @@
-"""matmul family (templates/matmul.comp, matmul_coopmat.comp) against torch CPU in float64.
+"""matmul family (templates/matmul.comp, matmul_coopmat.comp, matmul_coopmat2.comp) against torch CPU in float64.
 
 Error bound, per output element, with scale = |alpha| * (|A| @ |B|) + |bias|:
   float32  : |got - ref| <= 1e-5 * scale + 1e-6   (fp32 accumulation)
@@ -16,6 +16,7 @@ import torch
 from tvk_kernels.errors import InvalidConfigError, ShaderCompileError
 from tvk_kernels.kernels import matmul as matmul_kernels
 from tvk_kernels.kernels import matmul_coopmat as coopmat
+from tvk_kernels.kernels import matmul_coopmat2 as coopmat2
 from tvk_kernels.search_space import candidates, search_space, with_derived
 
 TOL = {"float32": (1e-5, 1e-6), "float16": (2e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}
@@ -328,9 +329,11 @@ def test_coopmat_skips_cleanly(device, rng):
               params={"SG_M": 2, "SG_N": 2, "FM": 2, "FN": 2, "BK": 32, "PAD": 8})
 
 
-def test_coopmat(device, rng):
+def test_coopmat(device, rng, monkeypatch):
     if not device.facts.features["cooperative_matrix"]:
         pytest.skip(f"{device.facts.name} has no VK_KHR_cooperative_matrix")
+    monkeypatch.setattr(coopmat2, "verified", lambda device: None)  # the subgroup-scope kernel, not its successor
+    matmul_kernels.family(device, matmul_kernels.Matmul).forget_plans()
     coop = coopmat.verified(device)
     if coop is None:
         pytest.skip(f"the cooperative-matrix kernel is unavailable here (shapes {coopmat.coop_shapes(device)})")
@@ -374,6 +377,105 @@ def test_coopmat_template_compiles():
             pytest.skip("this glslc predates GL_KHR_cooperative_matrix (needs glslang >= 13)")
         raise
     assert spirv[:4] == b"\x03\x02\x23\x07"
+
+
+# ------------------------------------------------------------------ workgroup-scope cooperative matrices
+def test_coopmat2_absent_is_clean(device, rng):
+    """Without VK_NV_cooperative_matrix2, fp16 runs another kernel without warnings, and explicit
+    workgroup-scope parameters are refused with the reason."""
+    if coopmat2.verified(device) is not None:
+        pytest.skip("device has a verified workgroup-scope kernel: see test_coopmat2")
+    _need16(device, "float16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        info = check(device, rng, 96, 80, 64, dtype="float16")
+    assert info["kernel"] in ("tiled", "coopmat")
+    assert coopmat2.candidates(device) == []
+    with pytest.raises(InvalidConfigError, match="VK_NV_cooperative_matrix2"):
+        check(device, rng, 96, 80, 64, dtype="float16", params={"BM": 64, "BN": 64, "BK": 32, "WGS": 128})
+
+
+def _granular(device, granules, max_dimension=256, max_workgroup_size=256):
+    """A CoopMatmul2 of `device` that believes it has these workgroup-scope granularities (host rules only)."""
+    fam = coopmat2.CoopMatmul2.__new__(coopmat2.CoopMatmul2)
+    fam.device, fam.granules = device, granules
+    fam.props = {"max_dimension": max_dimension, "max_workgroup_size": max_workgroup_size}
+    return fam
+
+
+def test_coopmat2_config_rules(device):
+    """A tile must be a multiple of the granularities listed for its workgroup size, within the device's largest
+    dimension and workgroup; unknown names are refused (no device needed: the rules are the host's)."""
+    g16 = {"MGranularity": 16, "NGranularity": 16, "KGranularity": 16, "workgroupInvocations": 256}
+    g32 = {"MGranularity": 32, "NGranularity": 32, "KGranularity": 16, "workgroupInvocations": 128}
+    fam = _granular(device, [g16, g32])
+    assert fam.check_config({"BM": 128, "BN": 64, "BK": 32, "WGS": 256})["BM"] == 128
+    assert fam.check_config({"BM": 64, "BN": 96, "BK": 16, "WGS": 128})["BN"] == 96
+    for bad, why in [({"BM": 48, "BN": 64, "BK": 32, "WGS": 128}, "no workgroup-scope"),  # 48 % 32
+                     ({"BM": 64, "BN": 64, "BK": 32, "WGS": 64}, "no workgroup-scope"),  # no entry for 64
+                     ({"BM": 512, "BN": 64, "BK": 32, "WGS": 256}, "largest matrix dimension"),
+                     ({"BM": 64, "BN": 64, "BK": 32, "WGS": 256, "PAD": 8}, "unknown parameter"),
+                     ({"BM": 64, "BN": 64, "BK": 0, "WGS": 256}, "positive integer")]:
+        with pytest.raises(InvalidConfigError, match=why):
+            fam.check_config(bad)
+
+
+def test_coopmat2_reads_only_unit_strides():
+    """Each operand is read along a unit stride (either dimension: a transposed view is one); an operand with none
+    (every other column of A) keeps the subgroup-scope kernel, which reads any strides."""
+    assert coopmat2.unit_major(64, 1, 10, 64) is True    # rows of K contiguous elements
+    assert coopmat2.unit_major(1, 80, 10, 64) is False   # stored transposed
+    assert coopmat2.unit_major(0, 7, 1, 64) is False     # one row (stride 0): read along the other dimension
+    assert coopmat2.unit_major(128, 2, 10, 64) is None   # every other column
+    assert coopmat2.unit_major(5, 3, 1, 1) is True       # a single element
+
+
+def test_coopmat2(device, rng):
+    """The workgroup-scope kernel on a device that has it: every layout, a transposed and a broadcast operand,
+    ragged and unaligned sizes, the epilogue, split-K forced and chosen, explicit tiles (the tuner's path)."""
+    coop2 = coopmat2.verified(device)
+    if coop2 is None:
+        pytest.skip(f"{device.facts.name} has no verified VK_NV_cooperative_matrix2 matmul "
+                    f"(features: {device.facts.features.get('cooperative_matrix2')})")
+    for al, bl in (("mk", "kn"), ("km", "kn"), ("mk", "nk"), ("km", "nk")):
+        info = check(device, rng, 200, 136, 100, dtype="float16", a_layout=al, b_layout=bl, bias=True,
+                     activation="gelu", alpha=0.5)
+        assert info["kernel"] == "coopmat2", info
+    for M, N, K in ((17, 300, 33), (129, 65, 257), (64, 64, 16)):  # rows of odd length: ALIGNED 0
+        info = check(device, rng, M, N, K, dtype="float16", b_layout="nk")
+        assert info["kernel"] == "coopmat2", info
+    info = check(device, rng, 130, 70, 48, batch=3, dtype="float16", a_bcast=True, out_layout="nm", bias=True)
+    assert info["kernel"] == "coopmat2", info
+    info = check(device, rng, 130, 70, 700, dtype="float16", split_k=3, bias=True, activation="relu", alpha=0.5)
+    assert info["kernel"] == "coopmat2" and info["splits"] == 3, info
+    info = check(device, rng, 130, 96, 3000, batch=2, dtype="float16", b_layout="nk", bias=True, activation="silu")
+    assert info["kernel"] == "coopmat2" and info["splits"] > 1, info
+    cands = coopmat2.candidates(device)
+    assert cands
+    for cfg in cands[:: max(1, len(cands) // 6)]:
+        info = check(device, rng, 150, 100, 72, dtype="float16", params=cfg, a_layout="km", bias=True)
+        assert info["kernel"] == "coopmat2" and info["source"] == "explicit", info
+    # an operand without a unit stride goes to the subgroup-scope kernel, correct all the same
+    info = check(device, rng, 96, 80, 64, dtype="float16", a_step=2)
+    assert info["kernel"] != "coopmat2", info
+
+
+def test_coopmat2_template_compiles():
+    """matmul_coopmat2.comp compiles to SPIR-V 1.6 wherever the compiler knows GL_NV_cooperative_matrix2
+    (glslang >= 15: TVK_GLSLANG, or a Vulkan SDK's), its tile and layouts split off as specialization constants."""
+    from tvk_kernels.runtime.compiler import compile_template, split_defines
+
+    defines = {"BM": 128, "BN": 128, "BK": 32, "A_KMAJOR": 0, "B_NMAJOR": 1, "C_NMAJOR": 0, "ALIGNED": 1, "DTYPE": 1,
+               "MODE": 0, "ACT": matmul_kernels.ACTIVATIONS["gelu"]}
+    compiled, spec = split_defines("matmul_coopmat2.comp", defines)
+    assert spec == {3: 128, 4: 128, 5: 32, 6: 0, 7: 1, 8: 0, 9: 1}
+    try:
+        spirv = compile_template("matmul_coopmat2.comp", compiled)
+    except ShaderCompileError as e:
+        if "GL_NV_cooperative_matrix2" in str(e) and "not supported" in str(e):
+            pytest.skip("no compiler here knows GL_NV_cooperative_matrix2 (needs glslang >= 15; set TVK_GLSLANG)")
+        raise
+    assert spirv[:4] == b"\x03\x02\x23\x07" and spirv[4:8] == b"\x00\x06\x01\x00"  # SPIR-V 1.6
 
 
 def test_integer_matmul_is_a_clear_error_also_through_the_operator():

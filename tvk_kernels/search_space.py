@@ -33,6 +33,7 @@ def limits(facts) -> dict:
         "max_compute_workgroup_subgroups": facts.max_compute_workgroup_subgroups,
         "max_push_constants": facts.max_push_constants,
         "cooperative_matrix": facts.features.get("cooperative_matrix", False),
+        "cooperative_matrix2": facts.features.get("cooperative_matrix2", False),
         "shader_float16": facts.features.get("shader_float16", False),
         "subgroup_arithmetic": facts.features.get("subgroup_arithmetic", False),
     }

@@ -2,9 +2,10 @@
 
 Template: templates/matmul.comp (tiled shared-memory GEMM, split-K partials and their
 reduce pass; its family and the launch plan both GEMM kernels share: matmul_plan.py).
-Search space, buckets and defaults: tuning/matmul.json. fp16 runs the
-cooperative-matrix kernel where the device has a verified one (matmul_coopmat.py, a family
-of its own), M == 1 or N == 1 the matrix-vector kernel (gemv.py).
+Search space, buckets and defaults: tuning/matmul.json. fp16 runs a
+cooperative-matrix kernel where the device has a verified one: workgroup scope
+(matmul_coopmat2.py) first, then subgroup scope (matmul_coopmat.py), each a family of its own;
+M == 1 or N == 1 the matrix-vector kernel (gemv.py).
 
 Operands are byte addresses (already offset) with element strides (batch, row, col), so
 transposed and batch-broadcast (stride 0) views run without copies.
@@ -17,7 +18,7 @@ from collections import ChainMap
 from .. import benchmark_mode
 from ..errors import InvalidConfigError
 from ..search_space import search_space
-from . import activations, gemv
+from . import activations, gemv, matmul_coopmat2 as coopmat2
 from .launch import family, record_shape, recording
 from .matmul_coopmat import verified
 from .matmul_plan import (DTYPES, INT31, Matmul, check_int, contig_choice, load_widths, plan_launch, split_count,
@@ -206,6 +207,16 @@ def plan(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: int
         # a matrix-vector product: the tiled kernel would compute one useful column of its tile
         return gemv.prepare(device, a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, act=act,
                             dtype_id=dtype_id, esize=esize, params=params)
+    coop2_params = isinstance(params, dict) and "WGS" in params  # an explicit workgroup-scope candidate
+    if coop2_params or params is None and dtype == "float16" and not bucket.startswith("skinny"):
+        coop2 = coopmat2.verified(device)
+        if coop2_params and (dtype != "float16" or coop2 is None):
+            raise InvalidConfigError("workgroup-scope cooperative-matrix parameters (WGS, ...) need dtype float16 on "
+                                     "a device with a verified VK_NV_cooperative_matrix2 matmul "
+                                     f"({device.facts.name}: {'none' if coop2 is None else dtype})")
+        if coop2 is not None and (coop2_params or coop2.usable(M, N, K, sa, sb, sc)):
+            return coop2.prepare(a_addr, b_addr, M, N, K, batch, sa, sb, sc, act, coop2.bucket(tune_shape), tune_shape,
+                                 params if coop2_params else None, split_k)
     coop_params = isinstance(params, dict) and "SG_M" in params  # an explicit cooperative-matrix candidate
     if coop_params or params is None and dtype == "float16" and not bucket.startswith("skinny"):
         coop = verified(device)

