@@ -281,8 +281,9 @@ if "coop2" in parts:
     coop2 = verified0(dev)
     print("coopmat2:", "verified, error %.3g" % coop2.verified_error if coop2 else "not available",
           dev.facts.coopmat2, flush=True)
-    TILES = [(128, 128, 32, 256), (128, 256, 32, 256), (256, 128, 32, 256), (128, 128, 64, 256), (64, 64, 32, 128),
-             (64, 128, 32, 128)]
+    TILE_NAMES = ("BM", "BN", "BK", "WGS", "UNROLL")
+    TILES = [(128, 128, 64, 256, 2), (128, 128, 64, 256, 4), (128, 256, 64, 256, 2), (256, 128, 64, 256, 2),
+             (64, 64, 64, 128, 4), (128, 128, 32, 256, 8)]
 
     def coop2_mode(tile):
         def setup():
@@ -291,7 +292,7 @@ if "coop2" in parts:
             if tile in ("subgroup", "default"):
                 coopmat2.CoopMatmul2.params = params0
             else:
-                cfg = dict(zip(("BM", "BN", "BK", "WGS"), tile))
+                cfg = dict(zip(TILE_NAMES, tile))
                 coopmat2.CoopMatmul2.params = lambda self, bucket="*": (cfg, "ab")
         return setup
 
@@ -326,7 +327,7 @@ if "coop2" in parts:
         valid = []
         for t in TILES:
             try:
-                coop2.validate(dict(zip(("BM", "BN", "BK", "WGS"), t)))
+                coop2.validate(dict(zip(TILE_NAMES, t)))
                 valid.append(t)
             except Exception as e:
                 print("tile", t, "refused:", e, flush=True)

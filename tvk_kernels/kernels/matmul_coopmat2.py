@@ -24,7 +24,7 @@ from .matmul_plan import DTYPES, PUSH, Matmul, plan_launch
 
 # VK_COMPONENT_TYPE_FLOAT16_KHR, VK_COMPONENT_TYPE_FLOAT32_KHR, VK_SCOPE_WORKGROUP_KHR
 _FLOAT16, _FLOAT32, _WORKGROUP = 0, 1, 2
-PARAMS = ("BM", "BN", "BK", "WGS")
+PARAMS = ("BM", "BN", "BK", "WGS", "UNROLL")
 
 
 def fp16_granules(props: dict) -> list[dict]:
@@ -93,7 +93,8 @@ class CoopMatmul2(Family):
         return c
 
     def pipeline(self, params: dict, mode: int, act: str | None, majors: tuple, aligned: bool):
-        defines = {"BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "A_KMAJOR": int(majors[0]),
+        defines = {"BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "UNROLL": params["UNROLL"],
+                   "A_KMAJOR": int(majors[0]),
                    "B_NMAJOR": int(majors[1]), "C_NMAJOR": int(majors[2]), "ALIGNED": int(aligned),
                    "DTYPE": DTYPES["float16"][0], "MODE": mode, **activations.act_define(act if mode == 0 else None)}
         return self.variant(defines, params["WGS"], PUSH.size)
@@ -110,7 +111,8 @@ class CoopMatmul2(Family):
                                      f"strides A {sa}, B {sb}, C {sc} have none in some operand")
         a_row = sa[1] if majors[0] else sa[2]
         b_row = sb[1] if majors[1] else sb[2]
-        aligned = a_row % 8 == 0 and b_row % 8 == 0
+        # 16-byte rows from 16-byte bases in every batch: the kernel's unclamped loads of inner tiles
+        aligned = all(v % 8 == 0 for v in (a_row, b_row, sa[0], sb[0])) and a_addr % 16 == 0 and b_addr % 16 == 0
         tile = {"WG": params["WGS"], "BM": params["BM"], "BN": params["BN"], "BK": params["BK"]}
         info = {"kernel": "coopmat2", "bucket": bucket, "config_bucket": bucket,
                 "params": {n: params[n] for n in PARAMS}, "source": source}
