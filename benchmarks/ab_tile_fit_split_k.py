@@ -270,30 +270,32 @@ if "convfrag" in parts:
         print("CONVFRAG on/off time geomean", round(geomean(xs), 3), "rows where a kernel took FRAG 1", len(xs),
               flush=True)
 if "coop2" in parts:
-    # fp16: the workgroup-scope kernel (VK_NV_cooperative_matrix2) against the subgroup-scope one it
-    # replaces; over squares and the real models' 12 heaviest GEMMs also at several tiles, then over the
-    # sweep (no shape in any tuning suite) at its default configs
+    # fp16: "default" is matmul's choice (the workgroup-scope kernel, VK_NV_cooperative_matrix2, where its
+    # over_subgroup_scope rule or the subgroup-scope kernel's limits send a GEMM), "subgroup" the same without
+    # it; the tile modes force the workgroup-scope kernel at a tile on every GEMM it can run. Squares and the
+    # real models' 12 heaviest GEMMs in every mode, the sweep (no shape in any tuning suite) in the first two
     from tvk_kernels import config
     from tvk_kernels.kernels import matmul_coopmat2 as coopmat2
     from torchvk.experiments import model_shapes
     from tvk_kernels.tune import model_suites
-    verified0, params0 = coopmat2.verified, coopmat2.CoopMatmul2.params
+    verified0, params0, preferred0 = coopmat2.verified, coopmat2.CoopMatmul2.params, coopmat2.CoopMatmul2.preferred
     coop2 = verified0(dev)
     print("coopmat2:", "verified, error %.3g" % coop2.verified_error if coop2 else "not available",
           dev.facts.coopmat2, flush=True)
-    TILE_NAMES = ("BM", "BN", "BK", "WGS", "UNROLL")
-    TILES = [(128, 128, 64, 256, 2), (128, 128, 64, 256, 4), (128, 256, 64, 256, 2), (256, 128, 64, 256, 2),
-             (64, 64, 64, 128, 4), (128, 128, 32, 256, 8)]
+    TILE_NAMES = ("BM", "BN", "BK", "WGS")
+    TILES = [(128, 128, 32, 256), (128, 256, 32, 256), (256, 128, 32, 256), (128, 128, 64, 256), (64, 64, 32, 128),
+             (64, 128, 32, 128)]
 
     def coop2_mode(tile):
         def setup():
             config.reload()  # drops kept plans and resolved configs
             coopmat2.verified = verified0 if tile != "subgroup" else (lambda device: None)
             if tile in ("subgroup", "default"):
-                coopmat2.CoopMatmul2.params = params0
+                coopmat2.CoopMatmul2.params, coopmat2.CoopMatmul2.preferred = params0, preferred0
             else:
                 cfg = dict(zip(TILE_NAMES, tile))
                 coopmat2.CoopMatmul2.params = lambda self, bucket="*": (cfg, "ab")
+                coopmat2.CoopMatmul2.preferred = lambda self, M, N, K, batch: True
         return setup
 
     def coop2_rows(gemms, modes):
@@ -336,7 +338,7 @@ if "coop2" in parts:
                  **{"x".join(map(str, t)): coop2_mode(t) for t in TILES}}
         coop2_rows(squares + real, modes)
         coop2_rows(gemm_sweep.sample(), {"subgroup": coop2_mode("subgroup"), "default": coop2_mode("default")})
-        coopmat2.verified, coopmat2.CoopMatmul2.params = verified0, params0
+        coopmat2.verified, coopmat2.CoopMatmul2.params, coopmat2.CoopMatmul2.preferred = verified0, params0, preferred0
         for name in ["subgroup", "default"] + ["x".join(map(str, t)) for t in TILES]:
             xs = [r[name]["x"] for r in out["coop2"] if name in r and r[name]["x"]]
             if xs:

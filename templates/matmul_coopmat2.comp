@@ -16,9 +16,8 @@
 // sends the kernel only operands with a unit stride (matmul_coopmat2.py).
 // Tunables (specialization constants: one module serves every tile): the workgroup size
 // (id 0, a size the device lists for workgroup-scope matrices), BM (3), BN (4), BK (5);
-// UNROLL (10: K slices per iteration of an inner tile's loop); the layouts (6-8) and ALIGNED (9:
-// base addresses and rows 16-byte aligned, checked by the host) are specialization constants
-// too. Defines (a module each): DTYPE, ACT, MODE.
+// the layouts (6-8) and ALIGNED (9: every row start 16-byte aligned, a hint the host checks)
+// are specialization constants too. Defines (a module each): DTYPE, ACT, MODE.
 // Needs glslang >= 15 (GL_NV_cooperative_matrix2), which needs SPIR-V 1.6:
 // target-env: vulkan1.3
 #extension GL_EXT_buffer_reference : require
@@ -50,7 +49,6 @@ layout(constant_id = 6) const bool A_KMAJOR = true;
 layout(constant_id = 7) const bool B_NMAJOR = true;
 layout(constant_id = 8) const bool C_NMAJOR = true;
 layout(constant_id = 9) const bool ALIGNED = false;
-layout(constant_id = 10) const uint UNROLL = 4u;
 
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer HBuf { float16_t v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
@@ -127,39 +125,7 @@ void main() {
     tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
 
     ACC_T acc = ACC_T(0.0);
-    uint k0 = kbeg;
-    if (ALIGNED && m0 + BM <= p.M && n0 + BN <= p.N) {
-        // a tile inside the output, aligned rows: loads without clamping (which the driver can move
-        // in whole rows), UNROLL slices per iteration so it can overlap a slice's loads with the
-        // products of the one before; the ragged end of K goes through the clamped loads below
-        tensorLayoutNV<2> ua = createTensorLayoutNV(2);
-        tensorLayoutNV<2> ub = createTensorLayoutNV(2);
-        ua = A_KMAJOR ? setTensorLayoutDimensionNV(ua, p.M, kend) : setTensorLayoutDimensionNV(ua, kend, p.M);
-        ub = B_NMAJOR ? setTensorLayoutDimensionNV(ub, kend, p.N) : setTensorLayoutDimensionNV(ub, p.N, kend);
-        ua = setTensorLayoutStrideNV(ua, a_row, 1);
-        ub = setTensorLayoutStrideNV(ub, b_row, 1);
-        for (; k0 + UNROLL * BK <= kend; ) {
-            [[unroll]] for (uint u = 0u; u < UNROLL; ++u, k0 += BK) {
-                A_T fa;
-                B_T fb;
-                if (A_KMAJOR) coopMatLoadTensorNV(fa, A.v, 0, sliceTensorLayoutNV(ua, m0, BM, k0, BK));
-                else coopMatLoadTensorNV(fa, A.v, 0, sliceTensorLayoutNV(ua, k0, BK, m0, BM), transposed);
-                if (B_NMAJOR) coopMatLoadTensorNV(fb, B.v, 0, sliceTensorLayoutNV(ub, k0, BK, n0, BN));
-                else coopMatLoadTensorNV(fb, B.v, 0, sliceTensorLayoutNV(ub, n0, BN, k0, BK), transposed);
-                acc = coopMatMulAdd(fa, fb, acc);
-            }
-        }
-        for (; k0 + BK <= kend; k0 += BK) {
-            A_T fa;
-            B_T fb;
-            if (A_KMAJOR) coopMatLoadTensorNV(fa, A.v, 0, sliceTensorLayoutNV(ua, m0, BM, k0, BK));
-            else coopMatLoadTensorNV(fa, A.v, 0, sliceTensorLayoutNV(ua, k0, BK, m0, BM), transposed);
-            if (B_NMAJOR) coopMatLoadTensorNV(fb, B.v, 0, sliceTensorLayoutNV(ub, k0, BK, n0, BN));
-            else coopMatLoadTensorNV(fb, B.v, 0, sliceTensorLayoutNV(ub, n0, BN, k0, BK), transposed);
-            acc = coopMatMulAdd(fa, fb, acc);
-        }
-    }
-    for (; k0 < kend; k0 += BK) {  // every slice of an edge tile; an inner tile's ragged end of K
+    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
         A_T fa;
         B_T fb;
         if (A_KMAJOR) coopMatLoadTensorNV(fa, A.v, 0, sliceTensorLayoutNV(la, m0, BM, k0, BK));

@@ -215,8 +215,10 @@ def plan(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: int
                                      "a device with a verified VK_NV_cooperative_matrix2 matmul "
                                      f"({device.facts.name}: {'none' if coop2 is None else dtype})")
         if coop2 is not None and (coop2_params or coop2.usable(M, N, K, sa, sb, sc)):
-            return coop2.prepare(a_addr, b_addr, M, N, K, batch, sa, sb, sc, act, coop2.bucket(tune_shape), tune_shape,
-                                 params if coop2_params else None, split_k)
+            coop = None if coop2_params else verified(device)
+            if coop2_params or coop is None or not coop.usable(M, N, K) or coop2.preferred(M, N, K, batch):
+                return coop2.prepare(a_addr, b_addr, M, N, K, batch, sa, sb, sc, act, coop2.bucket(tune_shape),
+                                     tune_shape, params if coop2_params else None, split_k)
     coop_params = isinstance(params, dict) and "SG_M" in params  # an explicit cooperative-matrix candidate
     if coop_params or params is None and dtype == "float16" and not bucket.startswith("skinny"):
         coop = verified(device)

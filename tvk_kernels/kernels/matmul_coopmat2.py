@@ -6,17 +6,20 @@ defaults: tuning/matmul_coopmat2.json. The workgroup owns one BM x BN accumulato
 BK slices through tensor layouts; the driver tiles the work over its subgroups and stages the
 loads in shared memory, which the subgroup-scope kernel (matmul_coopmat.py) does by hand.
 
-matmul() prefers it for float16 where the device has the features (runtime/vk_newer.py), the
-template compiled (GL_NV_cooperative_matrix2 needs glslang 15) and `verify` passed; operands and
-output need a unit stride in one dimension (a transposed view is one), else the subgroup-scope
-kernel runs. Explicit parameters naming WGS (the tuner, tests) run it too.
+matmul() runs it for float16 where the device has the features (runtime/vk_newer.py), the
+template compiled (GL_NV_cooperative_matrix2 needs glslang 15) and `verify` passed: on GEMMs the
+subgroup-scope kernel does not take (a side under its min_size, no such kernel), and on those
+both take where tuning/matmul_coopmat2.json's "over_subgroup_scope" holds (batched or narrow
+products, where the A/B measured it faster; large ones it measured slower). Operands and output
+need a unit stride in one dimension (a transposed view is one). Explicit parameters naming WGS
+(the tuner, tests) run it too.
 """
 from __future__ import annotations
 
 import itertools
 
 from ..errors import InvalidConfigError, TVKError
-from ..search_space import param_values, search_space
+from ..search_space import evaluate, param_values, search_space
 from . import activations
 from .launch import Family, family
 from .matmul_coopmat import _warn_once
@@ -24,7 +27,7 @@ from .matmul_plan import DTYPES, PUSH, Matmul, plan_launch
 
 # VK_COMPONENT_TYPE_FLOAT16_KHR, VK_COMPONENT_TYPE_FLOAT32_KHR, VK_SCOPE_WORKGROUP_KHR
 _FLOAT16, _FLOAT32, _WORKGROUP = 0, 1, 2
-PARAMS = ("BM", "BN", "BK", "WGS", "UNROLL")
+PARAMS = ("BM", "BN", "BK", "WGS")
 
 
 def fp16_granules(props: dict) -> list[dict]:
@@ -66,6 +69,11 @@ class CoopMatmul2(Family):
     def usable(self, M: int, N: int, K: int, sa, sb, sc) -> bool:
         return min(M, N) >= self.min_size and K >= 16 and self.majors(M, N, K, sa, sb, sc) is not None
 
+    def preferred(self, M: int, N: int, K: int, batch: int) -> bool:
+        """Whether this kernel beats the subgroup-scope one on a GEMM both can run (tuning/matmul_coopmat2.json
+        "over_subgroup_scope", from their measured A/B)."""
+        return bool(evaluate(search_space(self.family)["over_subgroup_scope"], {"M": M, "N": N, "K": K, "batch": batch}))
+
     def check_config(self, params: dict) -> dict:
         """Known names; BM, BN, BK multiples of the granularities of a workgroup-scope shape listed for
         WGS invocations, within the device's largest dimension and workgroup."""
@@ -93,8 +101,7 @@ class CoopMatmul2(Family):
         return c
 
     def pipeline(self, params: dict, mode: int, act: str | None, majors: tuple, aligned: bool):
-        defines = {"BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "UNROLL": params["UNROLL"],
-                   "A_KMAJOR": int(majors[0]),
+        defines = {"BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "A_KMAJOR": int(majors[0]),
                    "B_NMAJOR": int(majors[1]), "C_NMAJOR": int(majors[2]), "ALIGNED": int(aligned),
                    "DTYPE": DTYPES["float16"][0], "MODE": mode, **activations.act_define(act if mode == 0 else None)}
         return self.variant(defines, params["WGS"], PUSH.size)
@@ -111,8 +118,7 @@ class CoopMatmul2(Family):
                                      f"strides A {sa}, B {sb}, C {sc} have none in some operand")
         a_row = sa[1] if majors[0] else sa[2]
         b_row = sb[1] if majors[1] else sb[2]
-        # 16-byte rows from 16-byte bases in every batch: the kernel's unclamped loads of inner tiles
-        aligned = all(v % 8 == 0 for v in (a_row, b_row, sa[0], sb[0])) and a_addr % 16 == 0 and b_addr % 16 == 0
+        aligned = a_row % 8 == 0 and b_row % 8 == 0
         tile = {"WG": params["WGS"], "BM": params["BM"], "BN": params["BN"], "BK": params["BK"]}
         info = {"kernel": "coopmat2", "bucket": bucket, "config_bucket": bucket,
                 "params": {n: params[n] for n in PARAMS}, "source": source}

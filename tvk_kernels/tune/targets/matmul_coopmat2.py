@@ -32,8 +32,7 @@ class CoopMatmul2Target:
     def kernel_defines(params) -> list[dict]:
         """Kernels one tuned parameter set builds (tune/carry_over.py): the GEMM and its split-K partials
         in every operand and output layout, aligned rows or not."""
-        return [{"BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "UNROLL": params.get("UNROLL", 4),
-                 "A_KMAJOR": ak, "B_NMAJOR": bn,
+        return [{"BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "A_KMAJOR": ak, "B_NMAJOR": bn,
                  "C_NMAJOR": cn, "ALIGNED": al, "DTYPE": DTYPES["float16"][0], "MODE": mode}
                 for mode in (0, 1) for ak in (1, 0) for bn in (1, 0) for cn in (1, 0) for al in (1, 0)]
 
