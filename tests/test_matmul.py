@@ -329,11 +329,13 @@ def test_coopmat_skips_cleanly(device, rng):
               params={"SG_M": 2, "SG_N": 2, "FM": 2, "FN": 2, "BK": 32, "PAD": 8})
 
 
-def test_coopmat(device, rng, monkeypatch):
+def test_coopmat(device, rng, monkeypatch, request):
     if not device.facts.features["cooperative_matrix"]:
         pytest.skip(f"{device.facts.name} has no VK_KHR_cooperative_matrix")
     monkeypatch.setattr(coopmat2, "verified", lambda device: None)  # the subgroup-scope kernel, not its successor
-    matmul_kernels.family(device, matmul_kernels.Matmul).forget_plans()
+    plans = matmul_kernels.family(device, matmul_kernels.Matmul)
+    plans.forget_plans()
+    request.addfinalizer(plans.forget_plans)  # plans made without the workgroup-scope kernel go with the patch
     coop = coopmat.verified(device)
     if coop is None:
         pytest.skip(f"the cooperative-matrix kernel is unavailable here (shapes {coopmat.coop_shapes(device)})")
@@ -437,6 +439,7 @@ def test_coopmat2(device, rng):
     if coop2 is None:
         pytest.skip(f"{device.facts.name} has no verified VK_NV_cooperative_matrix2 matmul "
                     f"(features: {device.facts.features.get('cooperative_matrix2')})")
+    matmul_kernels.family(device, matmul_kernels.Matmul).forget_plans()
     for al, bl in (("mk", "kn"), ("km", "kn"), ("mk", "nk"), ("km", "nk")):
         info = check(device, rng, 200, 136, 100, dtype="float16", a_layout=al, b_layout=bl, bias=True,
                      activation="gelu", alpha=0.5)
