@@ -1,6 +1,6 @@
 """Interleaved A/B on one device (diagnostic; it decided two thresholds, see design note 29):
 
-    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop] [prefetch] [frag] [convfrag] [stages] [coop2]
+    python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop] [prefetch] [frag] [convfrag] [stages] [coop2] [coop2bf16]
     (writes ab2.json to $OUT or /tmp)
 
 gemm: the GEMM sweep with matmul's tile fit on and off (tuning/matmul.json tile_fit order
@@ -13,7 +13,8 @@ of 4) over squares, the real models' heaviest GEMMs and the sweep, fp32, rows wh
 multiples of 4; convfrag: conv2d's FRAG alike over the conv sweep and the real models' heaviest conv
 layers, every direction; stages: the tiled GEMM's STAGES 1 against 2 (double-buffered shared memory)
 over squares and the real models' 12 heaviest GEMMs, fp32; coop2: fp16 on the workgroup-scope cooperative-matrix
-kernel (VK_NV_cooperative_matrix2) against the subgroup-scope one, at its defaults and several tiles. Each row measured twice per mode in alternating order, the better kept, so clock drift
+kernel (VK_NV_cooperative_matrix2) against the subgroup-scope one, at its defaults and several tiles; coop2bf16:
+bf16 on it against the tiled kernel. Each row measured twice per mode in alternating order, the better kept, so clock drift
 does not favour a mode; torch CUDA's times from the sweeps' own peers. The H200 run at 0f03d26
 is benchmarks/results/h200/ab/0f03d26-tile-fit-split-k.json.
 """
@@ -33,7 +34,8 @@ while time.time() - t < 8:
 del a
 fit = search_space("matmul")["tile_fit"]
 ORDER = list(fit["order"])
-out = {"gemm": [], "conv": [], "coop": [], "prefetch": [], "frag": [], "convfrag": [], "stages": [], "coop2": []}
+out = {"gemm": [], "conv": [], "coop": [], "prefetch": [], "frag": [], "convfrag": [], "stages": [], "coop2": [],
+       "coop2bf16": []}
 
 
 def geomean(xs):
@@ -269,7 +271,7 @@ if "convfrag" in parts:
     if xs:
         print("CONVFRAG on/off time geomean", round(geomean(xs), 3), "rows where a kernel took FRAG 1", len(xs),
               flush=True)
-if "coop2" in parts:
+if "coop2" in parts or "coop2bf16" in parts:
     # fp16: "default" is matmul's choice (the workgroup-scope kernel, VK_NV_cooperative_matrix2, where its
     # over_subgroup_scope rule or the subgroup-scope kernel's limits send a GEMM), "subgroup" the same without
     # it; the tile modes force the workgroup-scope kernel at a tile on every GEMM it can run. Squares and the
@@ -280,8 +282,10 @@ if "coop2" in parts:
     from tvk_kernels.tune import model_suites
     verified0, params0, preferred0 = coopmat2.verified, coopmat2.CoopMatmul2.params, coopmat2.CoopMatmul2.preferred
     coop2 = verified0(dev)
-    print("coopmat2:", "verified, error %.3g" % coop2.verified_error if coop2 else "not available",
-          dev.facts.coopmat2, flush=True)
+    coop2_bf16 = verified0(dev, "bfloat16")
+    print("coopmat2:", f"verified, errors {coop2.verified_error}" if coop2 else "not available", "bf16:",
+          "verified" if coop2_bf16 else "not available", dev.facts.features.get("bfloat16_cooperative_matrix"),
+          flush=True)
     TILE_NAMES = ("BM", "BN", "BK", "WGS")
     TILES = [(128, 128, 32, 256), (128, 256, 32, 256), (256, 128, 32, 256), (128, 128, 64, 256), (64, 64, 32, 128),
              (64, 128, 32, 128)]
@@ -289,7 +293,7 @@ if "coop2" in parts:
     def coop2_mode(tile):
         def setup():
             config.reload()  # drops kept plans and resolved configs
-            coopmat2.verified = verified0 if tile != "subgroup" else (lambda device: None)
+            coopmat2.verified = verified0 if tile != "subgroup" else (lambda device, dtype="float16": None)
             if tile in ("subgroup", "default"):
                 coopmat2.CoopMatmul2.params, coopmat2.CoopMatmul2.preferred = params0, preferred0
             else:
@@ -298,11 +302,11 @@ if "coop2" in parts:
                 coopmat2.CoopMatmul2.preferred = lambda self, M, N, K, batch: True
         return setup
 
-    def coop2_rows(gemms, modes):
-        cuda, _ = gemm_sweep.cuda_times(gemms, ["float16"], 10) or (None, None)
+    def coop2_rows(gemms, modes, dtype="float16", part="coop2"):
+        cuda, _ = gemm_sweep.cuda_times(gemms, [dtype], 10) or (None, None)
         for i, g in enumerate(gemms):
             try:
-                res = alternating_best(g, "float16", modes)
+                res = alternating_best(g, dtype, modes)
             except Exception as e:  # a tile the driver refuses: say so, keep measuring the rest
                 print(f'{gemm_sweep._label(g):34s} FAILED: {type(e).__name__}: {e}', flush=True)
                 modes["default"]()
@@ -310,19 +314,33 @@ if "coop2" in parts:
             modes["default"]()
             c = cuda[i] if cuda else None
             flop = 2 * g["batch"] * g["M"] * g["N"] * g["K"]
-            row = {"label": gemm_sweep._label(g), "dtype": "float16", "cuda_s": c,
+            row = {"label": gemm_sweep._label(g), "dtype": dtype, "cuda_s": c,
                    "cuda_tflops": flop / c / 1e12 if c else None}
             for name, r in res.items():
                 row[name] = {"s": r["tvk_s"], "x": r["tvk_s"] / c if c else None, "kernel": r["kernel"],
                              "splits": r["splits"], "rel_err": r["rel_err"], "params": r["params"],
                              "tflops": flop / r["tvk_s"] / 1e12}
-            out["coop2"].append(row)
+            out[part].append(row)
             print(f'{row["label"]:34s} cuBLAS {row["cuda_tflops"] or 0:6.1f} TF | ' + " ".join(
                 f'{n} {row[n]["tflops"]:6.1f} TF {row[n]["kernel"]} s{row[n]["splits"]} e{row[n]["rel_err"]:.1g}'
                 for n in modes), flush=True)
 
-    out["coop2"] = []
-    if coop2 is not None:
+    out["coop2"], out["coop2bf16"] = [], []
+    if "coop2bf16" in parts and coop2_bf16 is not None:
+        # bf16: the workgroup-scope kernel ("default") against the tiled kernel it replaces (fp32 arithmetic on
+        # bf16 storage), over squares, the real models' 12 heaviest GEMMs and the sweep
+        squares = [{"M": n, "N": n, "K": n, "batch": 1, "layout": "nn", "bcast_b": False} for n in (1024, 2048, 4096)]
+        real = [{k: g[k] for k in ("M", "N", "K", "batch", "layout", "bcast_b")}
+                for g in model_shapes.gemms(model_suites.load())[:12]]
+        coop2_rows(squares + real + gemm_sweep.sample(), {"tiled": coop2_mode("subgroup"),
+                                                          "default": coop2_mode("default")}, "bfloat16", "coop2bf16")
+        coopmat2.verified = verified0
+        xs = {m: [r[m]["x"] for r in out["coop2bf16"] if r[m]["x"]] for m in ("tiled", "default")}
+        for m, v in xs.items():
+            if v:
+                print("COOP2BF16", m, "geomean tvk/cuBLAS time", round(geomean(v), 3), "rows", len(v), "worst",
+                      round(max(v), 2), flush=True)
+    if coop2 is not None and "coop2" in parts:
         squares = [{"M": n, "N": n, "K": n, "batch": 1, "layout": "nn", "bcast_b": False} for n in (1024, 2048, 4096)]
         real = [{k: g[k] for k in ("M", "N", "K", "batch", "layout", "bcast_b")}
                 for g in model_shapes.gemms(model_suites.load())[:12]]

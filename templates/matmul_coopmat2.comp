@@ -1,7 +1,7 @@
 #version 450
 // Workgroup-scope cooperative-matrix GEMM (VK_NV_cooperative_matrix2):
 //     C[b] = ACT(alpha * A[b] @ B[b] + bias)
-// fp16 storage, fp16 x fp16 products, fp32 accumulate; same push constants, strides,
+// fp16 or bf16 storage and products, fp32 accumulate; same push constants, strides,
 // epilogue and split-K partials as matmul.comp (MODE 0: the GEMM and its epilogue;
 // MODE 1: fp32 partial sums of the K range [split*k_chunk, ...) to the scratch at p.c laid
 // out [splits][batch][M][N], summed by matmul.comp's MODE 2 pass).
@@ -28,6 +28,7 @@
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_NV_cooperative_matrix2 : require
 #extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_bfloat16 : enable
 #extension GL_GOOGLE_include_directive : require
 #include "common/dtypes.glsl"
 
@@ -36,8 +37,12 @@ layout(local_size_x_id = 0, local_size_y = 1, local_size_z = 1) in;
 #ifndef DTYPE
 #define DTYPE TVK_DT_FLOAT16
 #endif
-#if DTYPE != TVK_DT_FLOAT16
-#error matmul_coopmat2.comp supports fp16 storage only (DTYPE TVK_DT_FLOAT16)
+#if DTYPE == TVK_DT_FLOAT16
+#define ELEM float16_t
+#elif DTYPE == TVK_DT_BFLOAT16
+#define ELEM bfloat16_t
+#else
+#error matmul_coopmat2.comp supports fp16 and bf16 storage only (DTYPE TVK_DT_FLOAT16, TVK_DT_BFLOAT16)
 #endif
 #ifndef MODE
 #define MODE 0
@@ -50,7 +55,7 @@ layout(constant_id = 7) const bool B_NMAJOR = true;
 layout(constant_id = 8) const bool C_NMAJOR = true;
 layout(constant_id = 9) const bool ALIGNED = false;
 
-layout(buffer_reference, std430, buffer_reference_align = 2) buffer HBuf { float16_t v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 2) buffer HBuf { ELEM v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
 
 layout(push_constant) uniform Params {
@@ -82,8 +87,8 @@ uvec2 offset_addr(uvec2 base, uint idx, uint stride, uint shift) {
 #include "common/activation.glsl"  // activation(v): the epilogue's ACT
 
 #define ACC_T coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>
-#define A_T coopmat<float16_t, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>
-#define B_T coopmat<float16_t, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB>
+#define A_T coopmat<ELEM, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>
+#define B_T coopmat<ELEM, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB>
 
 // the epilogue of one element (row, col of the tile): alpha, the bias of its column, ACT
 uint epilogue_n0;
@@ -143,8 +148,8 @@ void main() {
 #else
     epilogue_n0 = n0;
     coopMatPerElementNV(acc, acc, epilogue, p.alpha);
-    coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> out16 =
-        coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
+    coopmat<ELEM, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> out16 =
+        coopmat<ELEM, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
     HBuf C = HBuf(offset_addr(p.c, bz, p.sCb, 1u));
     if (C_NMAJOR) {
         lc = setTensorLayoutDimensionNV(lc, p.M, p.N);

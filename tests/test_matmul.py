@@ -332,7 +332,7 @@ def test_coopmat_skips_cleanly(device, rng):
 def test_coopmat(device, rng, monkeypatch, request):
     if not device.facts.features["cooperative_matrix"]:
         pytest.skip(f"{device.facts.name} has no VK_KHR_cooperative_matrix")
-    monkeypatch.setattr(coopmat2, "verified", lambda device: None)  # the subgroup-scope kernel, not its successor
+    monkeypatch.setattr(coopmat2, "verified", lambda device, dtype="float16": None)  # not its successor
     plans = matmul_kernels.family(device, matmul_kernels.Matmul)
     plans.forget_plans()
     request.addfinalizer(plans.forget_plans)  # plans made without the workgroup-scope kernel go with the patch
@@ -400,7 +400,7 @@ def test_coopmat2_absent_is_clean(device, rng):
 def _granular(device, granules, max_dimension=256, max_workgroup_size=256):
     """A CoopMatmul2 of `device` that believes it has these workgroup-scope granularities (host rules only)."""
     fam = coopmat2.CoopMatmul2.__new__(coopmat2.CoopMatmul2)
-    fam.device, fam.granules = device, granules
+    fam.device, fam.granules = device, granules if isinstance(granules, dict) else {"float16": granules, "bfloat16": []}
     fam.props = {"max_dimension": max_dimension, "max_workgroup_size": max_workgroup_size}
     return fam
 
@@ -420,6 +420,12 @@ def test_coopmat2_config_rules(device):
                      ({"BM": 64, "BN": 64, "BK": 0, "WGS": 256}, "positive integer")]:
         with pytest.raises(InvalidConfigError, match=why):
             fam.check_config(bad)
+    # where the device also has bf16 shapes, a config must fit those too: it serves both dtypes
+    bf16 = dict(g16, MGranularity=64)
+    both = _granular(device, {"float16": [g16], "bfloat16": [bf16]})
+    assert both.check_config({"BM": 128, "BN": 32, "BK": 16, "WGS": 256})["BM"] == 128
+    with pytest.raises(InvalidConfigError, match="bfloat16"):
+        both.check_config({"BM": 96, "BN": 32, "BK": 16, "WGS": 256})
 
 
 def test_coopmat2_reads_only_unit_strides():
@@ -467,6 +473,29 @@ def test_coopmat2(device, rng):
     assert info["kernel"] == want, info
 
 
+def test_coopmat2_bfloat16(device, rng):
+    """bf16 GEMMs on the workgroup-scope kernel where the device has bf16 cooperative matrices
+    (VK_KHR_shader_bfloat16): layouts, ragged sizes, the epilogue, split-K, a batch; elsewhere bf16 runs the
+    tiled kernel (fp32 arithmetic on bf16 storage)."""
+    coop2 = coopmat2.verified(device, "bfloat16")
+    if coop2 is None:
+        _need16(device, "bfloat16")
+        assert check(device, rng, 70, 40, 33, dtype="bfloat16")["kernel"] == "tiled"
+        pytest.skip(f"{device.facts.name} has no verified bf16 workgroup-scope matmul "
+                    f"(bf16 cooperative matrices: {device.facts.features.get('bfloat16_cooperative_matrix')})")
+    matmul_kernels.family(device, matmul_kernels.Matmul).forget_plans()
+    for al, bl in (("mk", "kn"), ("km", "nk")):
+        info = check(device, rng, 200, 136, 100, dtype="bfloat16", a_layout=al, b_layout=bl, bias=True,
+                     activation="gelu", alpha=0.5)
+        assert info["kernel"] == "coopmat2", info
+    info = check(device, rng, 17, 300, 33, dtype="bfloat16", out_layout="nm")
+    assert info["kernel"] == "coopmat2", info
+    info = check(device, rng, 512, 384, 200, batch=3, dtype="bfloat16", b_bcast=True, bias=True)
+    assert info["kernel"] == "coopmat2", info
+    info = check(device, rng, 130, 70, 700, dtype="bfloat16", split_k=3, bias=True, activation="relu")
+    assert info["kernel"] == "coopmat2" and info["splits"] == 3, info
+
+
 def test_coopmat2_template_compiles():
     """matmul_coopmat2.comp compiles to SPIR-V 1.6 wherever the compiler knows GL_NV_cooperative_matrix2
     (glslang >= 15: TVK_GLSLANG, or a Vulkan SDK's), its tile and layouts split off as specialization constants."""
@@ -476,13 +505,14 @@ def test_coopmat2_template_compiles():
                "MODE": 0, "ACT": matmul_kernels.ACTIVATIONS["gelu"]}
     compiled, spec = split_defines("matmul_coopmat2.comp", defines)
     assert spec == {3: 128, 4: 128, 5: 32, 6: 0, 7: 1, 8: 0, 9: 1}
-    try:
-        spirv = compile_template("matmul_coopmat2.comp", compiled)
-    except ShaderCompileError as e:
-        if "GL_NV_cooperative_matrix2" in str(e) and "not supported" in str(e):
-            pytest.skip("no compiler here knows GL_NV_cooperative_matrix2 (needs glslang >= 15; set TVK_GLSLANG)")
-        raise
-    assert spirv[:4] == b"\x03\x02\x23\x07" and spirv[4:8] == b"\x00\x06\x01\x00"  # SPIR-V 1.6
+    for dtype in (1, 5):  # fp16, bf16 (dtypes.glsl)
+        try:
+            spirv = compile_template("matmul_coopmat2.comp", dict(compiled, DTYPE=dtype))
+        except ShaderCompileError as e:
+            if "GL_NV_cooperative_matrix2" in str(e) and "not supported" in str(e):
+                pytest.skip("no compiler here knows GL_NV_cooperative_matrix2 (needs glslang >= 15; set TVK_GLSLANG)")
+            raise
+        assert spirv[:4] == b"\x03\x02\x23\x07" and spirv[4:8] == b"\x00\x06\x01\x00"  # SPIR-V 1.6
 
 
 def test_integer_matmul_is_a_clear_error_also_through_the_operator():

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from tvk_kernels.bench.common import md_table
+from tvk_kernels.host_storage import from_storage, to_storage
 from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS
 from tvk_kernels.kernels import matmul as matmul_kernels
 from tvk_kernels.tune.measure import time_candidate
@@ -68,12 +69,12 @@ def operand_layout(g: dict):
 
 def _tvk_one(device, g: dict, dtype: str, repeats: int, quick: bool) -> dict:
 
-    npdt = np.float32 if dtype == "float32" else np.float16
+    npdt = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}[dtype]  # bf16: its raw bits
     esize = np.dtype(npdt).itemsize
     rng = np.random.default_rng(g["M"] * 7 + g["N"] * 13 + g["K"])
     a_shape, sa, b_shape, sb = operand_layout(g)
-    a = rng.standard_normal(a_shape, dtype=np.float32).astype(npdt)
-    b = rng.standard_normal(b_shape, dtype=np.float32).astype(npdt)
+    a = to_storage(rng.standard_normal(a_shape, dtype=np.float32), dtype)
+    b = to_storage(rng.standard_normal(b_shape, dtype=np.float32), dtype)
     M, N, K, batch = g["M"], g["N"], g["K"], g["batch"]
     A, B = device.upload(a), device.upload(b)
     C = device.allocator.alloc(batch * M * N * esize)
@@ -88,9 +89,9 @@ def _tvk_one(device, g: dict, dtype: str, repeats: int, quick: bool) -> dict:
         # work (compiling, the numpy check) runs at a low clock for a while (docs/design-notes.md 11, 17)
         t = min(time_candidate(device, run, n_inputs=1, warmup=1, repeats=repeats, warm_seconds=w)
                 for w in ((0.01, 0.0) if quick else (SPIN_UP_SECONDS, None)))
-        got = device.download(C, npdt, (batch, M, N)).astype(np.float64)
-        av = np.swapaxes(a, 1, 2) if g["layout"][0] == "t" else a
-        bv = np.swapaxes(b, 1, 2) if g["layout"][1] == "t" else b
+        got = from_storage(device.download(C, npdt, (batch, M, N)), dtype)
+        av = np.swapaxes(from_storage(a, dtype), 1, 2) if g["layout"][0] == "t" else from_storage(a, dtype)
+        bv = np.swapaxes(from_storage(b, dtype), 1, 2) if g["layout"][1] == "t" else from_storage(b, dtype)
         rows = rng.choice(M, size=min(M, 4), replace=False)
         bs = rng.choice(batch, size=min(batch, 2), replace=False)
         err = 0.0

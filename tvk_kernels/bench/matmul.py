@@ -12,6 +12,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
+from ..host_storage import from_storage, to_storage
 from ..kernels.matmul import matmul
 from .common import environment, md_table, median, write_result
 from .cuda_timer import SPIN_UP_SECONDS, spin_up, time_cuda
@@ -19,32 +20,17 @@ from .cuda_timer import SPIN_UP_SECONDS, spin_up, time_cuda
 DEFAULT_SIZES = [128, 256, 512, 1024, 2048, 4096]
 
 
-def _to_storage(x: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "float16":
-        return x.astype(np.float16)
-    if dtype == "bfloat16":  # round-to-nearest-even to the top 16 bits of fp32
-        u = x.astype(np.float32).view(np.uint32)
-        return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16))
-    return x.astype(np.float32)
-
-
-def _from_storage(x: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "bfloat16":
-        return (x.astype(np.uint32) << 16).view(np.float32)
-    return x.astype(np.float32)
-
-
 def measure_tvk(device, n: int, dtype: str, repeats: int, n_inputs: int = 2,
                 spin_seconds: float = SPIN_UP_SECONDS) -> dict:
     rng = np.random.default_rng(n)
-    hosts = [(_to_storage(rng.standard_normal((n, n), dtype=np.float32), dtype),
-              _to_storage(rng.standard_normal((n, n), dtype=np.float32), dtype)) for _ in range(n_inputs)]
+    hosts = [(to_storage(rng.standard_normal((n, n), dtype=np.float32), dtype),
+              to_storage(rng.standard_normal((n, n), dtype=np.float32), dtype)) for _ in range(n_inputs)]
     np_dtype = np.uint16 if dtype == "bfloat16" else (np.float16 if dtype == "float16" else np.float32)
     bufs = [(device.upload(a), device.upload(b)) for a, b in hosts]
     out = device.allocator.alloc(n * n * np.dtype(np_dtype).itemsize)
     info = matmul(device, bufs[0][0].address, bufs[0][1].address, out.address, n, n, n, dtype=dtype)
-    got = _from_storage(device.download(out, np_dtype, (n, n)), dtype).astype(np.float64)
-    a64, b64 = (_from_storage(h, dtype).astype(np.float64) for h in hosts[0])
+    got = from_storage(device.download(out, np_dtype, (n, n)), dtype).astype(np.float64)
+    a64, b64 = (from_storage(h, dtype).astype(np.float64) for h in hosts[0])
     ref = a64 @ b64
     rel_err = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
     calls = itertools.count()

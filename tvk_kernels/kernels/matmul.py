@@ -4,7 +4,7 @@ Template: templates/matmul.comp (tiled shared-memory GEMM, split-K partials and 
 reduce pass; its family and the launch plan both GEMM kernels share: matmul_plan.py).
 Search space, buckets and defaults: tuning/matmul.json. fp16 runs a
 cooperative-matrix kernel where the device has a verified one: workgroup scope
-(matmul_coopmat2.py) first, then subgroup scope (matmul_coopmat.py), each a family of its own;
+(matmul_coopmat2.py, also bf16) first, then subgroup scope (matmul_coopmat.py), each a family of its own;
 M == 1 or N == 1 the matrix-vector kernel (gemv.py).
 
 Operands are byte addresses (already offset) with element strides (batch, row, col), so
@@ -208,17 +208,18 @@ def plan(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: int
         return gemv.prepare(device, a_addr, b_addr, out_addr, M, N, K, batch, sa, sb, sc, act=act,
                             dtype_id=dtype_id, esize=esize, params=params)
     coop2_params = isinstance(params, dict) and "WGS" in params  # an explicit workgroup-scope candidate
-    if coop2_params or params is None and dtype == "float16" and not bucket.startswith("skinny"):
-        coop2 = coopmat2.verified(device)
-        if coop2_params and (dtype != "float16" or coop2 is None):
-            raise InvalidConfigError("workgroup-scope cooperative-matrix parameters (WGS, ...) need dtype float16 on "
-                                     "a device with a verified VK_NV_cooperative_matrix2 matmul "
-                                     f"({device.facts.name}: {'none' if coop2 is None else dtype})")
+    half = dtype in ("float16", "bfloat16")
+    if coop2_params or params is None and half and not bucket.startswith("skinny"):
+        coop2 = coopmat2.verified(device, dtype) if half else None
+        if coop2_params and coop2 is None:
+            raise InvalidConfigError("workgroup-scope cooperative-matrix parameters (WGS, ...) need dtype float16 or "
+                                     "bfloat16 on a device with a verified VK_NV_cooperative_matrix2 matmul for it "
+                                     f"({device.facts.name}, {dtype}: none)")
         if coop2 is not None and (coop2_params or coop2.usable(M, N, K, sa, sb, sc)):
-            coop = None if coop2_params else verified(device)
+            coop = None if coop2_params or dtype != "float16" else verified(device)
             if coop2_params or coop is None or not coop.usable(M, N, K) or coop2.preferred(M, N, K, batch):
                 return coop2.prepare(a_addr, b_addr, M, N, K, batch, sa, sb, sc, act, coop2.bucket(tune_shape),
-                                     tune_shape, params if coop2_params else None, split_k)
+                                     tune_shape, params if coop2_params else None, split_k, dtype)
     coop_params = isinstance(params, dict) and "SG_M" in params  # an explicit cooperative-matrix candidate
     if coop_params or params is None and dtype == "float16" and not bucket.startswith("skinny"):
         coop = verified(device)

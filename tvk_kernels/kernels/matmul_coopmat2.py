@@ -19,23 +19,28 @@ from __future__ import annotations
 import itertools
 
 from ..errors import InvalidConfigError, TVKError
+from ..host_storage import from_storage, to_storage
 from ..search_space import evaluate, param_values, search_space
 from . import activations
 from .launch import Family, family
 from .matmul_coopmat import _warn_once
 from .matmul_plan import DTYPES, PUSH, Matmul, plan_launch
 
-# VK_COMPONENT_TYPE_FLOAT16_KHR, VK_COMPONENT_TYPE_FLOAT32_KHR, VK_SCOPE_WORKGROUP_KHR
-_FLOAT16, _FLOAT32, _WORKGROUP = 0, 1, 2
+# VK_COMPONENT_TYPE_*_KHR of the storage dtypes, VK_COMPONENT_TYPE_FLOAT32_KHR, VK_SCOPE_WORKGROUP_KHR
+_COMPONENT = {"float16": 0, "bfloat16": 1000141000}
+_FLOAT32, _WORKGROUP = 1, 2
 PARAMS = ("BM", "BN", "BK", "WGS")
 
 
-def fp16_granules(props: dict) -> list[dict]:
-    """The workgroup-scope shapes for fp16 x fp16 -> fp32 (non-saturating) among a device's coopmat2
+def granules_of(props: dict, dtype: str, features: dict) -> list[dict]:
+    """The workgroup-scope shapes for dtype x dtype -> fp32 (non-saturating) among a device's coopmat2
     properties (DeviceFacts.coopmat2): the granularity of M, N and K, and the workgroup size, per entry of
-    VkCooperativeMatrixFlexibleDimensionsPropertiesNV."""
+    VkCooperativeMatrixFlexibleDimensionsPropertiesNV. bf16 also needs VK_KHR_shader_bfloat16's matrices."""
+    if dtype == "bfloat16" and not features.get("bfloat16_cooperative_matrix"):
+        return []
+    c = _COMPONENT[dtype]
     return [g for g in props.get("flexible", [])
-            if (g["AType"], g["BType"], g["CType"], g["ResultType"]) == (_FLOAT16, _FLOAT16, _FLOAT32, _FLOAT32)
+            if (g["AType"], g["BType"], g["CType"], g["ResultType"]) == (c, c, _FLOAT32, _FLOAT32)
             and g["scope"] == _WORKGROUP and not g["saturatingAccumulation"]]
 
 
@@ -56,8 +61,9 @@ class CoopMatmul2(Family):
         Family.__init__(self, device)
         self.tiled = family(device, Matmul)  # its split-K target and reduce pass
         self.props = device.facts.coopmat2
-        self.granules = fp16_granules(self.props)
+        self.granules = {dt: granules_of(self.props, dt, device.facts.features) for dt in _COMPONENT}
         self.min_size = search_space(self.family).get("min_size", 16)
+        self.verified_error: dict = {}  # dtype -> the relative error `verify` measured
 
     params = Matmul.params  # an untuned layout bucket ("large.nt") runs its size bucket's config
 
@@ -76,7 +82,8 @@ class CoopMatmul2(Family):
 
     def check_config(self, params: dict) -> dict:
         """Known names; BM, BN, BK multiples of the granularities of a workgroup-scope shape listed for
-        WGS invocations, within the device's largest dimension and workgroup."""
+        WGS invocations (for every dtype the device has such shapes for: a config serves each), within the
+        device's largest dimension and workgroup."""
         unknown = [n for n in params if n not in PARAMS]
         if unknown:
             raise InvalidConfigError(f"matmul_coopmat2: unknown parameter {', '.join(map(repr, unknown))}; the "
@@ -86,30 +93,33 @@ class CoopMatmul2(Family):
             if not isinstance(c.get(n), int) or c[n] < 1:
                 raise InvalidConfigError(f"matmul_coopmat2 parameter {n}={c.get(n)!r} must be a positive integer")
         props = self.props
-        fits = [g for g in self.granules if g["workgroupInvocations"] == c["WGS"] and c["BM"] % g["MGranularity"] == 0
-                and c["BN"] % g["NGranularity"] == 0 and c["BK"] % g["KGranularity"] == 0]
-        if not fits:
-            listed = ", ".join(f'{g["MGranularity"]}x{g["NGranularity"]}x{g["KGranularity"]} at {g["workgroupInvocations"]}'
-                               for g in self.granules) or "none"
-            raise InvalidConfigError(f"matmul_coopmat2 {c}: {self.device.facts.name} has no workgroup-scope fp16 "
-                                     f"matrix of that tile and workgroup (granularities M x N x K at invocations: "
-                                     f"{listed})")
+        for dtype, granules in self.granules.items():
+            if not granules and dtype != "float16":
+                continue
+            fits = [g for g in granules if g["workgroupInvocations"] == c["WGS"] and c["BM"] % g["MGranularity"] == 0
+                    and c["BN"] % g["NGranularity"] == 0 and c["BK"] % g["KGranularity"] == 0]
+            if not fits:
+                listed = ", ".join(f'{g["MGranularity"]}x{g["NGranularity"]}x{g["KGranularity"]} at '
+                                   f'{g["workgroupInvocations"]}' for g in granules) or "none"
+                raise InvalidConfigError(f"matmul_coopmat2 {c}: {self.device.facts.name} has no workgroup-scope "
+                                         f"{dtype} matrix of that tile and workgroup (granularities M x N x K at "
+                                         f"invocations: {listed})")
         if max(c["BM"], c["BN"], c["BK"]) > props.get("max_dimension", 0) or c["WGS"] > props.get("max_workgroup_size", 0):
             raise InvalidConfigError(f"matmul_coopmat2 {c}: over the device's largest matrix dimension "
                                      f"{props.get('max_dimension')} or workgroup {props.get('max_workgroup_size')}")
         self.device.pipelines.check_limits((c["WGS"], 1, 1), push_size=PUSH.size)
         return c
 
-    def pipeline(self, params: dict, mode: int, act: str | None, majors: tuple, aligned: bool):
+    def pipeline(self, params: dict, mode: int, act: str | None, majors: tuple, aligned: bool, dtype: str):
         defines = {"BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "A_KMAJOR": int(majors[0]),
                    "B_NMAJOR": int(majors[1]), "C_NMAJOR": int(majors[2]), "ALIGNED": int(aligned),
-                   "DTYPE": DTYPES["float16"][0], "MODE": mode, **activations.act_define(act if mode == 0 else None)}
+                   "DTYPE": DTYPES[dtype][0], "MODE": mode, **activations.act_define(act if mode == 0 else None)}
         return self.variant(defines, params["WGS"], PUSH.size)
 
     def prepare(self, a_addr: int, b_addr: int, M: int, N: int, K: int, batch: int, sa, sb, sc, act, bucket: str,
-                tune_shape: dict, explicit: dict | None = None, split_k=None):
-        """The launch (matmul_plan.Prepared) of one fp16 GEMM: the bucket's config (or `explicit` on top),
-        split-K by matmul's rule. The operands' strides must pass `usable`."""
+                tune_shape: dict, explicit: dict | None = None, split_k=None, dtype: str = "float16"):
+        """The launch (matmul_plan.Prepared) of one fp16 or bf16 GEMM: the bucket's config (or `explicit` on
+        top), split-K by matmul's rule. The operands' strides must pass `usable`."""
         params = self.resolve(bucket, explicit)
         source = "explicit" if explicit else self.params(bucket)[1]
         majors = self.majors(M, N, K, sa, sb, sc)
@@ -122,13 +132,14 @@ class CoopMatmul2(Family):
         tile = {"WG": params["WGS"], "BM": params["BM"], "BN": params["BN"], "BK": params["BK"]}
         info = {"kernel": "coopmat2", "bucket": bucket, "config_bucket": bucket,
                 "params": {n: params[n] for n in PARAMS}, "source": source}
-        return plan_launch(self.tiled, tile, M, N, K, batch, sa, sb, sc, 2, split_k, DTYPES["float16"][0], act,
-                           lambda mode: self.pipeline(params, mode, act, majors, aligned),
+        return plan_launch(self.tiled, tile, M, N, K, batch, sa, sb, sc, 2, split_k, DTYPES[dtype][0], act,
+                           lambda mode: self.pipeline(params, mode, act, majors, aligned, dtype),
                            info, tune_shape, self.family)
 
-    def verify(self) -> bool:
-        """Products with ragged edges against numpy: A read along M, B along K, a bias and alpha; a
-        transposed output; split-K over a batch of 2. Any error over fp16 accuracy disables the kernel."""
+    def verify(self, dtype: str) -> bool:
+        """Products of `dtype` with ragged edges against numpy: A read along M, B along K, a bias and alpha;
+        a transposed output; split-K over a batch of 2. An error over the dtype's accuracy disables the kernel
+        for it."""
         import numpy as np  # lazy: numpy only for this one-time check: importing the kernels loads no numpy
 
         dev = self.device
@@ -137,9 +148,9 @@ class CoopMatmul2(Family):
         for M, N, K, batch, a_t, b_t, c_t, splits in ((77, 70, 93, 1, True, False, False, 1),
                                                       (45, 83, 130, 1, False, True, True, 1),
                                                       (66, 50, 300, 2, False, False, False, 2)):
-            a = rng.standard_normal((batch, K, M) if a_t else (batch, M, K)).astype(np.float16)
-            b = rng.standard_normal((batch, N, K) if b_t else (batch, K, N)).astype(np.float16)
-            bias = rng.standard_normal(N).astype(np.float16)
+            a = to_storage(rng.standard_normal((batch, K, M) if a_t else (batch, M, K)), dtype)
+            b = to_storage(rng.standard_normal((batch, N, K) if b_t else (batch, K, N)), dtype)
+            bias = to_storage(rng.standard_normal(N), dtype)
             sa = (M * K, 1, M) if a_t else (M * K, K, 1)
             sb = (K * N, 1, K) if b_t else (K * N, N, 1)
             sc = (M * N, 1, M) if c_t else (M * N, N, 1)
@@ -148,45 +159,51 @@ class CoopMatmul2(Family):
             try:
                 shape = {"M": M, "N": N, "K": K, "batch": batch, "layout": ("t" if a_t else "n") + ("t" if b_t else "n")}
                 prep = self.prepare(ab.address, bb.address, M, N, K, batch, sa, sb, sc, None, self.bucket(shape), shape,
-                                    split_k=splits)
+                                    split_k=splits, dtype=dtype)
                 prep.record(dev, ab.address, bb.address, ob.address, biasb.address, 0.5)
-                got = dev.download(ob, np.float16, (batch, N, M) if c_t else (batch, M, N)).astype(np.float64)
+                got = from_storage(dev.download(ob, a.dtype, (batch, N, M) if c_t else (batch, M, N)), dtype)
             finally:
                 dev.synchronize()
             for buf in (ab, bb, biasb, ob):
                 buf.free()
-            A = np.swapaxes(a, 1, 2) if a_t else a
-            B = np.swapaxes(b, 1, 2) if b_t else b
-            ref = 0.5 * (A.astype(np.float64) @ B.astype(np.float64)) + bias.astype(np.float64)
+            A = np.swapaxes(from_storage(a, dtype), 1, 2) if a_t else from_storage(a, dtype)
+            B = np.swapaxes(from_storage(b, dtype), 1, 2) if b_t else from_storage(b, dtype)
+            ref = 0.5 * (A @ B) + from_storage(bias, dtype)
             got = np.swapaxes(got, 1, 2) if c_t else got
             err = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-6)
             worst = max(worst, err if np.isfinite(err) else np.inf)
-        if worst > 5e-3:
-            _warn_once(dev, "verify2", f"TorchVK: the workgroup-scope cooperative-matrix matmul gave wrong results on "
-                       f"{dev.facts.name} (relative error {worst:.3g} against numpy); it is disabled and the "
-                       "subgroup-scope kernel is used.")
+        if worst > _TOLERANCE[dtype]:
+            _warn_once(dev, "verify2" + dtype, f"TorchVK: the workgroup-scope cooperative-matrix matmul gave wrong "
+                       f"{dtype} results on {dev.facts.name} (relative error {worst:.3g} against numpy); it is "
+                       "disabled for that dtype and the kernel before it is used.")
             return False
-        self.verified_error = float(worst)
+        self.verified_error[dtype] = float(worst)
         return True
 
 
-def verified(device) -> CoopMatmul2 | None:
-    """The device's workgroup-scope kernel once it compiled and passed its check against numpy, else None
-    (no VK_NV_cooperative_matrix2 features, no fp16 shape at workgroup scope, no glslang 15, a wrong result)."""
+# the verification's bound: fp32 accumulation, one rounding of the result to the storage dtype
+_TOLERANCE = {"float16": 5e-3, "bfloat16": 2e-2}
+
+
+def verified(device, dtype: str = "float16") -> CoopMatmul2 | None:
+    """The device's workgroup-scope kernel once it compiled and passed its check against numpy for `dtype`
+    (float16 or bfloat16), else None (no VK_NV_cooperative_matrix2 features, no shape of that dtype at
+    workgroup scope, no glslang 15, a wrong result)."""
     fam = family(device, Matmul)
-    if fam.coop2 is None:
+    found = fam.coop2.get(dtype)
+    if found is None:
         if getattr(device.stream, "dry", False):  # a dry run discards its self-check: decide on a real run
             return None
-        fam.coop2 = False
+        found = fam.coop2[dtype] = False
         if device.facts.features.get("cooperative_matrix2") and "VK_NV_cooperative_matrix2" in device.extensions:
             try:
                 runner = family(device, CoopMatmul2)
-                if runner.granules and runner.verify():
-                    fam.coop2 = runner
+                if runner.granules.get(dtype) and runner.verify(dtype):
+                    found = fam.coop2[dtype] = runner
             except (TVKError, OSError) as e:
-                _warn_once(device, str(e), f"TorchVK: the workgroup-scope cooperative-matrix matmul is disabled on "
-                           f"{device.facts.name}: {e}. The subgroup-scope kernel is used instead.")
-    return fam.coop2 or None
+                _warn_once(device, str(e), f"TorchVK: the workgroup-scope cooperative-matrix matmul is disabled for "
+                           f"{dtype} on {device.facts.name}: {e}. The kernel before it is used instead.")
+    return found or None
 
 
 def candidates(device) -> list[dict]:
@@ -195,7 +212,7 @@ def candidates(device) -> list[dict]:
     coop = verified(device)
     if coop is None:
         return []
-    values = param_values(search_space(CoopMatmul2.family))
+    values = paramfrom_storage(search_space(CoopMatmul2.family))
     out = []
     for combo in itertools.product(*values.values()):
         cfg = dict(zip(values, combo))

@@ -102,6 +102,12 @@ class Device:
             vk_newer.chain(tail, coop2)
             tail = coop2
             exts.append(vk_newer.COOPMAT2_EXTENSION)
+        if feats.get("bfloat16_cooperative_matrix") and feats["cooperative_matrix"]:
+            bf16 = vk_newer.new("VkPhysicalDeviceShaderBfloat16FeaturesKHR", keep,
+                                **{name: 1 for name in vk_newer.BFLOAT16_FEATURES})
+            vk_newer.chain(tail, bf16)
+            tail = bf16
+            exts.append(vk_newer.BFLOAT16_EXTENSION)
         if "VK_KHR_pipeline_executable_properties" in exts and feats["pipeline_executable_info"]:
             pexe = new("VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR", keep, pipelineExecutableInfo=1)
             vk_newer.chain(tail, pexe)

@@ -230,6 +230,11 @@ class PhysicalDevice:
             coop2 = vk_newer.new("VkPhysicalDeviceCooperativeMatrix2FeaturesNV", keep)
             vk_newer.chain(chain_tail, coop2)
             chain_tail = coop2
+        bf16 = None
+        if vk_newer.BFLOAT16_EXTENSION in exts:
+            bf16 = vk_newer.new("VkPhysicalDeviceShaderBfloat16FeaturesKHR", keep)
+            vk_newer.chain(chain_tail, bf16)
+            chain_tail = bf16
         feats2 = new("VkPhysicalDeviceFeatures2", keep, pNext=f11)
         lib.vkGetPhysicalDeviceFeatures2(self.handle, feats2)
         coopmat2 = {}
@@ -254,6 +259,8 @@ class PhysicalDevice:
             "subgroup_arithmetic": bool(v11.subgroupSupportedOperations & lib.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT),
             "shader_bfloat16": "VK_KHR_shader_bfloat16" in exts,
             "cooperative_matrix2": bool(coopmat2),
+            # bf16 values in shaders and bf16 cooperative matrices (VK_KHR_shader_bfloat16)
+            "bfloat16_cooperative_matrix": bf16 is not None and all(getattr(bf16, n) for n in vk_newer.BFLOAT16_FEATURES),
         }
         uuid = bytes(ffi.buffer(p.pipelineCacheUUID, 16)).hex()
         dev_type = {0: "other", 1: "integrated GPU", 2: "discrete GPU", 3: "virtual GPU", 4: "CPU"}.get(p.deviceType, "?")

@@ -2,7 +2,8 @@
 (1.3.275): declared here in a cffi FFI of their own, chained into the package's structs by address.
 
 So far: VK_NV_cooperative_matrix2 (workgroup-scope cooperative matrices, flexible dimensions,
-tensor addressing), whose features and properties the GEMM of matmul_coopmat2.py needs.
+tensor addressing) and VK_KHR_shader_bfloat16's cooperative matrices, whose features and properties
+the GEMM of matmul_coopmat2.py needs.
 """
 from __future__ import annotations
 
@@ -31,13 +32,21 @@ typedef struct {
     int scope;
     uint32_t workgroupInvocations;
 } VkCooperativeMatrixFlexibleDimensionsPropertiesNV;
+typedef struct {
+    int sType; void* pNext;
+    uint32_t shaderBFloat16Type, shaderBFloat16DotProduct, shaderBFloat16CooperativeMatrix;
+} VkPhysicalDeviceShaderBfloat16FeaturesKHR;
 typedef int (*PFN_flexible)(void* physicalDevice, uint32_t* count, VkCooperativeMatrixFlexibleDimensionsPropertiesNV* props);
 """)
 
 COOPMAT2_EXTENSION = "VK_NV_cooperative_matrix2"
 _STYPE = {"VkPhysicalDeviceCooperativeMatrix2FeaturesNV": 1000593000,
           "VkCooperativeMatrixFlexibleDimensionsPropertiesNV": 1000593001,
-          "VkPhysicalDeviceCooperativeMatrix2PropertiesNV": 1000593002}
+          "VkPhysicalDeviceCooperativeMatrix2PropertiesNV": 1000593002,
+          "VkPhysicalDeviceShaderBfloat16FeaturesKHR": 1000141000}
+BFLOAT16_EXTENSION = "VK_KHR_shader_bfloat16"
+# bf16 values and bf16 cooperative matrices (matmul_coopmat2.comp at DTYPE bfloat16)
+BFLOAT16_FEATURES = ("shaderBFloat16Type", "shaderBFloat16CooperativeMatrix")
 # the features matmul_coopmat2.comp uses
 COOPMAT2_FEATURES = ("cooperativeMatrixWorkgroupScope", "cooperativeMatrixFlexibleDimensions",
                      "cooperativeMatrixPerElementOperations", "cooperativeMatrixTensorAddressing")
