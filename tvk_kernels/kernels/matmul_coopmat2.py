@@ -212,7 +212,7 @@ def candidates(device) -> list[dict]:
     coop = verified(device)
     if coop is None:
         return []
-    values = paramfrom_storage(search_space(CoopMatmul2.family))
+    values = param_values(search_space(CoopMatmul2.family))
     out = []
     for combo in itertools.product(*values.values()):
         cfg = dict(zip(values, combo))
