@@ -405,6 +405,18 @@ def _granular(device, granules, max_dimension=256, max_workgroup_size=256):
     return fam
 
 
+def test_coopmat2_candidates_fit_the_granularities(device, monkeypatch):
+    """candidates() lists the search space's tiles that a device's granularities allow (here a device that
+    lists 32x32x16 at 256 invocations only; the space's device constraints are the host rules' concern)."""
+    fam = _granular(device, [{"MGranularity": 32, "NGranularity": 32, "KGranularity": 16,
+                              "workgroupInvocations": 256}])
+    fam.validate = fam.check_config
+    monkeypatch.setattr(coopmat2, "verified", lambda device, dtype="float16": fam)
+    cands = coopmat2.candidates(device)
+    assert cands and all(c["WGS"] == 256 and c["BM"] % 32 == 0 and c["BN"] % 32 == 0 for c in cands)
+    assert {"BM": 128, "BN": 128, "BK": 32, "WGS": 256} in cands
+
+
 def test_coopmat2_config_rules(device):
     """A tile must be a multiple of the granularities listed for its workgroup size, within the device's largest
     dimension and workgroup; unknown names are refused (no device needed: the rules are the host's)."""
