@@ -165,14 +165,17 @@ def candidates(device) -> list[dict]:
     """Parameter sets of tuning/matmul_coopmat.json that fit `device`; [] without a verified kernel.
     Pass one as `params=` with dtype="float16" to run it."""
     coop = verified(device)
-    if coop is None:
-        return []
-    values = param_values(search_space(CoopMatmul.family))
+    return [] if coop is None else fitting_params(coop)
+
+
+def fitting_params(fam: Family) -> list[dict]:
+    """Every parameter set of a family's search space that `fam.validate` accepts on its device."""
+    values = param_values(search_space(fam.family))
     out = []
     for combo in itertools.product(*values.values()):
         cfg = dict(zip(values, combo))
         try:
-            coop.validate(cfg)
+            fam.validate(cfg)
         except InvalidConfigError:
             continue
         out.append(cfg)

@@ -16,14 +16,12 @@ need a unit stride in one dimension (a transposed view is one). Explicit paramet
 """
 from __future__ import annotations
 
-import itertools
-
 from ..errors import InvalidConfigError, TVKError
 from ..host_storage import from_storage, to_storage
-from ..search_space import evaluate, param_values, search_space
+from ..search_space import evaluate, search_space
 from . import activations
 from .launch import Family, family
-from .matmul_coopmat import _warn_once
+from .matmul_coopmat import _warn_once, fitting_params
 from .matmul_plan import DTYPES, PUSH, Matmul, plan_launch
 
 # VK_COMPONENT_TYPE_*_KHR of the storage dtypes, VK_COMPONENT_TYPE_FLOAT32_KHR, VK_SCOPE_WORKGROUP_KHR
@@ -210,15 +208,4 @@ def candidates(device) -> list[dict]:
     """Parameter sets of tuning/matmul_coopmat2.json that fit `device`; [] without a verified kernel.
     Pass one as `params=` with dtype="float16" to run it."""
     coop = verified(device)
-    if coop is None:
-        return []
-    values = param_values(search_space(CoopMatmul2.family))
-    out = []
-    for combo in itertools.product(*values.values()):
-        cfg = dict(zip(values, combo))
-        try:
-            coop.validate(cfg)
-        except InvalidConfigError:
-            continue
-        out.append(cfg)
-    return out
+    return [] if coop is None else fitting_params(coop)
