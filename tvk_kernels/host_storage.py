@@ -8,7 +8,7 @@ from __future__ import annotations
 
 def to_storage(x, dtype: str):
     """Values (any float array) -> a numpy array holding them in `dtype` storage."""
-    import numpy as np
+    import numpy as np  # lazy: importing the kernels loads no numpy
 
     if dtype == "float16":
         return x.astype(np.float16)
@@ -20,7 +20,7 @@ def to_storage(x, dtype: str):
 
 def from_storage(x, dtype: str):
     """A `dtype` storage array -> its values as float64."""
-    import numpy as np
+    import numpy as np  # lazy: importing the kernels loads no numpy
 
     if dtype == "bfloat16":
         return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
