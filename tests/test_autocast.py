@@ -147,3 +147,48 @@ def test_lstm_runs_its_cells_in_fp16_under_autocast_as_on_cuda():
     y.float().sum().backward()
     assert model.weight_hh_l0.grad.dtype == torch.float32 and torch.isfinite(model.weight_hh_l0.grad.cpu()).all()
     assert torchvk.op_counts()["cpu"] == {}
+
+
+class _CastCount(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the casts (aten._to_copy) of one tensor."""
+
+    def __init__(self, of):
+        super().__init__()
+        self.of, self.count = of, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._to_copy.default and args and args[0] is self.of:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_weight_used_three_times_is_cast_once_per_region_as_on_cuda():
+    """CUDA's autocast casts a float32 leaf weight once per autocast region (its cast cache): a layer applied
+    three times casts its weight once, the region's end drops the cast, the gradient sums all three uses;
+    cache_enabled=False casts at every use; a weight changed in place inside the region is cast again."""
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(8, 8)
+    layer = copy.deepcopy(ref).to("tvk")
+    x = torch.randn(4, 8)
+
+    def three(m, xx):
+        return m(m(m(xx)))
+
+    for cache, casts in ((True, 1), (False, 3)):
+        with _CastCount(layer.weight) as counted, torch.autocast("tvk", dtype=torch.float16, cache_enabled=cache):
+            y = three(layer, x.to("tvk"))
+        assert counted.count == casts
+    assert torchvk.autocast._weight_casts() == {}  # the region's end dropped the casts
+    y.float().sum().backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=False):
+        three(ref, x).sum().backward()
+    torch.testing.assert_close(layer.weight.grad.cpu(), ref.weight.grad, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(y.float().cpu(), three(ref, x), rtol=5e-3, atol=5e-3)
+    with _CastCount(layer.weight) as counted, torch.autocast("tvk", dtype=torch.float16):
+        before = layer(x.to("tvk"))
+        with torch.no_grad():
+            layer.weight.mul_(2)  # a new version: the kept cast is stale
+        after = layer(x.to("tvk"))
+    assert counted.count == 2
+    torch.testing.assert_close((after - layer.bias).float().cpu(), 2 * (before - layer.bias).float().cpu(),
+                               rtol=5e-3, atol=5e-3)

@@ -31,8 +31,12 @@ def bits(t):
 
 
 def test_is_bf16_supported():
+    from tvk_kernels.kernels import matmul_coopmat2
+    from tvk_kernels.runtime import get_device
+
     assert torch.tvk.is_bf16_supported() is True  # 16-bit storage on every device here (lavapipe too)
-    assert torch.tvk.is_bf16_supported(including_emulation=False) is False  # no native bf16 arithmetic
+    native = matmul_coopmat2.verified(get_device(0), "bfloat16") is not None  # bf16 cooperative matrices
+    assert torch.tvk.is_bf16_supported(including_emulation=False) is native
 
 
 def test_creation():

@@ -170,10 +170,12 @@ class TVKModule:
     def is_bf16_supported(including_emulation: bool = True) -> bool:
         """Whether bfloat16 tensors work on the current device. They are stored as 16-bit words
         and computed in float32, which needs only 16-bit storage (emulated arithmetic);
-        `including_emulation=False` asks for native bfloat16 arithmetic in the kernels, which
-        TorchVK never uses yet, so it is False everywhere (as torch.cuda's on a GPU without it)."""
+        `including_emulation=False` asks for native bfloat16 arithmetic in the kernels: the
+        bf16 GEMM on cooperative matrices (kernels/matmul_coopmat2.py), once verified on the
+        device; elsewhere False (as torch.cuda's on a GPU without it)."""
         if not including_emulation:
-            return False
+            from tvk_kernels.kernels import matmul_coopmat2  # lazy: its self-check runs on first use
+            return is_available() and matmul_coopmat2.verified(get_device(current_index()), "bfloat16") is not None
         return is_available() and torch.bfloat16 in supported_dtypes()
 
 

@@ -10,10 +10,17 @@ not run 'aten::linear' with arguments from the 'Autocasttvk' backend". `install(
   declared in the op registry (torchvk/op_registry.py: its autocast aspect).
 
 The op lists are CUDA's (aten/src/ATen/autocast_mode.cpp), so a model gets the dtypes it would
-get on CUDA. Unlike CUDA, casts of weights are not cached within an autocast region: each use
-casts again (same results, one extra copy per use).
+get on CUDA. As on CUDA, the lower-precision cast of a weight (a float32 leaf that requires grad,
+not a view) is made once per autocast region and reused by every op that takes it there (a
+weight tied or used at every step of a loop is cast once); the region's end drops the casts
+(`install` wraps `torch.clear_autocast_cache`, which torch.autocast calls there), and
+`torch.autocast(..., cache_enabled=False)` turns it off. Unlike CUDA's, a cached cast is not
+reused once its weight changed in place (its version moved); traced (fake) tensors are not cached.
 """
 from __future__ import annotations
+
+import threading
+import weakref
 
 import torch
 
@@ -73,12 +80,47 @@ def _eligible(t) -> bool:
             and t.device.type == torch._C._get_privateuse1_backend_name())
 
 
-def _cast(value, dtype):
+# per thread, as CUDA's: id(weight) -> (a weak reference to it, its version, its cast) of the region
+_local = threading.local()
+
+
+def _weight_casts() -> dict:
+    casts = getattr(_local, "casts", None)
+    if casts is None:
+        casts = _local.casts = {}
+    return casts
+
+
+def _cast(value, dtype, weights: bool = False):
+    """value (or the tensors of a list/tuple) cast to dtype; weights=True: the lower-precision cast, whose
+    weight casts are kept for the autocast region (_cached_cast)."""
     if _eligible(value):
-        return value.to(dtype) if value.dtype != dtype else value
+        if value.dtype == dtype:
+            return value
+        return _cached_cast(value, dtype) if weights else value.to(dtype)
     if isinstance(value, (list, tuple)):
-        return type(value)(_cast(v, dtype) for v in value)
+        return type(value)(_cast(v, dtype, weights) for v in value)
     return value
+
+
+def _cached_cast(value, dtype):
+    if not (value.dtype == torch.float32 and value.requires_grad and value.is_leaf and not value._is_view()
+            and torch.is_autocast_cache_enabled() and not torch.compiler.is_compiling()
+            and not torch._subclasses.fake_tensor.is_fake(value)):
+        return value.to(dtype)
+    casts = _weight_casts()
+    kept = casts.get(id(value))
+    if kept is not None and kept[0]() is value and kept[1] == value._version and kept[2].dtype == dtype:
+        return kept[2]
+    cast = value.to(dtype)
+    casts[id(value)] = (weakref.ref(value), value._version, cast)
+    return cast
+
+
+def _clear_autocast_cache(torch_clear=torch.clear_autocast_cache):
+    """torch.clear_autocast_cache, which torch.autocast calls on leaving its outermost region: tvk's too."""
+    _weight_casts().clear()
+    torch_clear()
 
 
 def _tensors(value):
@@ -105,7 +147,7 @@ def _run(op, args, kwargs):
 def _lower_precision(op):
     def kernel(*args, **kwargs):
         dtype = torch.get_autocast_dtype(torch._C._get_privateuse1_backend_name())
-        return _run(op, _cast(args, dtype), {k: _cast(v, dtype) for k, v in kwargs.items()})
+        return _run(op, _cast(args, dtype, True), {k: _cast(v, dtype, True) for k, v in kwargs.items()})
     return kernel
 
 
@@ -158,6 +200,7 @@ def install():
     """Register the fallthrough and the policy kernels (once)."""
     if _libs:
         return
+    torch.clear_autocast_cache = _clear_autocast_cache
     fallback = torch.library.Library("_", "IMPL")
     try:
         fallback.fallback(torch.library.fallthrough_kernel, _KEY)
