@@ -162,8 +162,8 @@ class CoopMatmul2(Family):
                 got = from_storage(dev.download(ob, a.dtype, (batch, N, M) if c_t else (batch, M, N)), dtype)
             finally:
                 dev.synchronize()
-            for buf in (ab, bb, biasb, ob):
-                buf.free()
+                for buf in (ab, bb, biasb, ob):
+                    buf.free()
             A = np.swapaxes(from_storage(a, dtype), 1, 2) if a_t else from_storage(a, dtype)
             B = np.swapaxes(from_storage(b, dtype), 1, 2) if b_t else from_storage(b, dtype)
             ref = 0.5 * (A @ B) + from_storage(bias, dtype)
@@ -199,7 +199,9 @@ def verified(device, dtype: str = "float16") -> CoopMatmul2 | None:
                 if runner.granules.get(dtype) and runner.verify(dtype):
                     found = fam.coop2[dtype] = runner
             except (TVKError, OSError) as e:
-                _warn_once(device, str(e), f"TorchVK: the workgroup-scope cooperative-matrix matmul is disabled for "
+                # one warning per kind of failure: fp16's and bf16's checks fail alike without a new enough compiler
+                _warn_once(device, "coopmat2 " + type(e).__name__,
+                           f"TorchVK: the workgroup-scope cooperative-matrix matmul is disabled for "
                            f"{dtype} on {device.facts.name}: {e}. The kernel before it is used instead.")
     return found or None
 
