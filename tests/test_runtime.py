@@ -178,6 +178,19 @@ def test_spirv_cache_hit_needs_no_compiler(tmp_path, monkeypatch):
     assert first[:4] == b"\x03\x02\x23\x07"  # SPIR-V magic
 
 
+def test_a_template_names_its_spirv_target(tmp_path, monkeypatch):
+    """A template line `// target-env: vulkan1.3` compiles it to SPIR-V 1.6 (extensions such as
+    GL_NV_cooperative_matrix2 need it); without one, Vulkan 1.2's SPIR-V 1.5. The cache keeps them apart."""
+    monkeypatch.setenv("TVK_CACHE_DIR", str(tmp_path / "cache"))
+    body = "#version 450\nlayout(local_size_x = 1) in;\nvoid main() {}\n"
+    plain, newer = tmp_path / "plain.comp", tmp_path / "newer.comp"
+    plain.write_text(body)
+    newer.write_text("// target-env: vulkan1.3\n" + body)
+    assert compiler.target_env(plain) == "vulkan1.2" and compiler.target_env(newer) == "vulkan1.3"
+    assert compiler.compile_file(plain)[4:8] == b"\x00\x05\x01\x00"  # SPIR-V version 1.5
+    assert compiler.compile_file(newer)[4:8] == b"\x00\x06\x01\x00"  # 1.6
+
+
 def test_validation_layer_reports_misuse(device):
     """The layer is really on: a zero-size buffer is invalid usage and gets reported."""
     from tvk_kernels.runtime.vk import NULL, ffi, lib, new
