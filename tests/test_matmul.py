@@ -417,6 +417,20 @@ def test_coopmat2_candidates_fit_the_granularities(device, monkeypatch):
     assert {"BM": 128, "BN": 128, "BK": 32, "WGS": 256} in cands
 
 
+def test_tvk_coopmat_0_turns_both_cooperative_matrix_kernels_off(device, monkeypatch):
+    """TVK_COOPMAT=0 runs fp16 and bf16 GEMMs as on a GPU without cooperative matrices, whatever was verified."""
+    plans = matmul_kernels.family(device, matmul_kernels.Matmul)
+    monkeypatch.setattr(plans, "coop", object())  # as if each kernel had passed its check here
+    monkeypatch.setattr(plans, "coop2", {"float16": object(), "bfloat16": object()})
+    assert coopmat.verified(device) is plans.coop and coopmat2.verified(device, "bfloat16") is not None
+    monkeypatch.setenv("TVK_COOPMAT", "0")
+    assert coopmat.verified(device) is None
+    assert coopmat2.verified(device) is None and coopmat2.verified(device, "bfloat16") is None
+    monkeypatch.setenv("TVK_COOPMAT", "maybe")
+    with pytest.raises(ValueError, match="TVK_COOPMAT"):
+        coopmat.verified(device)
+
+
 def test_coopmat2_config_rules(device):
     """A tile must be a multiple of the granularities listed for its workgroup size, within the device's largest
     dimension and workgroup; unknown names are refused (no device needed: the rules are the host's)."""

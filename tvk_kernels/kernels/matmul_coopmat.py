@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import warnings
 
+from ..env_flags import env_flag
 from ..errors import InvalidConfigError, TVKError
 from ..runtime.vk import NULL, check, ffi, lib, structure_type
 from ..search_space import param_values, search_space
@@ -144,6 +145,8 @@ def _warn_once(dev, what: str, message: str):
 def verified(device) -> CoopMatmul | None:
     """The device's cooperative-matrix kernel once it passed its check against numpy, else None
     (no feature, no fp16 x fp16 -> fp32 matrix shape, or a wrong result: then the tiled kernel runs)."""
+    if not env_flag("TVK_COOPMAT", default=True):  # cooperative matrices off: the tiled kernel runs
+        return None
     fam = family(device, Matmul)
     if fam.coop is None:
         if getattr(device.stream, "dry", False):  # a dry run discards its self-check: decide on a real run

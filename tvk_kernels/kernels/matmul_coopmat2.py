@@ -16,6 +16,7 @@ need a unit stride in one dimension (a transposed view is one). Explicit paramet
 """
 from __future__ import annotations
 
+from ..env_flags import env_flag
 from ..errors import InvalidConfigError, TVKError
 from ..host_storage import from_storage, to_storage
 from ..search_space import evaluate, search_space
@@ -187,6 +188,8 @@ def verified(device, dtype: str = "float16") -> CoopMatmul2 | None:
     """The device's workgroup-scope kernel once it compiled and passed its check against numpy for `dtype`
     (float16 or bfloat16), else None (no VK_NV_cooperative_matrix2 features, no shape of that dtype at
     workgroup scope, no glslang 15, a wrong result)."""
+    if not env_flag("TVK_COOPMAT", default=True):  # cooperative matrices off: the kernels before them run
+        return None
     fam = family(device, Matmul)
     found = fam.coop2.get(dtype)
     if found is None:
