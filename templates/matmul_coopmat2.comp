@@ -87,6 +87,7 @@ uvec2 offset_addr(uvec2 base, uint idx, uint stride, uint shift) {
 #include "common/activation.glsl"  // activation(v): the epilogue's ACT
 
 #define ACC_T coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>
+#define CLAMPED tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV>  // zeros past the edges, stores dropped
 #define A_T coopmat<ELEM, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>
 #define B_T coopmat<ELEM, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB>
 
@@ -121,8 +122,8 @@ void main() {
         b_row &= ~7u;
     }
     // the K extent is this split's end: loads past it read zeros
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> la = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lb = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    CLAMPED la = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    CLAMPED lb = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
     la = A_KMAJOR ? setTensorLayoutDimensionNV(la, p.M, kend) : setTensorLayoutDimensionNV(la, kend, p.M);
     lb = B_NMAJOR ? setTensorLayoutDimensionNV(lb, kend, p.N) : setTensorLayoutDimensionNV(lb, p.N, kend);
     la = setTensorLayoutStrideNV(la, a_row, 1);
@@ -140,7 +141,7 @@ void main() {
         acc = coopMatMulAdd(fa, fb, acc);
     }
 
-    tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+    CLAMPED lc = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
 #if MODE == 1
     FBuf S = FBuf(offset_addr(p.c, split * p.batch + bz, p.M * p.N, 2u));  // scratch[split][bz][m][n]
     lc = setTensorLayoutDimensionNV(lc, p.M, p.N);

@@ -35,8 +35,11 @@ def test_is_bf16_supported():
     from tvk_kernels.runtime import get_device
 
     assert torch.tvk.is_bf16_supported() is True  # 16-bit storage on every device here (lavapipe too)
-    native = matmul_coopmat2.verified(get_device(0), "bfloat16") is not None  # bf16 cooperative matrices
+    device = get_device(0)
+    native = matmul_coopmat2.verified(device, "bfloat16") is not None  # bf16 cooperative matrices
     assert torch.tvk.is_bf16_supported(including_emulation=False) is native
+    if not device.facts.features.get("bfloat16_cooperative_matrix"):  # lavapipe: no native bf16 arithmetic
+        assert native is False
 
 
 def test_creation():

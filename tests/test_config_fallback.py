@@ -51,8 +51,8 @@ def run_sum(device):
 # that differs from the family's default)
 FAMILIES = {
     "matmul": (matmul_kernels.Matmul, run_matmul, "small",
-               {"BM": 32, "BN": 32, "BK": 8, "TM": 2, "TN": 2, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 1, "FRAG": 0, "STAGES": 1,
-                "SUBGROUP": 0}),
+               {"BM": 32, "BN": 32, "BK": 8, "TM": 2, "TN": 2, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 1, "FRAG": 0,
+                "STAGES": 1, "SUBGROUP": 0}),
     "softmax": (Softmax, run_softmax, "small", {"WG": 32, "ITEMS": 2, "SUBGROUP": 0}),
     "reduce": (Reduce, run_sum, "small", {"WG": 32, "ITEMS": 2, "SUBGROUP": 0, "TARGET_GROUPS": 2,
                                           "SPLIT_MIN": 4096}),

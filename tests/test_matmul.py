@@ -179,10 +179,14 @@ def test_split_k_fp16(device, rng):
 
 # ------------------------------------------------------------------ tuning candidates
 EXPLICIT = [
-    {"BM": 16, "BN": 16, "BK": 8, "TM": 1, "TN": 1, "VEC": 1, "UNROLL": 1, "PAD": 0, "PREFETCH": 0, "FRAG": 0, "STAGES": 1, "SUBGROUP": 0},
-    {"BM": 32, "BN": 64, "BK": 16, "TM": 4, "TN": 8, "VEC": 2, "UNROLL": 4, "PAD": 1, "PREFETCH": 1, "FRAG": 0, "STAGES": 1, "SUBGROUP": 0},
-    {"BM": 64, "BN": 32, "BK": 32, "TM": 8, "TN": 2, "VEC": 4, "UNROLL": 8, "PAD": 4, "PREFETCH": 0, "FRAG": 0, "STAGES": 1, "SUBGROUP": 0},
-    {"BM": 128, "BN": 16, "BK": 8, "TM": 8, "TN": 1, "VEC": 4, "UNROLL": 8, "PAD": 0, "PREFETCH": 1, "FRAG": 0, "STAGES": 1, "SUBGROUP": 0},
+    {"BM": 16, "BN": 16, "BK": 8, "TM": 1, "TN": 1, "VEC": 1, "UNROLL": 1, "PAD": 0, "PREFETCH": 0,
+     "FRAG": 0, "STAGES": 1, "SUBGROUP": 0},
+    {"BM": 32, "BN": 64, "BK": 16, "TM": 4, "TN": 8, "VEC": 2, "UNROLL": 4, "PAD": 1, "PREFETCH": 1,
+     "FRAG": 0, "STAGES": 1, "SUBGROUP": 0},
+    {"BM": 64, "BN": 32, "BK": 32, "TM": 8, "TN": 2, "VEC": 4, "UNROLL": 8, "PAD": 4, "PREFETCH": 0,
+     "FRAG": 0, "STAGES": 1, "SUBGROUP": 0},
+    {"BM": 128, "BN": 16, "BK": 8, "TM": 8, "TN": 1, "VEC": 4, "UNROLL": 8, "PAD": 0, "PREFETCH": 1,
+     "FRAG": 0, "STAGES": 1, "SUBGROUP": 0},
 ]
 
 

@@ -173,8 +173,10 @@ def test_tile_fit_takes_a_smaller_tile_when_the_bucket_tile_is_mostly_padding(de
     """A 'large' GEMM with one short side: the large tile would compute mostly padding, so a smaller
     size bucket's config runs (tuning/matmul.json tile_fit); results still match."""
     fam = matmul_kernels.family(device, matmul_kernels.Matmul)
-    wide = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0, "FRAG": 0, "STAGES": 1, "SUBGROUP": 0}
-    narrow = {"BM": 16, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0, "FRAG": 0, "STAGES": 1, "SUBGROUP": 0}
+    wide = {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0,
+            "FRAG": 0, "STAGES": 1, "SUBGROUP": 0}
+    narrow = {"BM": 16, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "VEC": 4, "UNROLL": 4, "PAD": 1, "PREFETCH": 0,
+              "FRAG": 0, "STAGES": 1, "SUBGROUP": 0}
     configs = {"large": wide, "medium": wide, "small": narrow}
     monkeypatch.setattr(fam, "params", lambda bucket="*": (configs[bucket.split(".")[0]], "default"))
     fam._resolved.clear()
@@ -294,18 +296,15 @@ for bucket in search_space("matmul")["buckets"]:
         pipe = dev.pipelines.get(fam.template, d, local_size=(p["WG"], 1, 1), push_size=128,  # as tvk-tune
                                  subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
         stats[f"{bucket}.{matmul_kernels.layout_name(a_k, b_n)}"] = pipe.stats
-# the register prefetch of the next K slice, on the largest default tile
-p = fam.resolve("large", dict(default_params("matmul", dev.facts, "large"), PREFETCH=1))
-for a_k, b_n in ((1, 1), (0, 0)):
-    pipe = dev.pipelines.get(fam.template, matmul_kernels.defines(p, a_kmajor=a_k, b_nmajor=b_n), local_size=(p["WG"], 1, 1),
-                             push_size=128, subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
-    stats[f"large.prefetch.{matmul_kernels.layout_name(a_k, b_n)}"] = pipe.stats
-# runs of 4 rows and columns (FRAG 1) on the largest default tile, at PAD 0 (FRAG needs a multiple of 4)
-p = fam.resolve("large", dict(default_params("matmul", dev.facts, "large"), FRAG=1, PAD=0))
-for a_k, b_n in ((1, 1), (0, 0)):
-    pipe = dev.pipelines.get(fam.template, matmul_kernels.defines(p, a_kmajor=a_k, b_nmajor=b_n), local_size=(p["WG"], 1, 1),
-                             push_size=128, subgroup_size=p["SUBGROUP"] or None, capture_stats=True)
-    stats[f"large.frag.{matmul_kernels.layout_name(a_k, b_n)}"] = pipe.stats
+# the largest default tile with PREFETCH 1, and with runs of 4 rows and columns (FRAG 1, at PAD 0: FRAG needs
+# a multiple of 4)
+for name, change in (("prefetch", {"PREFETCH": 1}), ("frag", {"FRAG": 1, "PAD": 0})):
+    p = fam.resolve("large", dict(default_params("matmul", dev.facts, "large"), **change))
+    for a_k, b_n in ((1, 1), (0, 0)):
+        pipe = dev.pipelines.get(fam.template, matmul_kernels.defines(p, a_kmajor=a_k, b_nmajor=b_n),
+                                 local_size=(p["WG"], 1, 1), push_size=128, subgroup_size=p["SUBGROUP"] or None,
+                                 capture_stats=True)
+        stats[f"large.{name}.{matmul_kernels.layout_name(a_k, b_n)}"] = pipe.stats
 print(json.dumps(stats))
 """
 

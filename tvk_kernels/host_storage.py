@@ -6,6 +6,13 @@ rounded to nearest even. numpy is imported on use: importing the kernels loads n
 from __future__ import annotations
 
 
+def storage_dtype(dtype: str):
+    """The numpy dtype of `dtype` storage (bf16: uint16 words)."""
+    import numpy as np  # lazy: importing the kernels loads no numpy
+
+    return {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}[dtype]
+
+
 def to_storage(x, dtype: str):
     """Values (any float array) -> a numpy array holding them in `dtype` storage."""
     import numpy as np  # lazy: importing the kernels loads no numpy

@@ -39,8 +39,10 @@ def describe(f) -> str:
         lines.append(f"    heap {h['index']}           : {_size(h['size'])}{' device-local' if h['device_local'] else ''}{budget}")
     feats = f.features
     names = [("fp16", "shader_float16"), ("16-bit storage", "storage_16bit"), ("int8", "shader_int8"),
-             ("cooperative matrix", "cooperative_matrix"), ("workgroup-scope cooperative matrix", "cooperative_matrix2"),
-             ("bf16 cooperative matrix", "bfloat16_cooperative_matrix"), ("buffer device address", "buffer_device_address"),
+             ("cooperative matrix", "cooperative_matrix"),
+             ("workgroup-scope cooperative matrix", "cooperative_matrix2"),
+             ("bf16 cooperative matrix", "bfloat16_cooperative_matrix"),
+             ("buffer device address", "buffer_device_address"),
              ("timestamps", "timestamps"), ("subgroup arithmetic", "subgroup_arithmetic"),
              ("bfloat16", "shader_bfloat16"), ("pipeline statistics", "pipeline_executable_info"),
              ("memory budget", "memory_budget")]

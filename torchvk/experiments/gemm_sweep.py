@@ -15,8 +15,8 @@ import math
 import numpy as np
 
 from tvk_kernels.bench.common import md_table
-from tvk_kernels.host_storage import from_storage, to_storage
 from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS
+from tvk_kernels.host_storage import from_storage, storage_dtype, to_storage
 from tvk_kernels.kernels import matmul as matmul_kernels
 from tvk_kernels.tune.measure import time_candidate
 from tvk_kernels.tune.targets.matmul import MatmulTarget
@@ -69,7 +69,7 @@ def operand_layout(g: dict):
 
 def _tvk_one(device, g: dict, dtype: str, repeats: int, quick: bool) -> dict:
 
-    npdt = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}[dtype]  # bf16: its raw bits
+    npdt = storage_dtype(dtype)
     esize = np.dtype(npdt).itemsize
     rng = np.random.default_rng(g["M"] * 7 + g["N"] * 13 + g["K"])
     a_shape, sa, b_shape, sb = operand_layout(g)
@@ -90,8 +90,9 @@ def _tvk_one(device, g: dict, dtype: str, repeats: int, quick: bool) -> dict:
         t = min(time_candidate(device, run, n_inputs=1, warmup=1, repeats=repeats, warm_seconds=w)
                 for w in ((0.01, 0.0) if quick else (SPIN_UP_SECONDS, None)))
         got = from_storage(device.download(C, npdt, (batch, M, N)), dtype)
-        av = np.swapaxes(from_storage(a, dtype), 1, 2) if g["layout"][0] == "t" else from_storage(a, dtype)
-        bv = np.swapaxes(from_storage(b, dtype), 1, 2) if g["layout"][1] == "t" else from_storage(b, dtype)
+        av, bv = from_storage(a, dtype), from_storage(b, dtype)
+        av = np.swapaxes(av, 1, 2) if g["layout"][0] == "t" else av
+        bv = np.swapaxes(bv, 1, 2) if g["layout"][1] == "t" else bv
         rows = rng.choice(M, size=min(M, 4), replace=False)
         bs = rng.choice(batch, size=min(batch, 2), replace=False)
         err = 0.0

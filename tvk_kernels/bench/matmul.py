@@ -12,7 +12,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from ..host_storage import from_storage, to_storage
+from ..host_storage import from_storage, storage_dtype, to_storage
 from ..kernels.matmul import matmul
 from .common import environment, md_table, median, write_result
 from .cuda_timer import SPIN_UP_SECONDS, spin_up, time_cuda
@@ -25,12 +25,12 @@ def measure_tvk(device, n: int, dtype: str, repeats: int, n_inputs: int = 2,
     rng = np.random.default_rng(n)
     hosts = [(to_storage(rng.standard_normal((n, n), dtype=np.float32), dtype),
               to_storage(rng.standard_normal((n, n), dtype=np.float32), dtype)) for _ in range(n_inputs)]
-    np_dtype = np.uint16 if dtype == "bfloat16" else (np.float16 if dtype == "float16" else np.float32)
+    np_dtype = storage_dtype(dtype)
     bufs = [(device.upload(a), device.upload(b)) for a, b in hosts]
     out = device.allocator.alloc(n * n * np.dtype(np_dtype).itemsize)
     info = matmul(device, bufs[0][0].address, bufs[0][1].address, out.address, n, n, n, dtype=dtype)
-    got = from_storage(device.download(out, np_dtype, (n, n)), dtype).astype(np.float64)
-    a64, b64 = (from_storage(h, dtype).astype(np.float64) for h in hosts[0])
+    got = from_storage(device.download(out, np_dtype, (n, n)), dtype)
+    a64, b64 = (from_storage(h, dtype) for h in hosts[0])
     ref = a64 @ b64
     rel_err = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
     calls = itertools.count()

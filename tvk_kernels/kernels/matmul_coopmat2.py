@@ -1,4 +1,4 @@
-"""fp16 GEMM on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2): matmul's third kernel.
+"""fp16 and bf16 GEMMs on workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2): matmul's third kernel.
 
 Template: templates/matmul_coopmat2.comp (matmul.comp's push constants, strides, epilogue and
 split-K partials; matmul.comp's reduce pass sums the partials). Search space, buckets and
@@ -6,9 +6,9 @@ defaults: tuning/matmul_coopmat2.json. The workgroup owns one BM x BN accumulato
 BK slices through tensor layouts; the driver tiles the work over its subgroups and stages the
 loads in shared memory, which the subgroup-scope kernel (matmul_coopmat.py) does by hand.
 
-matmul() runs it for float16 where the device has the features (runtime/vk_newer.py), the
-template compiled (GL_NV_cooperative_matrix2 needs glslang 15) and `verify` passed: on GEMMs the
-subgroup-scope kernel does not take (a side under its min_size, no such kernel), and on those
+matmul() runs it where the device has the features (runtime/vk_newer.py), the template compiled
+(GL_NV_cooperative_matrix2 needs glslang 15) and `verify` passed for the dtype: every bf16 GEMM it
+can take (the alternative is the tiled kernel); fp16 GEMMs the subgroup-scope kernel does not take (a side under its min_size, no such kernel), and on those
 both take where tuning/matmul_coopmat2.json's "over_subgroup_scope" holds (batched or narrow
 products, where the A/B measured it faster; large ones it measured slower). Operands and output
 need a unit stride in one dimension (a transposed view is one). Explicit parameters naming WGS
@@ -77,7 +77,8 @@ class CoopMatmul2(Family):
     def preferred(self, M: int, N: int, K: int, batch: int) -> bool:
         """Whether this kernel beats the subgroup-scope one on a GEMM both can run (tuning/matmul_coopmat2.json
         "over_subgroup_scope", from their measured A/B)."""
-        return bool(evaluate(search_space(self.family)["over_subgroup_scope"], {"M": M, "N": N, "K": K, "batch": batch}))
+        rule = search_space(self.family)["over_subgroup_scope"]
+        return bool(evaluate(rule, {"M": M, "N": N, "K": K, "batch": batch}))
 
     def check_config(self, params: dict) -> dict:
         """Known names; BM, BN, BK multiples of the granularities of a workgroup-scope shape listed for
@@ -91,9 +92,8 @@ class CoopMatmul2(Family):
         for n in PARAMS:
             if not isinstance(c.get(n), int) or c[n] < 1:
                 raise InvalidConfigError(f"matmul_coopmat2 parameter {n}={c.get(n)!r} must be a positive integer")
-        props = self.props
         for dtype, granules in self.granules.items():
-            if not granules and dtype != "float16":
+            if dtype != "float16" and not granules:  # a dtype the device has no shapes for constrains nothing
                 continue
             fits = [g for g in granules if g["workgroupInvocations"] == c["WGS"] and c["BM"] % g["MGranularity"] == 0
                     and c["BN"] % g["NGranularity"] == 0 and c["BK"] % g["KGranularity"] == 0]
@@ -103,9 +103,10 @@ class CoopMatmul2(Family):
                 raise InvalidConfigError(f"matmul_coopmat2 {c}: {self.device.facts.name} has no workgroup-scope "
                                          f"{dtype} matrix of that tile and workgroup (granularities M x N x K at "
                                          f"invocations: {listed})")
-        if max(c["BM"], c["BN"], c["BK"]) > props.get("max_dimension", 0) or c["WGS"] > props.get("max_workgroup_size", 0):
+        largest, widest = self.props.get("max_dimension", 0), self.props.get("max_workgroup_size", 0)
+        if max(c["BM"], c["BN"], c["BK"]) > largest or c["WGS"] > widest:
             raise InvalidConfigError(f"matmul_coopmat2 {c}: over the device's largest matrix dimension "
-                                     f"{props.get('max_dimension')} or workgroup {props.get('max_workgroup_size')}")
+                                     f"{largest} or workgroup {widest}")
         self.device.pipelines.check_limits((c["WGS"], 1, 1), push_size=PUSH.size)
         return c
 
@@ -156,7 +157,8 @@ class CoopMatmul2(Family):
             ab, bb, biasb = dev.upload(a), dev.upload(b), dev.upload(bias)
             ob = dev.allocator.alloc(batch * M * N * 2)
             try:
-                shape = {"M": M, "N": N, "K": K, "batch": batch, "layout": ("t" if a_t else "n") + ("t" if b_t else "n")}
+                layout = ("t" if a_t else "n") + ("t" if b_t else "n")
+                shape = {"M": M, "N": N, "K": K, "batch": batch, "layout": layout}
                 prep = self.prepare(ab.address, bb.address, M, N, K, batch, sa, sb, sc, None, self.bucket(shape), shape,
                                     split_k=splits, dtype=dtype)
                 prep.record(dev, ab.address, bb.address, ob.address, biasb.address, 0.5)
@@ -165,8 +167,8 @@ class CoopMatmul2(Family):
                 dev.synchronize()
                 for buf in (ab, bb, biasb, ob):
                     buf.free()
-            A = np.swapaxes(from_storage(a, dtype), 1, 2) if a_t else from_storage(a, dtype)
-            B = np.swapaxes(from_storage(b, dtype), 1, 2) if b_t else from_storage(b, dtype)
+            A, B = from_storage(a, dtype), from_storage(b, dtype)
+            A, B = (np.swapaxes(A, 1, 2) if a_t else A), (np.swapaxes(B, 1, 2) if b_t else B)
             ref = 0.5 * (A @ B) + from_storage(bias, dtype)
             got = np.swapaxes(got, 1, 2) if c_t else got
             err = np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-6)

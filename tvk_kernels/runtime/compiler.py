@@ -89,8 +89,8 @@ def target_env(path: Path) -> str:
 def _glslang_compile(glslang: str, path: Path, define_args: list[str]):
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.spv"
-        cmd = [glslang, "-V", "-S", "comp", "--target-env", target_env(path), f"-I{path.parent}", *define_args, str(path),
-               "-o", str(out)]
+        cmd = [glslang, "-V", "-S", "comp", "--target-env", target_env(path), f"-I{path.parent}", *define_args,
+               str(path), "-o", str(out)]
         proc = subprocess.run(cmd, capture_output=True)
         return (out.read_bytes() if proc.returncode == 0 else None), proc.stdout.decode(errors="replace")
 
