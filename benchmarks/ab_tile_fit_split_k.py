@@ -1,6 +1,7 @@
 """Interleaved A/B on one device (diagnostic; it decided two thresholds, see design note 29):
 
     python benchmarks/ab_tile_fit_split_k.py [gemm] [conv] [coop] [prefetch] [frag] [convfrag] [stages] [coop2] [coop2bf16]
+                                             [packed]
     (writes ab2.json to $OUT or /tmp)
 
 gemm: the GEMM sweep with matmul's tile fit on and off (tuning/matmul.json tile_fit order
@@ -14,7 +15,9 @@ multiples of 4; convfrag: conv2d's FRAG alike over the conv sweep and the real m
 layers, every direction; stages: the tiled GEMM's STAGES 1 against 2 (double-buffered shared memory)
 over squares and the real models' 12 heaviest GEMMs, fp32; coop2: fp16 on the workgroup-scope cooperative-matrix
 kernel (VK_NV_cooperative_matrix2) against the subgroup-scope one, at its defaults and several tiles; coop2bf16:
-bf16 on it against the tiled kernel. Each row measured twice per mode in alternating order, the better kept, so clock drift
+bf16 on it against the tiled kernel; packed: with cooperative matrices off (TVK_COOPMAT=0, the stand-in for RDNA1),
+fp16 GEMMs on the packed-fp16 kernel (its defaults and several tiles) against fp16 on the tiled kernel (what
+ran before it) and fp32 on the tiled kernel (the rate it must beat). Each row measured twice per mode in alternating order, the better kept, so clock drift
 does not favour a mode; torch CUDA's times from the sweeps' own peers. The H200 run at 0f03d26
 is benchmarks/results/h200/ab/0f03d26-tile-fit-split-k.json.
 """
@@ -35,7 +38,7 @@ del a
 fit = search_space("matmul")["tile_fit"]
 ORDER = list(fit["order"])
 out = {"gemm": [], "conv": [], "coop": [], "prefetch": [], "frag": [], "convfrag": [], "stages": [], "coop2": [],
-       "coop2bf16": []}
+       "coop2bf16": [], "packed": []}
 
 
 def geomean(xs):
@@ -362,6 +365,71 @@ if "coop2" in parts or "coop2bf16" in parts:
             if xs:
                 print("COOP2", name, "geomean tvk/cuBLAS time", round(geomean(xs), 3), "rows", len(xs),
                       "worst", round(max(xs), 2), flush=True)
+if "packed" in parts:
+    # cooperative matrices off for the whole part: fp16 GEMMs go where a GPU without them sends them
+    from tvk_kernels import config
+    from tvk_kernels.kernels import matmul_packed_f16 as packed_f16
+    from torchvk.experiments import model_shapes
+    from tvk_kernels.tune import model_suites
+    os.environ["TVK_COOPMAT"] = "0"
+    packed_verified0, packed_params0 = packed_f16.verified, packed_f16.PackedMatmul.params
+    runner = packed_verified0(dev)
+    print("packed fp16:", f"verified, error {runner.verified_error:.3g} of sum |ab|" if runner else "not available",
+          flush=True)
+    PACKED_NAMES = ("BM", "BN", "BK", "TM", "TN", "VEC", "PAD", "CHAIN")
+    PACKED_TILES = [(128, 128, 16, 8, 8, 4, 4, 16), (128, 128, 32, 8, 8, 4, 4, 16), (64, 128, 16, 4, 8, 4, 4, 16),
+                    (128, 64, 16, 8, 4, 4, 4, 16), (128, 128, 16, 8, 8, 4, 4, 8)]
+
+    def packed_mode(tile):
+        def setup():
+            config.reload()  # drops kept plans and resolved configs
+            matmul_kernels.family(dev, matmul_kernels.Matmul).packed = None
+            packed_f16.verified = (lambda device: None) if tile in ("fp32", "tiled16") else packed_verified0
+            if tile in ("fp32", "tiled16", "default"):
+                packed_f16.PackedMatmul.params = packed_params0
+            else:
+                cfg = dict(zip(PACKED_NAMES, tile))
+                packed_f16.PackedMatmul.params = lambda self, bucket="*": (cfg, "ab")
+        return setup
+
+    if runner is not None:
+        squares = [{"M": n, "N": n, "K": n, "batch": 1, "layout": "nn", "bcast_b": False} for n in (1024, 2048, 4096)]
+        real = [{k: g[k] for k in ("M", "N", "K", "batch", "layout", "bcast_b")}
+                for g in model_shapes.gemms(model_suites.load())[:12]]
+        modes = {"fp32": packed_mode("fp32"), "tiled16": packed_mode("tiled16"), "default": packed_mode("default"),
+                 **{"x".join(map(str, t)): packed_mode(t) for t in PACKED_TILES}}
+        for gemms, names in ((squares + real, list(modes)), (gemm_sweep.sample(), ["fp32", "tiled16", "default"])):
+            cuda, _ = gemm_sweep.cuda_times(gemms, ["float32", "float16"], 10) or (None, None)
+            for i, g in enumerate(gemms):
+                res = {}
+                for rep in range(2):  # every mode twice, the second pass in reverse order; the better kept
+                    for name in (names if rep == 0 else names[::-1]):
+                        modes[name]()
+                        dtype = "float32" if name == "fp32" else "float16"
+                        try:
+                            r = gemm_sweep._tvk_one(dev, g, dtype, 10, False)
+                        except Exception as e:  # a tile this GEMM cannot take: say so, keep measuring
+                            print(gemm_sweep._label(g), name, "FAILED:", type(e).__name__, e, flush=True)
+                            continue
+                        if name not in res or r["tvk_s"] < res[name]["tvk_s"]:
+                            res[name] = r
+                modes["default"]()
+                flop = 2 * g["batch"] * g["M"] * g["N"] * g["K"]
+                row = {"label": gemm_sweep._label(g), "cuda_fp32_s": cuda[2 * i] if cuda else None,
+                       "cuda_fp16_s": cuda[2 * i + 1] if cuda else None}
+                for name, r in res.items():
+                    row[name] = {"s": r["tvk_s"], "kernel": r["kernel"], "splits": r["splits"],
+                                 "rel_err": r["rel_err"], "params": r["params"], "tflops": flop / r["tvk_s"] / 1e12}
+                out["packed"].append(row)
+                print(f'{row["label"]:34s} ' + " ".join(f'{n} {row[n]["tflops"]:5.1f} TF {row[n]["kernel"]}'
+                                                       for n in names if n in row), flush=True)
+        packed_f16.verified, packed_f16.PackedMatmul.params = packed_verified0, packed_params0
+        for name in modes:
+            pairs = [(r["fp32"]["s"], r[name]["s"]) for r in out["packed"] if name in r and "fp32" in r]
+            if pairs and name != "fp32":
+                print("PACKED", name, "geomean rate over fp32 tiled", round(geomean([f / x for f, x in pairs]), 3),
+                      "rows", len(pairs), flush=True)
+    os.environ.pop("TVK_COOPMAT")
 out["environment"] = {"device": dev.facts.name, "driver": dev.facts.driver_info, "torch": torch.__version__,
                       "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": os.environ.get("TVK_COMMIT", ""),
                       "parts": parts}

@@ -11,7 +11,7 @@
 #   H: the cooperative-matrix kernel: its device tests, its tuning (fp16), the matmul table, and the A/B of its split-K
 #   F: the A/B of the tiled matmul's PREFETCH (each config run with it off and on, interleaved); TVK_AB_PARTS names
 #      other parts of benchmarks/ab_tile_fit_split_k.py ("frag convfrag": matmul's and conv2d's FRAG)
-#   U: the matmul kernels' device-only tests (cooperative matrix, prefetch)
+#   U: the matmul kernels' device-only tests (cooperative matrix, prefetch) and the packed-fp16 tests
 #   S: after a reduce/softmax/norm template change: their tuning into the shipped file (TVK_TUNE_OPS: fewer), the subgroup check
 #      (tests/subgroup_worker.py: those ops and three trainings against the CPU at the device's subgroup size), coopmat tests
 #   R: real-model tests (Hugging Face models under torch.compile and torchvk.compile, the zoo's HF entries in every
@@ -77,7 +77,8 @@ for phase in "$@"; do
          2>&1 | tail -30 | tee $R/correctness/real-models-pytest.txt" ;;
     F) parts=${TVK_AB_PARTS:-prefetch}  # e.g. "frag convfrag"
        step python3 benchmarks/ab_tile_fit_split_k.py $parts; mkdir -p $R/ab; mv $OUT/ab2.json $R/ab/${parts// /-}-$TVK_COMMIT.json; save ;;
-    U) step python3 -m pytest -q -p no:cacheprovider tests/test_matmul.py -k "coopmat or prefetch" ;;
+    U) step python3 -m pytest -q -p no:cacheprovider tests/test_matmul.py -k "coopmat or prefetch"
+       step python3 -m pytest -q -p no:cacheprovider tests/test_matmul_packed_f16.py ;;
     X) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/  # the layout and batched buckets join the shipped file
        step python3 -m tvk_kernels.tune.cli --device 0 --ops matmul --trials 25 --time-budget ${TVK_TUNE_BUDGET:-360} --out $TVK_CONFIG_DIR --no-progress ;;
     Z) step python3 -m tvk_kernels.bench.cli zoo --out $R --no-progress ;;

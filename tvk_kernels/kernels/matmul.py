@@ -4,7 +4,8 @@ Template: templates/matmul.comp (tiled shared-memory GEMM, split-K partials and 
 reduce pass; its family and the launch plan both GEMM kernels share: matmul_plan.py).
 Search space, buckets and defaults: tuning/matmul.json. fp16 runs a
 cooperative-matrix kernel where the device has a verified one: workgroup scope
-(matmul_coopmat2.py, also bf16) first, then subgroup scope (matmul_coopmat.py), each a family of its own;
+(matmul_coopmat2.py, also bf16) first, then subgroup scope (matmul_coopmat.py); on GPUs without
+them the packed-fp16 kernel (matmul_packed_f16.py); each a family of its own;
 M == 1 or N == 1 the matrix-vector kernel (gemv.py).
 
 Operands are byte addresses (already offset) with element strides (batch, row, col), so
@@ -18,7 +19,7 @@ from collections import ChainMap
 from .. import benchmark_mode
 from ..errors import InvalidConfigError
 from ..search_space import search_space
-from . import activations, gemv, matmul_coopmat2 as coopmat2
+from . import activations, gemv, matmul_coopmat2 as coopmat2, matmul_packed_f16 as packed_f16
 from .launch import family, record_shape, recording
 from .matmul_coopmat import verified
 from .matmul_plan import (DTYPES, INT31, Matmul, check_int, contig_choice, load_widths, plan_launch, split_count,
@@ -230,6 +231,14 @@ def plan(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: int
         if coop is not None and (coop_params or coop.usable(M, N, K)):
             return coop.prepare(a_addr, b_addr, M, N, K, batch, sa, sb, sc, act, coop.bucket(tune_shape), tune_shape,
                                 params if coop_params else None, split_k)
+    packed_params = isinstance(params, dict) and "CHAIN" in params  # an explicit packed-fp16 candidate
+    if packed_params or params is None and dtype == "float16" and not bucket.startswith("skinny"):
+        if packed_params and dtype != "float16":
+            raise InvalidConfigError(f"packed-fp16 parameters (CHAIN, ...) need dtype float16, not {dtype}")
+        packed = family(device, packed_f16.PackedMatmul) if packed_params else packed_f16.verified(device)
+        if packed is not None:
+            return packed.prepare(a_addr, b_addr, M, N, K, batch, sa, sb, sc, act, packed.bucket(tune_shape),
+                                  tune_shape, params if packed_params else None, split_k)
     if params is None:
         params, config_bucket = _fit(fam, bucket, M, N, K, batch, split_k)
         source = fam.params(config_bucket)[1]

@@ -50,6 +50,7 @@ class Matmul(Family):
         Family.__init__(self, device)
         self.coop = None  # matmul_coopmat.verified: the CoopMatmul family, or False where there is none
         self.coop2 = {}  # dtype -> matmul_coopmat2.verified: the CoopMatmul2 family, or False where it does not run
+        self.packed = None  # matmul_packed_f16.verified: the PackedMatmul family, or False where it does not run
         # invocations in flight that fill the device: tuning/matmul.json's split_k target_groups
         # counts workgroups of the device's default config (once here: target_groups is per call)
         space = search_space(self.family)
