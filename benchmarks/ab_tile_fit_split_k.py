@@ -377,8 +377,8 @@ if "packed" in parts:
     print("packed fp16:", f"verified, error {runner.verified_error:.3g} of sum |ab|" if runner else "not available",
           flush=True)
     PACKED_NAMES = ("BM", "BN", "BK", "TM", "TN", "VEC", "PAD", "CHAIN")
-    PACKED_TILES = [(128, 128, 16, 8, 8, 4, 4, 16), (128, 128, 32, 8, 8, 4, 4, 16), (64, 128, 16, 4, 8, 4, 4, 16),
-                    (128, 64, 16, 8, 4, 4, 4, 16), (128, 128, 16, 8, 8, 4, 4, 8)]
+    PACKED_TILES = [(64, 64, 16, 4, 4, 4, 4, 16), (128, 64, 32, 8, 4, 4, 4, 16), (128, 32, 16, 8, 4, 4, 4, 16),
+                    (64, 128, 16, 4, 8, 4, 4, 16)]
 
     def packed_mode(tile):
         def setup():

@@ -13,7 +13,6 @@ transposed and batch-broadcast (stride 0) views run without copies.
 """
 from __future__ import annotations
 
-import math
 from collections import ChainMap
 
 from .. import benchmark_mode
@@ -22,8 +21,7 @@ from ..search_space import search_space
 from . import activations, gemv, matmul_coopmat2 as coopmat2, matmul_packed_f16 as packed_f16
 from .launch import family, record_shape, recording
 from .matmul_coopmat import verified
-from .matmul_plan import (DTYPES, INT31, Matmul, check_int, contig_choice, load_widths, plan_launch, split_count,
-                          target_groups)
+from .matmul_plan import DTYPES, INT31, Matmul, check_int, contig_choice, fit_tile, load_widths, plan_launch
 from .matmul_plan import defines  # noqa: F401  (the tiled kernel's defines: its callers name them matmul.defines)
 
 _DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "float": "float32", "fp16": "float16", "f16": "float16",
@@ -71,43 +69,6 @@ def _check_extent(name: str, rows: int, cols: int, s_row: int, s_col: int):
     if span >= INT31:
         raise ValueError(f"matmul: one {name} matrix spans {span + 1} elements; the kernels index within a matrix "
                          f"with 31 bits (at most {INT31} elements)")
-
-
-def _tile_fit(fam: Matmul, wg: int, bm: int, bn: int, M: int, N: int, batch: int, splits: int = 1):
-    """(useful, fill) of a BM x BN tile of `wg` invocations on this GEMM: the share of its
-    outputs that are not padding, and its grid (splits included) over split_k.min_fill of the
-    device's target, at most 1 (tuning/matmul.json tile_fit)."""
-    tiles = batch * math.ceil(M / bm) * math.ceil(N / bn)
-    useful = M * N / (math.ceil(M / bm) * bm * math.ceil(N / bn) * bn)
-    min_fill = search_space(Matmul.family)["split_k"].get("min_fill", 1.0)
-    return useful, min(1.0, tiles * splits / (target_groups(fam, wg) * min_fill))
-
-
-def _fit(fam: Matmul, bucket: str, M: int, N: int, K: int, batch: int, split_k) -> tuple[dict, str]:
-    """(resolved params, the bucket whose config they are) for a GEMM without explicit params.
-
-    A size bucket ("large") is chosen by the product's volume, so its tile can be far wider
-    than one of M, N (63 rows in a 128-row tile: half the work is padding), or leave most of
-    the GPU idle even after split-K. tuning/matmul.json "tile_fit": the bucket's config and
-    then the smaller size buckets' configs (same layout) are tried, largest first; the first
-    whose tiles are at least min_useful useful and whose grid (split-K included) reaches
-    min_fill of the device is taken; if none does, the one with the largest product of the two."""
-    fit = search_space(Matmul.family).get("tile_fit", {})
-    size, dot, layout = bucket.partition(".")
-    order = fit.get("order", [])
-    if size not in order:
-        return fam.resolve(bucket), bucket
-    best = None
-    for name in order[order.index(size):]:
-        key = name + dot + layout
-        p = fam.resolve(key)
-        useful, fill = _tile_fit(fam, p["WG"], p["BM"], p["BN"], M, N, batch,
-                                 split_count(fam, p, M, N, K, batch, split_k))
-        if useful >= fit.get("min_useful", 0.0) and fill >= 1.0:
-            return p, key
-        if best is None or useful * fill > best[0]:
-            best = (useful * fill, p, key)
-    return best[1], best[2]
 
 
 # ------------------------------------------------------------------ public API
@@ -240,7 +201,7 @@ def plan(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: int
             return packed.prepare(a_addr, b_addr, M, N, K, batch, sa, sb, sc, act, packed.bucket(tune_shape),
                                   tune_shape, params if packed_params else None, split_k)
     if params is None:
-        params, config_bucket = _fit(fam, bucket, M, N, K, batch, split_k)
+        params, config_bucket = fit_tile(fam, fam, bucket, M, N, K, batch, split_k)
         source = fam.params(config_bucket)[1]
         if benchmark_mode.enabled() and out_addr not in (a_addr, b_addr, bias_addr):
             layout = layout_name(a_kmajor, b_nmajor)

@@ -18,7 +18,7 @@ from ..search_space import search_space
 from . import activations
 from .launch import Family, family
 from .matmul_coopmat import _warn_once
-from .matmul_plan import DTYPES, PUSH, Matmul, contig_choice, load_widths, plan_launch
+from .matmul_plan import DTYPES, PUSH, Matmul, contig_choice, fit_tile, load_widths, plan_launch
 
 FP16 = DTYPES["float16"][0]
 
@@ -72,12 +72,15 @@ class PackedMatmul(Family):
                 tune_shape: dict, explicit: dict | None = None, split_k=None):
         """The launch (matmul_plan.Prepared) of one fp16 GEMM: the bucket's config (or `explicit` on top),
         split-K by matmul's rule."""
-        params = self.resolve(bucket, explicit)
-        source = "explicit" if explicit else self.params(bucket)[1]
+        if explicit:
+            params, source, config_bucket = self.resolve(bucket, explicit), "explicit", bucket
+        else:  # the tiled kernel's tile fit over this family's bucket configs
+            params, config_bucket = fit_tile(self, self.tiled, bucket, M, N, K, batch, split_k)
+            source = self.params(config_bucket)[1]
         a_kmajor = contig_choice(sa[1], sa[2], M, K)
         b_nmajor = contig_choice(sb[1], sb[2], K, N)
         vec_a, vec_b = load_widths(params["VEC"], a_addr, b_addr, 2, sa, sb, a_kmajor, b_nmajor)
-        info = {"kernel": "packed_f16", "bucket": bucket, "config_bucket": bucket,
+        info = {"kernel": "packed_f16", "bucket": bucket, "config_bucket": config_bucket,
                 "params": {n: params[n] for n in search_space(self.family)["params"]}, "source": source}
         return plan_launch(self.tiled, params, M, N, K, batch, sa, sb, sc, 2, split_k, FP16, act,
                            lambda mode: self.pipeline(params, mode, act, a_kmajor, b_nmajor, vec_a, vec_b),

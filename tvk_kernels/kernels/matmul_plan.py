@@ -158,6 +158,46 @@ def split_count(fam: Matmul, params: dict, M: int, N: int, K: int, batch: int, s
     return max(splits, 1)
 
 
+def tile_fit(fam: Matmul, wg: int, bm: int, bn: int, M: int, N: int, batch: int, splits: int = 1):
+    """(useful, fill) of a BM x BN tile of `wg` invocations on this GEMM: the share of its
+    outputs that are not padding, and its grid (splits included) over split_k.min_fill of the
+    device's target, at most 1 (tuning/matmul.json tile_fit)."""
+    tiles = batch * math.ceil(M / bm) * math.ceil(N / bn)
+    useful = M * N / (math.ceil(M / bm) * bm * math.ceil(N / bn) * bn)
+    min_fill = search_space(Matmul.family)["split_k"].get("min_fill", 1.0)
+    return useful, min(1.0, tiles * splits / (target_groups(fam, wg) * min_fill))
+
+
+def fit_tile(configs: Family, fam: Matmul, bucket: str, M: int, N: int, K: int, batch: int,
+             split_k) -> tuple[dict, str]:
+    """(resolved params, the bucket whose config they are) of `configs`' family (the tiled kernel, or
+    another that shares its buckets) for a GEMM without explicit params; `fam`: the tiled family (its
+    split-K target).
+
+    A size bucket ("large") is chosen by the product's volume, so its tile can be far wider
+    than one of M, N (63 rows in a 128-row tile: half the work is padding), or leave most of
+    the GPU idle even after split-K. tuning/matmul.json "tile_fit": the bucket's config and
+    then the smaller size buckets' configs (same layout) are tried, largest first; the first
+    whose tiles are at least min_useful useful and whose grid (split-K included) reaches
+    min_fill of the device is taken; if none does, the one with the largest product of the two."""
+    fit = search_space(Matmul.family).get("tile_fit", {})
+    size, dot, layout = bucket.partition(".")
+    order = fit.get("order", [])
+    if size not in order:
+        return configs.resolve(bucket), bucket
+    best = None
+    for name in order[order.index(size):]:
+        key = name + dot + layout
+        p = configs.resolve(key)
+        useful, fill = tile_fit(fam, p["WG"], p["BM"], p["BN"], M, N, batch,
+                                split_count(fam, p, M, N, K, batch, split_k))
+        if useful >= fit.get("min_useful", 0.0) and fill >= 1.0:
+            return p, key
+        if best is None or useful * fill > best[0]:
+            best = (useful * fill, p, key)
+    return best[1], best[2]
+
+
 def plan_launch(fam: Matmul, tile: dict, M: int, N: int, K: int, batch: int, sa, sb, sc, esize: int, split_k,
                 dtype_id: int, act, gemm, info: dict, tune_shape: dict, label: str) -> "Prepared":
     """The launch of a GEMM kernel (tiled or cooperative matrix) with a tile of tile["WG"] invocations
