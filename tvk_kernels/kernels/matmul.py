@@ -197,7 +197,7 @@ def plan(device, a_addr: int, b_addr: int, out_addr: int, M: int, N: int, K: int
         if packed_params and dtype != "float16":
             raise InvalidConfigError(f"packed-fp16 parameters (CHAIN, ...) need dtype float16, not {dtype}")
         packed = family(device, packed_f16.PackedMatmul) if packed_params else packed_f16.verified(device)
-        if packed is not None:
+        if packed is not None and (packed_params or packed.preferred(M, N, K, batch)):
             return packed.prepare(a_addr, b_addr, M, N, K, batch, sa, sb, sc, act, packed.bucket(tune_shape),
                                   tune_shape, params if packed_params else None, split_k)
     if params is None:

@@ -14,7 +14,7 @@ passed; explicit parameters naming CHAIN (the tuner, tests) run it on any device
 from __future__ import annotations
 
 from ..errors import InvalidConfigError, TVKError
-from ..search_space import search_space
+from ..search_space import evaluate, search_space
 from . import activations
 from .launch import Family, family
 from .matmul_coopmat import _warn_once
@@ -47,6 +47,11 @@ class PackedMatmul(Family):
     def routed(self) -> bool:
         """Whether matmul() sends this device's fp16 GEMMs here (tuning/matmul_packed_f16.json device_types)."""
         return self.device.facts.device_type in search_space(self.family)["device_types"]
+
+    def preferred(self, M: int, N: int, K: int, batch: int) -> bool:
+        """Whether this kernel beats the tiled one on an fp16 GEMM (tuning/matmul_packed_f16.json "over_tiled",
+        from their measured A/B)."""
+        return bool(evaluate(search_space(self.family)["over_tiled"], {"M": M, "N": N, "K": K, "batch": batch}))
 
     def check_config(self, params: dict) -> dict:
         names = search_space(self.family)["params"]
