@@ -230,3 +230,43 @@ def test_defaults_compile_for_rdna1_without_spills_on_packed_instructions(tmp_pa
         assert s["Spilled VGPRs"] == 0 and s["Spilled SGPRs"] == 0 and s.get("Scratch size", 0) == 0, name
         assert 0 < s.get("LDS size", 0) <= LDS_LIMIT, name
     assert (out.stdout + out.stderr).count("v_pk_fma_f16") >= 100 * len(stats)
+
+
+def _amp_training(steps=3):
+    """A small transformer encoder trained under fp16 autocast with a GradScaler at its default scale (2^16, so
+    the scaled gradients' products pass fp16's range): (losses, the scaler's scales, final weights)."""
+    torch.manual_seed(3)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, dropout=0.0, batch_first=True).to("tvk")
+    head = torch.nn.Linear(64, 10).to("tvk")
+    params = [*layer.parameters(), *head.parameters()]
+    opt = torch.optim.SGD(params, lr=0.05)
+    scaler = torch.amp.GradScaler("tvk")
+    x, y = torch.randn(4, 16, 64).to("tvk"), torch.randint(0, 10, (4,)).to("tvk")
+    losses, scales = [], []
+    for _ in range(steps):
+        opt.zero_grad()
+        with torch.autocast("tvk", dtype=torch.float16):
+            loss = torch.nn.functional.cross_entropy(head(layer(x).mean(1)), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+        scales.append(scaler.get_scale())
+    return losses, scales, [p.detach().cpu().double() for p in params]
+
+
+def test_amp_training_on_the_packed_kernel_follows_the_fp32_accumulating_one(as_gpu, monkeypatch):
+    """The same AMP training with every fp16 GEMM on the packed kernel and on the tiled one (fp32 accumulation):
+    the scaler makes the same decisions (no step skipped for an fp16 partial's overflow), losses and weights agree
+    to fp16 precision, and the packed kernel ran."""
+    monkeypatch.setattr(packed.PackedMatmul, "preferred", lambda self, M, N, K, batch: True)  # small products too
+    on_packed = _amp_training()
+    ran_packed = [plan.label for plan in as_gpu._plans.values()].count("matmul_packed_f16")
+    monkeypatch.setattr(packed.PackedMatmul, "preferred", lambda self, M, N, K, batch: False)
+    as_gpu.forget_plans()
+    on_tiled = _amp_training()
+    assert ran_packed >= 6 and "matmul_packed_f16" not in [plan.label for plan in as_gpu._plans.values()]
+    assert on_packed[1] == on_tiled[1] and on_packed[1][-1] == 2.0 ** 16  # no step skipped in either
+    np.testing.assert_allclose(on_packed[0], on_tiled[0], rtol=1e-2)
+    for got, want in zip(on_packed[2], on_tiled[2]):
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-3)
