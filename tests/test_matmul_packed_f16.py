@@ -270,3 +270,18 @@ def test_amp_training_on_the_packed_kernel_follows_the_fp32_accumulating_one(as_
     np.testing.assert_allclose(on_packed[0], on_tiled[0], rtol=1e-2)
     for got, want in zip(on_packed[2], on_tiled[2]):
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-3)
+
+
+def test_tvk_info_names_the_fp16_gemm_kernels_of_a_device(device, monkeypatch):
+    import dataclasses
+
+    from tvk_kernels.info import describe
+
+    assert matmul_kernels.fp16_kernels(device.facts) == ["tiled (fp32 arithmetic)"]  # a CPU device
+    gpu = dataclasses.replace(device.facts, device_type="discrete GPU")
+    assert matmul_kernels.fp16_kernels(gpu)[0].startswith("packed fp16 where batch * M * N * K")
+    tensor_cores = dataclasses.replace(gpu, features={**gpu.features, "cooperative_matrix": True})
+    assert matmul_kernels.fp16_kernels(tensor_cores)[:2] == ["cooperative matrices", matmul_kernels.fp16_kernels(gpu)[0]]
+    assert "fp16 GEMMs       : cooperative matrices; then packed fp16" in describe(tensor_cores)
+    monkeypatch.setenv("TVK_COOPMAT", "0")
+    assert matmul_kernels.fp16_kernels(tensor_cores) == matmul_kernels.fp16_kernels(gpu)

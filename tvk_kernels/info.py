@@ -7,6 +7,7 @@ import sys
 
 from .config import arch_family
 from .errors import TVKError
+from .kernels.matmul import fp16_kernels
 from .runtime import list_devices
 from .runtime.device_limits import limits_profile
 
@@ -47,6 +48,7 @@ def describe(f) -> str:
              ("bfloat16", "shader_bfloat16"), ("pipeline statistics", "pipeline_executable_info"),
              ("memory budget", "memory_budget")]
     lines.append("    features         : " + ", ".join(f"{label} {'yes' if feats.get(k) else 'no'}" for label, k in names))
+    lines.append("    fp16 GEMMs       : " + "; then ".join(fp16_kernels(f)))
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import ChainMap
 
 from .. import benchmark_mode
+from ..env_flags import env_flag
 from ..errors import InvalidConfigError
 from ..search_space import search_space
 from . import activations, gemv, matmul_coopmat2 as coopmat2, matmul_packed_f16 as packed_f16
@@ -39,6 +40,23 @@ def tiled_params(resolved: dict) -> dict:
 def layout_name(a_kmajor: bool, b_nmajor: bool) -> str:
     """"nn", "nt", "tn" or "tt": A then B; n = read along its rows (A along K, B along N), t = transposed."""
     return ("n" if a_kmajor else "t") + ("n" if b_nmajor else "t")
+
+
+def fp16_kernels(facts) -> list[str]:
+    """The kernels matmul() runs fp16 GEMMs on for a device with these facts, first choice first (each
+    cooperative-matrix and the packed kernel once its check against numpy passed on the device): what
+    tvk-info reports."""
+    feats = facts.features
+    found = []
+    if env_flag("TVK_COOPMAT", default=True):
+        if feats.get("cooperative_matrix2"):
+            found.append("workgroup-scope cooperative matrices (glslang 15+)")
+        if feats.get("cooperative_matrix"):
+            found.append("cooperative matrices")
+    space = search_space(packed_f16.PackedMatmul.family)
+    if feats.get("shader_float16") and facts.device_type in space["device_types"]:
+        found.append(f"packed fp16 where {space['over_tiled']}")
+    return found + ["tiled (fp32 arithmetic)"]
 
 
 # ------------------------------------------------------------------ validation helpers
