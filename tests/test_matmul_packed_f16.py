@@ -6,6 +6,7 @@ the kernel through explicit parameters (a CPU device is not routed to it); the r
 declaring this device a GPU. RDNA1: every default compiles on the null Navi 10 with 0 spills in 32 KiB and
 issues packed FMAs.
 """
+import dataclasses
 import json
 import subprocess
 import sys
@@ -156,6 +157,18 @@ def test_gpus_without_cooperative_matrices_route_fp16_here_after_a_check(device,
         assert info["kernel"] in ("tiled", "gemv"), info
 
 
+def test_tvk_packed_f16_0_keeps_fp32_accumulation(device, rng, as_gpu, monkeypatch):
+    monkeypatch.setenv("TVK_PACKED_F16", "0")
+    assert packed.verified(device) is None
+    info, got, ref, mag = run(device, rng, 256, 256, 256, params=None)
+    assert info["kernel"] == "tiled", info
+    gpu = dataclasses.replace(device.facts, device_type="discrete GPU")
+    assert matmul_kernels.fp16_kernels(gpu) == ["tiled (fp32 arithmetic)"]
+    monkeypatch.setenv("TVK_PACKED_F16", "sometimes")
+    with pytest.raises(ValueError, match="TVK_PACKED_F16"):
+        packed.verified(device)
+
+
 def test_linear_trains_through_the_packed_kernel(as_gpu, monkeypatch):
     """fp16 nn.Linear forward and backward on tvk (three GEMMs on the packed kernel) against float64."""
     monkeypatch.setattr(packed.PackedMatmul, "preferred", lambda self, M, N, K, batch: True)  # small products too
@@ -273,8 +286,6 @@ def test_amp_training_on_the_packed_kernel_follows_the_fp32_accumulating_one(as_
 
 
 def test_tvk_info_names_the_fp16_gemm_kernels_of_a_device(device, monkeypatch):
-    import dataclasses
-
     from tvk_kernels.info import describe
 
     assert matmul_kernels.fp16_kernels(device.facts) == ["tiled (fp32 arithmetic)"]  # a CPU device

@@ -13,6 +13,7 @@ passed; explicit parameters naming CHAIN (the tuner, tests) run it on any device
 """
 from __future__ import annotations
 
+from ..env_flags import env_flag
 from ..errors import InvalidConfigError, TVKError
 from ..search_space import evaluate, search_space
 from . import activations
@@ -143,7 +144,9 @@ def error_bound(chain: int) -> float:
 
 def verified(device) -> PackedMatmul | None:
     """The device's packed-fp16 kernel where matmul() routes fp16 GEMMs to it (a GPU device type with
-    shaderFloat16) and its check against numpy passed; else None."""
+    shaderFloat16, TVK_PACKED_F16 not 0) and its check against numpy passed; else None."""
+    if not env_flag("TVK_PACKED_F16", default=True):  # fp32-accumulating fp16 GEMMs asked for: the tiled kernel
+        return None
     fam = family(device, Matmul)
     if fam.packed is None:
         if getattr(device.stream, "dry", False):  # a dry run discards its self-check: decide on a real run
