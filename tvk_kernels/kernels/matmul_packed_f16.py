@@ -4,12 +4,14 @@ Template: templates/matmul_packed_f16.comp (matmul.comp's push constants, stride
 split-K partials; matmul.comp's reduce pass sums the partials). Search space, buckets, defaults
 and the device types it is routed on: tuning/matmul_packed_f16.json.
 
-RDNA1 (our first target), most Intel GPUs and NVIDIA's without tensor cores run two fp16 FMAs per
-instruction, twice their fp32 rate. The kernel multiplies in fp16, sums CHAIN products per fp16
-partial and folds the partials into fp32 accumulators; outputs whose partials overflowed are
-recomputed in fp32 (the template states the error bound). matmul() runs it for fp16 GEMMs that no
-verified cooperative-matrix kernel takes, on the device types the tuning file lists, once `verify`
-passed; explicit parameters naming CHAIN (the tuner, tests) run it on any device with shaderFloat16.
+RDNA1 (our first target) and most Intel GPUs run two fp16 FMAs per instruction, twice their fp32
+rate (the H200 does not: its fp16 FMA peak through Vulkan is its fp32 one; design note 41). The
+kernel multiplies in fp16, sums CHAIN products per fp16 partial and folds the partials into fp32
+accumulators; outputs whose partials overflowed are recomputed in fp32 (the template states the
+error bound). matmul() runs it for fp16 GEMMs that no verified cooperative-matrix kernel takes, on
+the device types the tuning file lists, where its "over_tiled" holds, once `verify` passed, unless
+TVK_PACKED_F16=0; explicit parameters naming CHAIN (the tuner, tests) run it on any device with
+shaderFloat16.
 """
 from __future__ import annotations
 
