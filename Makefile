@@ -12,7 +12,7 @@ VISION ?= torchvision==0.28.0 timm==1.0.22
 APT_PACKAGES := libvulkan1 mesa-vulkan-drivers glslc vulkan-validationlayers postgresql
 export XDG_RUNTIME_DIR ?= /tmp
 
-.PHONY: setup system-deps demo test zoo shipped-kernels wheel bench-quick clean
+.PHONY: setup system-deps demo test zoo zoo-packed shipped-kernels wheel bench-quick clean
 
 setup: system-deps $(VENV)/.installed
 
@@ -47,6 +47,12 @@ test: setup
 # the whole model zoo: every architecture in every mode (make test runs a subset: tests/test_zoo.py)
 zoo: setup
 	TVK_VALIDATION=1 $(PY) -m pytest -q -n auto --durations=15 tests/test_zoo.py
+
+# the zoo's AMP cases and the fp16 tests with every fp16 GEMM on the packed-fp16 kernel, as a GPU without
+# cooperative matrices (RDNA1) runs them (tests/route_packed_f16.py); not in make test: it repeats its AMP cases
+zoo-packed: setup
+	PYTHONPATH=tests TVK_VALIDATION=1 $(PY) -m pytest -q -n auto -p route_packed_f16 tests/test_zoo.py \
+	  tests/test_autocast.py tests/test_hf_models.py tests/test_matmul_layouts.py -k "amp or autocast or half or fp16 or float16"
 
 # the wheel's precompiled kernels := the modules the whole test suite compiles (tvk_kernels/shipped_kernels.py)
 shipped-kernels: setup
