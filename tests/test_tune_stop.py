@@ -131,7 +131,7 @@ def test_time_budget_holds_on_this_device(device, tmp_path):
     subprocess.run([sys.executable, "-c", "import tvk_kernels.tune.cli; from tvk_kernels import get_device; "
                     "get_device(0)"], check=True)
     startup = time.perf_counter() - t
-    budget = 15
+    budget = 25  # 15 s left no shape room on a loaded 2-core lavapipe (make test's other workers beside it)
     t = time.perf_counter()
     run = subprocess.run(CLI + ["--ops", "matmul", "--time-budget", str(budget), "--trials", "1000", "--storage",
                                 f"sqlite:///{tmp_path}/b.db", "--out", str(tmp_path / "out")],
