@@ -53,10 +53,8 @@ def fp16_kernels(facts) -> list[str]:
             found.append("workgroup-scope cooperative matrices (glslang 15+)")
         if feats.get("cooperative_matrix"):
             found.append("cooperative matrices")
-    space = search_space(packed_f16.PackedMatmul.family)
-    if feats.get("shader_float16") and facts.device_type in space["device_types"] and env_flag("TVK_PACKED_F16",
-                                                                                                  default=True):
-        found.append(f"packed fp16 where {space['over_tiled']}")
+    if packed_f16.routes(facts) and env_flag("TVK_PACKED_F16", default=True):
+        found.append(f"packed fp16 where {search_space(packed_f16.PackedMatmul.family)['over_tiled']}")
     return found + ["tiled (fp32 arithmetic)"]
 
 

@@ -48,8 +48,8 @@ class PackedMatmul(Family):
     params = Matmul.params  # an untuned layout bucket ("large.nt") runs its size bucket's config
 
     def routed(self) -> bool:
-        """Whether matmul() sends this device's fp16 GEMMs here (tuning/matmul_packed_f16.json device_types)."""
-        return self.device.facts.device_type in search_space(self.family)["device_types"]
+        """Whether matmul() sends this device's fp16 GEMMs here (`routes`)."""
+        return routes(self.device.facts)
 
     def preferred(self, M: int, N: int, K: int, batch: int) -> bool:
         """Whether this kernel beats the tiled one on an fp16 GEMM (tuning/matmul_packed_f16.json "over_tiled",
@@ -138,6 +138,13 @@ class PackedMatmul(Family):
         return True
 
 
+def routes(facts) -> bool:
+    """Whether matmul() sends fp16 GEMMs of a device with these facts here: fp16 arithmetic, and a device type
+    of tuning/matmul_packed_f16.json's device_types (TVK_PACKED_F16=0 aside)."""
+    return bool(facts.features.get("shader_float16")) and facts.device_type in search_space(
+        PackedMatmul.family)["device_types"]
+
+
 def error_bound(chain: int) -> float:
     """The template's bound on |C - exact| / sum_k |a_k b_k|: CHAIN fp16 roundings per partial, one of the
     result to fp16 (u = 2^-11), and fp32's share over the rest of the sum."""
@@ -154,12 +161,11 @@ def verified(device) -> PackedMatmul | None:
         if getattr(device.stream, "dry", False):  # a dry run discards its self-check: decide on a real run
             return None
         fam.packed = False
-        if device.facts.features.get("shader_float16"):
-            runner = family(device, PackedMatmul)
-            try:
-                if runner.routed() and runner.verify():
-                    fam.packed = runner
-            except (TVKError, OSError) as e:
-                _warn_once(device, "packed " + type(e).__name__, f"TorchVK: the packed-fp16 matmul is disabled on "
-                           f"{device.facts.name}: {e}. The tiled kernel is used instead.")
+        runner = family(device, PackedMatmul)
+        try:
+            if runner.routed() and runner.verify():
+                fam.packed = runner
+        except (TVKError, OSError) as e:
+            _warn_once(device, "packed " + type(e).__name__, f"TorchVK: the packed-fp16 matmul is disabled on "
+                       f"{device.facts.name}: {e}. The tiled kernel is used instead.")
     return fam.packed or None
