@@ -1,5 +1,6 @@
 #version 450
-// 2-D convolution (NCHW, float32) as an implicit GEMM, C[M,N] = sum_k A[M,K] * B[K,N],
+// 2-D convolution (NCHW; float32, float16 or bfloat16 storage, float32 arithmetic) as an implicit
+// GEMM, C[M,N] = sum_k A[M,K] * B[K,N],
 // one template for the three directions, selected by DIR:
 //   DIR 0  forward         M = batch*OH*OW (n,oh,ow)  N = OC/G (oc)          K = IC/G*KH*KW (ic,kh,kw)
 //   DIR 1  grad wrt input  M = batch*Hc*Wc (n,ih,iw)  N = IC/G (ic)          K = OC/G*KHc*KWc (oc,kh,kw)
@@ -29,11 +30,14 @@
 // TN and PAD multiples of 4.
 // Defines: DIR (it changes the push constants and the shared tables); ACT (DIR 0 only, not
 // tuned): the activation applied after the bias, as a GLSL expression in x
-// (common/activation.glsl; compiled mode's act(conv2d)); absent: none.
+// (common/activation.glsl; compiled mode's act(conv2d)); absent: none. DTYPE (common/storage.glsl;
+// absent: float32): the storage of x, weight, bias, grad_out and C; C_F32 1: C is float32 whatever
+// DTYPE (split-K partials, summed and rounded to DTYPE by conv2d_reduce.comp).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_GOOGLE_include_directive : require
+#include "common/storage.glsl"
 #include "common/activation.glsl"
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
@@ -54,8 +58,17 @@ const uint BMT = BM / TM;  // threads along M
 const uint BNT = BN / TN;  // threads along N
 #define FAR 0x10000000 // a tap offset that lands outside every image: marks invalid rows/taps
 
-layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer RBuf { float v[]; };
+#ifndef C_F32
+#define C_F32 0
+#endif
+layout(buffer_reference, std430, buffer_reference_align = TVK_ST_ALIGN) readonly buffer RBuf { TVK_ST v[]; };
+#if C_F32 == 1 || DTYPE == TVK_DT_FLOAT32
 layout(buffer_reference, std430, buffer_reference_align = 4) writeonly buffer WBuf { float v[]; };
+#define STORE_C(f) (f)
+#else
+layout(buffer_reference, std430, buffer_reference_align = TVK_ST_ALIGN) writeonly buffer WBuf { TVK_ST v[]; };
+#define STORE_C(f) TVK_STORE(f)
+#endif
 
 #if DIR == 1
 layout(push_constant) uniform Params {
@@ -223,7 +236,7 @@ void main() {
                 uint m = m0 + ml;
                 float v = 0.0;
                 if (kt.x >= 0 && m < M) {
-                    v = A.v[uint(kt.x) + (g * ocg + m) * ohw];
+                    v = TVK_LOAD(A.v[uint(kt.x) + (g * ocg + m) * ohw]);
                 }
 #else
                 uint ml = i % BM, kl = i / BM;  // along M: neighbouring pixels
@@ -233,14 +246,14 @@ void main() {
                 int y = mt.y + kt.y, x = mt.z + kt.z;
                 float v = 0.0;
                 if (uint(y) < p.h && uint(x) < p.w) {
-                    v = A.v[uint(mt.x + kt.x + y * int(p.w) + x)];
+                    v = TVK_LOAD(A.v[uint(mt.x + kt.x + y * int(p.w) + x)]);
                 }
 #else
                 ivec4 kt = ktab[kl];
                 int y = mt.y - kt.y, x = mt.z - kt.z;  // the output pixel this tap reads
                 float v = 0.0;
                 if (uint(y) < p.oh && uint(x) < p.ow) {
-                    v = A.v[uint(mt.x + kt.x + y * int(p.ow) + x)];
+                    v = TVK_LOAD(A.v[uint(mt.x + kt.x + y * int(p.ow) + x)]);
                 }
 #endif
 #endif
@@ -255,19 +268,19 @@ void main() {
                 float v = 0.0;
 #if DIR == 0
                 if (nn < N && k < kend) {
-                    v = B.v[(g * ocg + nn) * K + k];
+                    v = TVK_LOAD(B.v[(g * ocg + nn) * K + k]);
                 }
 #elif DIR == 1
                 int wo = ktab[kl].w;
                 if (nn < N && wo >= 0) {
-                    v = B.v[wbase + uint(wo) + nn * khw];
+                    v = TVK_LOAD(B.v[wbase + uint(wo) + nn * khw]);
                 }
 #else
                 ivec4 kt = ktab[kl];
                 ivec3 nt = ntab[nl];
                 int y = kt.z + nt.y, x = kt.w + nt.z;
                 if (uint(y) < p.h && uint(x) < p.w) {
-                    v = B.v[uint(kt.y + nt.x + y * int(p.w) + x)];
+                    v = TVK_LOAD(B.v[uint(kt.y + nt.x + y * int(p.w) + x)]);
                 }
 #endif
                 Bs[kl][nl] = v;
@@ -307,9 +320,9 @@ void main() {
                 if (col < N) {
                     float v = acc[i][j];
                     if ((flags & 1u) != 0u) {
-                        v += Bias.v[g * ocg + col];
+                        v += TVK_LOAD(Bias.v[g * ocg + col]);
                     }
-                    C.v[base + col * ohw] = activation(v);
+                    C.v[base + col * ohw] = STORE_C(activation(v));
                 }
             }
         }
@@ -325,7 +338,7 @@ void main() {
             [[unroll]] for (uint j = 0; j < TN; ++j) {
                 uint col = n0 + TILE_COL(j);
                 if (col < N) {
-                    C.v[base + col * hw] = acc[i][j];
+                    C.v[base + col * hw] = STORE_C(acc[i][j]);
                 }
             }
         }
@@ -339,7 +352,7 @@ void main() {
             [[unroll]] for (uint j = 0; j < TN; ++j) {
                 uint col = n0 + TILE_COL(j);
                 if (col < N) {
-                    C.v[base + col] = acc[i][j];
+                    C.v[base + col] = STORE_C(acc[i][j]);
                 }
             }
         }

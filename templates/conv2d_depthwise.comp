@@ -1,5 +1,5 @@
 #version 450
-// Depthwise 2-D convolution (NCHW, float32): one input channel per group, OC = C * mult
+// Depthwise 2-D convolution (NCHW; float32, float16 or bfloat16 storage, float32 arithmetic): one input channel per group, OC = C * mult
 // (output channel o reads input channel o / mult), any kernel size, stride, padding, dilation.
 // A direct kernel: the implicit GEMM of conv2d.comp has a GEMM of width 1 here and wastes its tiles.
 //   DIR 0  forward         one invocation per output element, ITEMS of them WG apart (coalesced along W);
@@ -11,11 +11,14 @@
 //                          shared-memory tree adds the invocations (fixed order: deterministic). With
 //                          several slices it writes partials [slice][OC][KH*KW] that conv2d_reduce.comp sums.
 // Tunables (specialization constants): WG the local size (constant 0, a power of two for DIR 2's
-// tree), ITEMS (DIR 0/1), TAPS (DIR 2, registers per invocation). Defines: DIR; ACT (DIR 0 only).
+// tree), ITEMS (DIR 0/1), TAPS (DIR 2, registers per invocation). Defines: DIR; ACT (DIR 0 only);
+// DTYPE (common/storage.glsl; absent: float32): the tensors' storage; C_F32 1 (DIR 2): C is float32
+// whatever DTYPE (the partials of several slices, which conv2d_reduce.comp sums and rounds).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_GOOGLE_include_directive : require
+#include "common/storage.glsl"
 #include "common/activation.glsl"
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
@@ -28,8 +31,17 @@ layout(constant_id = 4) const uint ITEMS = 4u;
 layout(constant_id = 5) const uint TAPS = 9u;
 #define FAR 0x10000000 // a tap offset that lands outside every image: marks a missing tap
 
-layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer RBuf { float v[]; };
+#ifndef C_F32
+#define C_F32 0
+#endif
+layout(buffer_reference, std430, buffer_reference_align = TVK_ST_ALIGN) readonly buffer RBuf { TVK_ST v[]; };
+#if C_F32 == 1 || DTYPE == TVK_DT_FLOAT32
 layout(buffer_reference, std430, buffer_reference_align = 4) writeonly buffer WBuf { float v[]; };
+#define STORE_C(f) (f)
+#else
+layout(buffer_reference, std430, buffer_reference_align = TVK_ST_ALIGN) writeonly buffer WBuf { TVK_ST v[]; };
+#define STORE_C(f) TVK_STORE(f)
+#endif
 
 layout(push_constant) uniform Params {
     uvec2 a;     // DIR 0: x       DIR 1: grad_out  DIR 2: grad_out
@@ -74,15 +86,15 @@ void main() {
                     for (uint kx = 0; kx < p.kw; ++kx) {
                         int ix = x0 + int(kx * p.dw);
                         if (uint(ix) < p.w) {
-                            acc = fma(A.v[row + uint(ix)], B.v[wbase + ky * p.kw + kx], acc);
+                            acc = fma(TVK_LOAD(A.v[row + uint(ix)]), TVK_LOAD(B.v[wbase + ky * p.kw + kx]), acc);
                         }
                     }
                 }
             }
             if ((p.flags & 1u) != 0u) {
-                acc += Bias.v[o];
+                acc += TVK_LOAD(Bias.v[o]);
             }
-            C.v[idx] = activation(acc);
+            C.v[idx] = STORE_C(activation(acc));
         }
     }
 #elif DIR == 1
@@ -115,12 +127,12 @@ void main() {
                         }
                         uint ox = uint(tx) / p.sw;
                         if (ox * p.sw == uint(tx) && ox < p.ow) {
-                            acc = fma(A.v[plane + oy * p.ow + ox], B.v[wbase + ky * p.kw + kx], acc);
+                            acc = fma(TVK_LOAD(A.v[plane + oy * p.ow + ox]), TVK_LOAD(B.v[wbase + ky * p.kw + kx]), acc);
                         }
                     }
                 }
             }
-            C.v[idx] = acc;
+            C.v[idx] = STORE_C(acc);
         }
     }
 #else
@@ -147,13 +159,13 @@ void main() {
     for (uint pos = p0 + tid; pos < p1; pos += WG) {
         uint nn = pos / ohw, r = pos - nn * ohw;
         uint y = r / p.ow, x = r - y * p.ow;
-        float g = A.v[(nn * p.oc + o) * ohw + r];
+        float g = TVK_LOAD(A.v[(nn * p.oc + o) * ohw + r]);
         uint plane = (nn * p.ch + c) * hw;
         int y0 = int(y * p.sh) - int(p.ph), x0 = int(x * p.sw) - int(p.pw);
         [[unroll]] for (uint j = 0; j < TAPS; ++j) {
             int iy = y0 + dy[j], ix = x0 + dx[j];
             if (uint(iy) < p.h && uint(ix) < p.w) {
-                acc[j] = fma(g, B.v[plane + uint(iy) * p.w + uint(ix)], acc[j]);
+                acc[j] = fma(g, TVK_LOAD(B.v[plane + uint(iy) * p.w + uint(ix)]), acc[j]);
             }
         }
     }
@@ -170,7 +182,7 @@ void main() {
         barrier();
     }
     if (tid < TAPS && t0 + tid < khw) {
-        C.v[(split * p.oc + o) * khw + t0 + tid] = part[tid][0];
+        C.v[(split * p.oc + o) * khw + t0 + tid] = STORE_C(part[tid][0]);
     }
 #endif
 }

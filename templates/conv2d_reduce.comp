@@ -7,11 +7,13 @@
 // shared-memory tree (long sums). A define, not a specialization constant: as a constant, the
 // tree's shared array would take LDS in per-thread mode too (RADV keeps it).
 // ACT (absent: none): the forward's epilogue activation (common/activation.glsl), applied to each
-// finished sum of split-K partials.
+// finished sum of split-K partials. DTYPE (common/storage.glsl; absent: float32): dst's storage
+// (the sources are float32 partials); each sum is rounded once, as a float16/bfloat16 GEMM's output.
 // Tunables (specialization constants): the local size (constant 0, a power of two).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_GOOGLE_include_directive : require
+#include "common/storage.glsl"
 #include "common/activation.glsl"
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
@@ -21,7 +23,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #endif
 
 layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer RBuf { float v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 4) writeonly buffer WBuf { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = TVK_ST_ALIGN) writeonly buffer WBuf { TVK_ST v[]; };
 
 layout(push_constant) uniform Params {
     uvec2 src;
@@ -49,7 +51,7 @@ void main() {
             s += S.v[base + b];
         }
     }
-    D.v[i] = activation(s);
+    D.v[i] = TVK_STORE(activation(s));
 #else
     const uint i = group;
     if (i >= p.count) {
@@ -80,7 +82,7 @@ void main() {
         barrier();
     }
     if (tid == 0) {
-        D.v[i] = activation(part[0]);
+        D.v[i] = TVK_STORE(activation(part[0]));
     }
 #endif
 }

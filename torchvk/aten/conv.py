@@ -4,7 +4,11 @@ plain and transposed, on tvk_kernels.kernels.conv.
 A transposed conv is the matching plain conv run backwards, so it needs no kernel of its own:
 its weight (IC, OC/G, KH, KW) is that conv's weight (the conv maps the transposed conv's output
 back to its input), its forward is the conv's grad-input, its grad-input is the conv's forward
-and its grad-weight is the conv's grad-weight with input and grad-output swapped."""
+and its grad-weight is the conv's grad-weight with input and grad-output swapped.
+
+float16/bfloat16 convs (autocast's) run on the kernels' 16-bit storage: inputs read and outputs
+written in their dtype, float32 arithmetic, no cast copies around the kernels. 3-D convs and
+tensors of mixed dtypes compute on float32 copies (_half.float32_compute)."""
 from __future__ import annotations
 
 import torch
@@ -13,18 +17,30 @@ from tvk_kernels.kernels import conv as conv_kernels
 
 from ..op_registry import register
 from .._tensor import new_tensor
-from ._half import float32_compute
+from ._half import HALF, float32_compute
 from ._util import addr, dev
 from .copies import contig
 
 aten = torch.ops.aten
 _ACT_OPS = {"relu": aten.relu.default}  # compiled mode's epilogues, as separate ops
+_STORAGE = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
-def _check(op, *ts):
-    for t in ts:
-        if t is not None and t.dtype != torch.float32:
-            raise TypeError(f"TorchVK: {op} supports float32 only, not {t.dtype}")
+def _check(op, *ts) -> str:
+    """The kernels' storage name of the tensors' one dtype (None entries skipped)."""
+    dtypes = {t.dtype for t in ts if t is not None}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in _STORAGE:
+        raise TypeError(f"TorchVK: {op} takes float32, float16 or bfloat16 tensors of one dtype, not "
+                        f"{', '.join(str(t.dtype) for t in ts if t is not None)}")
+    return _STORAGE[dtypes.pop()]
+
+
+def _in_float32(input, *tensors) -> bool:
+    """Whether a float16/bfloat16 call computes on float32 copies: a 3-D conv (its taps add up
+    through float32 tensors), or tensors of mixed dtypes."""
+    if input.dtype not in HALF:
+        return False
+    return input.dim() == 5 or any(t is not None and t.dtype != input.dtype for t in tensors)
 
 
 def _check_bias_padding(weight, bias, padding, out_channels):
@@ -79,10 +95,14 @@ def _pad(padding):
 
 
 @register(aten.convolution.default)
-@float32_compute
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, act=None):
     """aten.convolution; act="relu" (compiled mode's fusion only) applies ReLU in the same kernel."""
-    _check("aten.convolution", input, weight, bias)
+    run = _convolution_in_float32 if _in_float32(input, weight, bias) else _convolution
+    return run(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, act=act)
+
+
+def _convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, act=None):
+    dtype = _check("aten.convolution", input, weight, bias)
     if act is not None and (transposed or input.dim() == 5):  # only the 2-D kernel has the epilogue
         out = convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
         return _ACT_OPS[act](out)
@@ -94,46 +114,69 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
         raise NotImplementedError(f"TorchVK: aten.convolution supports 1-D, 2-D and 3-D convolutions, got a "
                                   f"{input.dim()}-D input")
     if transposed:
-        return _transposed(input, weight, bias, stride, padding, dilation, output_padding, groups)
+        return _transposed(input, weight, bias, stride, padding, dilation, output_padding, groups, dtype)
     _check_bias_padding(weight, bias, padding, weight.shape[0])
     x, w, stride, padding, dilation, one_d = _as2d(input, weight, stride, padding, dilation)
     x, w = contig(x), contig(w)
     b = contig(bias) if bias is not None else None
     shape = conv_kernels.conv2d_output_shape(tuple(x.shape), tuple(w.shape), stride, _pad(padding), dilation, groups)
-    out = new_tensor(shape, torch.float32, dev(input))
+    out = new_tensor(shape, input.dtype, dev(input))
     conv_kernels.conv2d_forward(dev(input), addr(x), addr(w), addr(b) if b is not None else 0, addr(out), tuple(x.shape),
-                      tuple(w.shape), stride, _pad(padding), dilation, groups, act=act)
+                      tuple(w.shape), stride, _pad(padding), dilation, groups, act=act, dtype=dtype)
     return out.squeeze(2) if one_d else out
 
 
+_convolution_in_float32 = float32_compute(_convolution)
+
+
 @register(aten.convolution_backward.default)
-@float32_compute
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
                          output_padding, groups, output_mask):
-    _check("aten.convolution_backward", grad_output, input, weight)
+    run = _convolution_backward_in_float32 if _in_float32(input, grad_output, weight) else _convolution_backward
+    return run(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+               output_mask)
+
+
+def _convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    dtype = _check("aten.convolution_backward", grad_output, input, weight)
     if input.dim() == 5:
         return _conv3d_backward(grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
                                 groups, output_mask)
     if transposed:
-        return _transposed_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask)
+        return _transposed_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask, dtype)
     one_d = input.dim() == 3
     g = grad_output.unsqueeze(2) if one_d else grad_output
     x, w, stride, padding, dilation, _ = _as2d(input, weight, stride, padding, dilation)
     g, x, w = contig(g), contig(x), contig(w)
     d = dev(input)
-    gi = new_tensor(x.shape, torch.float32, d) if output_mask[0] else None
-    gw = new_tensor(w.shape, torch.float32, d) if output_mask[1] else None
-    gb = new_tensor([w.shape[0]], torch.float32, d) if output_mask[2] else None
-    conv_kernels.conv2d_backward(d, addr(g), addr(x), addr(w), addr(gi) if gi is not None else None,
-                       addr(gw) if gw is not None else None, addr(gb) if gb is not None else None,
-                       tuple(x.shape), tuple(w.shape), stride, _pad(padding), dilation, groups)
+    gi = new_tensor(x.shape, input.dtype, d) if output_mask[0] else None
+    gw = new_tensor(w.shape, input.dtype, d) if output_mask[1] else None
+    geo = (tuple(x.shape), tuple(w.shape), stride, _pad(padding), dilation, groups)
+    if gi is not None:
+        conv_kernels.conv2d_backward_input(d, addr(g), addr(w), addr(gi), *geo, dtype=dtype)
+    if gw is not None:
+        conv_kernels.conv2d_backward_weight(d, addr(g), addr(x), addr(gw), *geo, dtype=dtype)
+    gb = _grad_bias(g, dtype) if output_mask[2] else None
     if one_d:
         gi = gi.squeeze(2) if gi is not None else None
         gw = gw.squeeze(2) if gw is not None else None
     return gi, gw, gb
 
 
-def _transposed(input, weight, bias, stride, padding, dilation, output_padding, groups):
+_convolution_backward_in_float32 = float32_compute(_convolution_backward)
+
+
+def _grad_bias(g, dtype: str):
+    """The bias gradient: grad_output (N, C, H, W) summed over all but C, in grad_output's dtype."""
+    if dtype != "float32":  # the conv reduce writes float32: torch's sum rounds to the 16-bit dtype
+        return aten.sum.dim_IntList(g, [0, 2, 3])
+    gb = new_tensor([g.shape[1]], torch.float32, dev(g))
+    conv_kernels.conv2d_backward_bias(dev(g), addr(g), addr(gb), tuple(g.shape))
+    return gb
+
+
+def _transposed(input, weight, bias, stride, padding, dilation, output_padding, groups, dtype):
     """conv_transpose: the grad-input of the conv from its output (N, OC, OH, OW) to `input`."""
     x, w, stride, padding, dilation, one_d = _as2d(input, weight, stride, padding, dilation)
     output_padding = ([0] if one_d else []) + list(output_padding)
@@ -142,32 +185,30 @@ def _transposed(input, weight, bias, stride, padding, dilation, output_padding, 
     oh, ow = ((size - 1) * s - 2 * p + d * (k - 1) + op + 1 for size, s, p, d, k, op in
               zip((h, wd), stride, _pad(padding), dilation, w.shape[2:], output_padding))
     shape = (n, w.shape[1] * groups, oh, ow)
-    out = new_tensor(shape, torch.float32, dev(input))
+    out = new_tensor(shape, input.dtype, dev(input))
     conv_kernels.conv2d_backward_input(dev(input), addr(x), addr(w), addr(out), shape, tuple(w.shape), stride, _pad(padding),
-                             dilation, groups, out_hw=(h, wd))
+                             dilation, groups, out_hw=(h, wd), dtype=dtype)
     if bias is not None:
         out = aten.add.Tensor(out, bias.view(1, -1, 1, 1))
     return out.squeeze(2) if one_d else out
 
 
-def _transposed_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask):
+def _transposed_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask, dtype):
     one_d = input.dim() == 3
     g = grad_output.unsqueeze(2) if one_d else grad_output
     x, w, stride, padding, dilation, _ = _as2d(input, weight, stride, padding, dilation)
     g, x, w = contig(g), contig(x), contig(w)
     d = dev(input)
     hw = tuple(x.shape[2:])  # the conv's output size (output_padding may leave the shapes one row more)
-    gi = new_tensor(x.shape, torch.float32, d) if output_mask[0] else None
-    gw = new_tensor(w.shape, torch.float32, d) if output_mask[1] else None
-    gb = new_tensor([g.shape[1]], torch.float32, d) if output_mask[2] else None
+    gi = new_tensor(x.shape, input.dtype, d) if output_mask[0] else None
+    gw = new_tensor(w.shape, input.dtype, d) if output_mask[1] else None
     if gi is not None:
         conv_kernels.conv2d_forward(d, addr(g), addr(w), 0, addr(gi), tuple(g.shape), tuple(w.shape), stride, _pad(padding),
-                          dilation, groups, out_hw=hw)
+                          dilation, groups, out_hw=hw, dtype=dtype)
     if gw is not None:
         conv_kernels.conv2d_backward_weight(d, addr(x), addr(g), addr(gw), tuple(g.shape), tuple(w.shape), stride,
-                                  _pad(padding), dilation, groups, out_hw=hw)
-    if gb is not None:
-        conv_kernels.conv2d_backward_bias(d, addr(g), addr(gb), tuple(g.shape))
+                                  _pad(padding), dilation, groups, out_hw=hw, dtype=dtype)
+    gb = _grad_bias(g, dtype) if output_mask[2] else None
     if one_d:
         gi = gi.squeeze(2) if gi is not None else None
         gw = gw.squeeze(2) if gw is not None else None

@@ -1,4 +1,8 @@
-"""2-D convolution (NCHW, float32): forward, grad wrt input, grad wrt weight, grad wrt bias.
+"""2-D convolution (NCHW): forward, grad wrt input, grad wrt weight, grad wrt bias.
+
+Storage (`dtype=`): float32, or float16/bfloat16 where the device has 16-bit storage; the
+arithmetic is float32 in every case (each output is rounded once to the storage type, as a
+16-bit GEMM's fp32-accumulated output), and split-K partials stay float32 until they are summed.
 
 All three directions are one implicit-GEMM template (templates/conv2d.comp, `DIR` 0/1/2)
 with the tile shape as defines; each can split its reduction K over workgroups when its
@@ -18,7 +22,7 @@ import math
 import struct
 
 from . import activations, conv_depthwise
-from .conv_geometry import checked_split_k, conv2d_output_shape, geometry
+from .conv_geometry import check_storage, checked_split_k, conv2d_output_shape, geometry, storage_defines
 from .kept_calls import kept_call
 from .launch import Family, address, family, grid_1d, positive, record_shape, recording
 from .reduce import reduce
@@ -64,14 +68,16 @@ def gemm_dims(direction: str, g: dict) -> tuple[int, int, int]:
     return ocg, icg * khw, g["n"] * ohw
 
 
-def gemm_defines(dir_id: int, params: dict, wg: int, act: str | None = None) -> dict:
+def gemm_defines(dir_id: int, params: dict, wg: int, act: str | None = None, dtype: str = "float32",
+                 partials: bool = False) -> dict:
     """The template's defines for one direction and parameter set. ACT is absent unless asked for,
-    so the tuned kernels' SPIR-V stays what was tuned (tune/carry_over.py relies on it). FRAG is a
-    specialization constant: 0 for a config tuned before it existed."""
+    and float32 has no DTYPE or C_F32, so the tuned kernels' SPIR-V stays what was tuned
+    (tune/carry_over.py relies on it). FRAG is a specialization constant: 0 for a config tuned
+    before it existed. partials: the output is split-K's float32 partial sums."""
     defines = {"DIR": dir_id, "WG": wg, "FRAG": params.get("FRAG", 0), **{k: params[k] for k in _GEMM_KEYS}}
     if act is not None:
         defines.update(activations.act_define(ACTIVATIONS[act]))
-    return defines
+    return {**defines, **storage_defines(dtype, partials)}
 
 
 # ------------------------------------------------------------------ the family
@@ -82,19 +88,21 @@ class Conv2d(Family):
     def check_config(self, params: dict) -> dict:
         return positive(self.family, params, "BM", "BN", "BK", "TM", "TN")  # a tile of 0 keeps the constraints
 
-    def gemm_pipeline(self, dir_id: int, params: dict, act: str | None = None):
+    def gemm_pipeline(self, dir_id: int, params: dict, act: str | None = None, dtype: str = "float32",
+                      partials: bool = False):
         """`params` as resolve gives them (WG and shared_bytes included)."""
         push_size = _PUSH_BI.size if dir_id == 1 else _PUSH.size
-        return self.variant(gemm_defines(dir_id, params, params["WG"], act), params["WG"], push_size,
+        return self.variant(gemm_defines(dir_id, params, params["WG"], act, dtype, partials), params["WG"], push_size,
                             shared_bytes=params["shared_bytes"])
 
-    def reduce_pipeline(self, per_thread: bool, wg: int, act: str | None = None):
-        """act: the forward's epilogue activation, applied to each finished sum (split-K)."""
+    def reduce_pipeline(self, per_thread: bool, wg: int, act: str | None = None, dtype: str = "float32"):
+        """act: the forward's epilogue activation, applied to each finished sum (split-K); dtype: the
+        storage the sums are written in."""
         defines = {"PER_THREAD": int(per_thread)}
         if act is not None:
             defines.update(activations.act_define(ACTIVATIONS[act]))
-        return self.variant(defines, wg, _RPUSH.size, shared_bytes=0 if per_thread else 4 * wg,
-                            template=REDUCE_TEMPLATE)
+        return self.variant({**defines, **storage_defines(dtype)}, wg, _RPUSH.size,
+                            shared_bytes=0 if per_thread else 4 * wg, template=REDUCE_TEMPLATE)
 
     def reduce_wg(self) -> int:
         """conv2d_reduce.comp's local size (tuning/conv2d.json "reduce"), within the device's limit."""
@@ -190,20 +198,20 @@ def _grid(device, M, N, params, gz):
 
 
 def _dispatch_gemm(device, fam, direction, g, a, b, c, bias, params, kchunk=None, splits=1, flags=0, label="",
-                   act=None):
+                   act=None, dtype="float32"):
     """The forward's or grad_weight's GEMM with resolved `params` (Conv2d.resolve_gemm). With
-    splits > 1, `c` is the scratch of `splits` partial-sum slices (_split_k_sum)."""
+    splits > 1, `c` is the scratch of `splits` float32 partial-sum slices (_split_k_sum)."""
     M, N, K = gemm_dims(direction, g)
-    pipe = fam.gemm_pipeline(DIRS[direction], params, act)
+    pipe = fam.gemm_pipeline(DIRS[direction], params, act, dtype, splits > 1)
     label = label or f"conv2d_{direction}" + (f"_{act}" if act else "")
     push = _push(a, b, c, bias, g, K if kchunk is None else kchunk, flags)
     device.stream.dispatch(pipe, _grid(device, M, N, params, g["groups"] * splits), push, label)
 
 
-def _dispatch_bwd_input(device, fam, g, phases, a, b, c, params, splits=1):
+def _dispatch_bwd_input(device, fam, g, phases, a, b, c, params, splits=1, dtype="float32"):
     """grad_input's GEMM: one launch per stride phase (_bwd_input_phases; one for stride 1), each
     writing every partial-sum slice (zeros past its K)."""
-    pipe = fam.gemm_pipeline(DIRS["bwd_input"], params)
+    pipe = fam.gemm_pipeline(DIRS["bwd_input"], params, dtype=dtype, partials=splits > 1)
     n = g["ic"] // g["groups"]
     head = (a, b, c, g["n"], g["ic"], g["h"], g["w"], g["oc"], g["oh"], g["ow"], g["groups"], g["kh"], g["kw"])
     for m, k, fields in phases:
@@ -212,22 +220,23 @@ def _dispatch_bwd_input(device, fam, g, phases, a, b, c, params, splits=1):
 
 
 def _split_k_sum(device, fam, dst, numel: int, splits: int, launch, act: str | None = None,
-                 label: str = "conv2d_splitk_sum"):
+                 label: str = "conv2d_splitk_sum", dtype: str = "float32"):
     """launch(c) runs the GEMM with output c: `dst` itself, or with splits > 1 a scratch buffer of
-    `splits` partial-sum slices of `numel` floats that one reduce adds into dst (in a fixed
-    order: deterministic), applying `act` (the forward's epilogue) to each sum."""
+    `splits` float32 partial-sum slices of `numel` values that one reduce adds into dst (in a fixed
+    order: deterministic), applying `act` (the forward's epilogue) to each sum and writing it in
+    `dtype`."""
     if splits == 1:
         launch(dst)
         return
     scratch = device.allocator.alloc(4 * numel * splits)
     launch(scratch.address)
-    _reduce(device, fam, scratch.address, dst, numel, splits, 1, numel, 1, fam.reduce_wg(), label, act)
+    _reduce(device, fam, scratch.address, dst, numel, splits, 1, numel, 1, fam.reduce_wg(), label, act, dtype)
     device.stream.keep_alive(scratch)
 
 
-def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label, act=None):
+def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label, act=None, dtype="float32"):
     per_thread = A * B <= 64
-    pipe = fam.reduce_pipeline(per_thread, wg, act)
+    pipe = fam.reduce_pipeline(per_thread, wg, act, dtype)
     groups = -(-count // wg) if per_thread else count
     gx, gy, _ = grid_1d(groups, device.facts.max_workgroup_count[0])
     device.stream.dispatch(pipe, (gx, gy, 1), _RPUSH.pack(src, dst, count, A, B, sa, si), label)
@@ -236,14 +245,16 @@ def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label, act=None):
 # ------------------------------------------------------------------ public API
 @kept_call('x_addr', 'w_addr', 'bias_addr', 'out_addr')
 def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape, stride=1, padding=0, dilation=1,
-                   groups=1, params=None, act: str | None = None, out_hw=None, split_k=None) -> tuple:
+                   groups=1, params=None, act: str | None = None, out_hw=None, split_k=None,
+                   dtype: str = "float32") -> tuple:
     """out = act(conv2d(x, w, bias)); bias_addr may be None/0; act None or an activation of
     activations.EPILOGUES (an epilogue: no extra pass); out_hw: see conv_geometry.geometry.
     Returns the output shape (N, OC, OH, OW). split_k: as conv2d_backward_weight's (None: planned,
     an int: forced, 1: none); split, act is applied by the pass that sums the partials; the
-    depthwise kernels do not split."""
+    depthwise kernels do not split. dtype: the storage of x, w, bias and out (module docstring)."""
     if act is not None and act not in ACTIVATIONS:
         raise ValueError(f"conv2d_forward: activation {act!r} is not one of {sorted(ACTIVATIONS)}")
+    check_storage(device, dtype)
     g, out_shape = geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     if out_shape[0] * out_shape[1] == 0:
         return out_shape
@@ -251,10 +262,11 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
 
     def run(p):  # benchmark mode: the same call with a candidate (it overwrites out, reads no output)
         conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape, stride, padding, dilation,
-                       groups, p, act, out_hw, split_k)
+                       groups, p, act, out_hw, split_k, dtype)
 
     if conv_depthwise.is_depthwise(g):  # one input channel per group: direct kernels, params theirs
-        conv_depthwise.forward(device, g, address(x_addr), address(w_addr), bias, address(out_addr), params, act, run)
+        conv_depthwise.forward(device, g, address(x_addr), address(w_addr), bias, address(out_addr), params, act, run,
+                               dtype)
         return out_shape
     fam = family(device, Conv2d)
     params = fam.resolve_gemm("fwd", g, params, run)
@@ -263,19 +275,21 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
 
     def launch(c):  # split: act(sum of partials) is not the sum of act(partial), so the reduce applies it
         _dispatch_gemm(device, fam, "fwd", g, address(x_addr), address(w_addr), c, bias, params, chunk, splits,
-                       flags=1 if bias else 0, act=act if splits == 1 else None)
+                       flags=1 if bias else 0, act=act if splits == 1 else None, dtype=dtype)
 
-    _split_k_sum(device, fam, address(out_addr), math.prod(out_shape), splits, launch, act)
+    _split_k_sum(device, fam, address(out_addr), math.prod(out_shape), splits, launch, act, dtype=dtype)
     return out_shape
 
 
 @kept_call('grad_out_addr', 'w_addr', 'grad_in_addr')
 def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, w_shape, stride=1, padding=0,
-                          dilation=1, groups=1, params=None, out_hw=None, split_k=None) -> tuple:
+                          dilation=1, groups=1, params=None, out_hw=None, split_k=None, dtype: str = "float32") -> tuple:
     """grad_in (shape x_shape) = d conv2d / d x applied to grad_out (out_hw: see conv_geometry.geometry).
     Returns x_shape. It is also a transposed conv's forward (aten/conv.py). split_k: as
     conv2d_backward_weight's, planned from one stride phase's launch (phases run one after
-    another); all phases write the same partial-sum slices, summed once at the end."""
+    another); all phases write the same partial-sum slices, summed once at the end. dtype: the
+    storage of grad_out, w and grad_in."""
+    check_storage(device, dtype)
     g, _ = geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     x_shape = tuple(int(v) for v in x_shape)
     if x_shape[0] * x_shape[1] * x_shape[2] * x_shape[3] == 0:
@@ -284,11 +298,11 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
 
     def run(p):
         conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, w_shape, stride, padding,
-                              dilation, groups, p, out_hw, split_k)
+                              dilation, groups, p, out_hw, split_k, dtype)
 
     if conv_depthwise.is_depthwise(g):
         conv_depthwise.backward_input(device, g, address(grad_out_addr), address(w_addr), address(grad_in_addr),
-                                      params, run)
+                                      params, run, dtype)
         return x_shape
     params = fam.resolve_gemm("bwd_input", g, params, run)
     phases = _bwd_input_phases(g)
@@ -297,20 +311,22 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
                             max(k for _, k, _ in phases), g["groups"], split_k, numel, "bwd_input")
 
     def launch(c):
-        _dispatch_bwd_input(device, fam, g, phases, address(grad_out_addr), address(w_addr), c, params, splits)
+        _dispatch_bwd_input(device, fam, g, phases, address(grad_out_addr), address(w_addr), c, params, splits, dtype)
 
-    _split_k_sum(device, fam, address(grad_in_addr), numel, splits, launch)
+    _split_k_sum(device, fam, address(grad_in_addr), numel, splits, launch, dtype=dtype)
     return x_shape
 
 
 @kept_call('grad_out_addr', 'x_addr', 'grad_w_addr')
 def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, w_shape, stride=1, padding=0,
-                           dilation=1, groups=1, params=None, split_k=None, out_hw=None) -> tuple:
+                           dilation=1, groups=1, params=None, split_k=None, out_hw=None,
+                           dtype: str = "float32") -> tuple:
     """grad_w (shape w_shape) = d conv2d / d w applied to grad_out. Returns w_shape.
     The long reduction (K = N*OH*OW) is split over workgroups when the output tiles alone
     would leave the device idle (tuning/conv2d.json "split_k"; split_k= forces a count):
     the slices write partial sums to a scratch buffer that a second pass adds up. out_hw: see
-    conv_geometry.geometry."""
+    conv_geometry.geometry. dtype: the storage of grad_out, x and grad_w."""
+    check_storage(device, dtype)
     g, _ = geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     w_shape = tuple(int(v) for v in w_shape)
     numel = w_shape[0] * w_shape[1] * w_shape[2] * w_shape[3]
@@ -321,21 +337,22 @@ def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, 
 
     def run(p):
         conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, w_shape, stride, padding,
-                               dilation, groups, p, split_k, out_hw)
+                               dilation, groups, p, split_k, out_hw, dtype)
 
     if conv_depthwise.is_depthwise(g):
         splits, launch = conv_depthwise.backward_weight(device, g, address(grad_out_addr), address(x_addr), params,
-                                                        run, split_k)
-        _split_k_sum(device, fam, address(grad_w_addr), numel, splits, launch, label="conv2d_depthwise_split_sum")
+                                                        run, split_k, dtype)
+        _split_k_sum(device, fam, address(grad_w_addr), numel, splits, launch, label="conv2d_depthwise_split_sum",
+                     dtype=dtype)
         return w_shape
     params = fam.resolve_gemm("bwd_weight", g, params, run)
     splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k, direction="bwd_weight")
 
     def launch(c):
         _dispatch_gemm(device, fam, "bwd_weight", g, address(grad_out_addr), address(x_addr), c, 0, params,
-                       kchunk=chunk, splits=splits)
+                       kchunk=chunk, splits=splits, dtype=dtype)
 
-    _split_k_sum(device, fam, address(grad_w_addr), numel, splits, launch)
+    _split_k_sum(device, fam, address(grad_w_addr), numel, splits, launch, dtype=dtype)
     return w_shape
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 
 from . import activations
-from .conv_geometry import checked_split_k, geometry
+from .conv_geometry import checked_split_k, geometry, storage_defines
 from .launch import Family, family, grid_1d, positive, powers_of_two, record_shape, recording
 from .. import benchmark_mode
 from ..config import by_class
@@ -44,9 +44,10 @@ class DepthwiseConv(Family):
         positive(self.family, params, "ITEMS", "TAPS")
         return powers_of_two(self.family, params, "WG")  # grad-weight's tree halves WG
 
-    def pipeline(self, dir_id: int, params: dict, act: str | None = None):
+    def pipeline(self, dir_id: int, params: dict, act: str | None = None, dtype: str = "float32",
+                 partials: bool = False):
         shared = params["shared_bytes"] if dir_id == 2 else 0
-        return self.variant(defines(dir_id, params, act), params["WG"], _PUSH.size, shared_bytes=shared)
+        return self.variant(defines(dir_id, params, act, dtype, partials), params["WG"], _PUSH.size, shared_bytes=shared)
 
     def resolve_dir(self, direction: str, g: dict, params: dict | None, run) -> dict:
         """The parameters of one direction (bucket names: dir, taps, positions). In benchmark mode,
@@ -60,12 +61,13 @@ class DepthwiseConv(Family):
         return self.resolve(shape, params)
 
 
-def defines(dir_id: int, params: dict, act: str | None = None) -> dict:
-    """The template's defines (WG, ITEMS, TAPS are its specialization constants); ACT only when asked for."""
+def defines(dir_id: int, params: dict, act: str | None = None, dtype: str = "float32", partials: bool = False) -> dict:
+    """The template's defines (WG, ITEMS, TAPS are its specialization constants); ACT only when asked
+    for; DTYPE (and C_F32: grad-weight's float32 partials) only for 16-bit storage, as conv.py's."""
     d = {"DIR": dir_id, "WG": params["WG"], "ITEMS": params["ITEMS"], "TAPS": params["TAPS"]}
     if act is not None:
         d.update(activations.act_define(activations.EPILOGUES[act]))
-    return d
+    return {**d, **storage_defines(dtype, partials)}
 
 
 def bucket_shape(direction: str, g: dict) -> dict:
@@ -77,25 +79,25 @@ def _push(a, b, c, bias, g, flags=0, chunk=0, splits=1) -> bytes:
                       g["kw"], g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"], flags, chunk, splits)
 
 
-def _elementwise(device, fam, dir_id, params, total, push, label, act=None):
+def _elementwise(device, fam, dir_id, params, total, push, label, act=None, dtype="float32"):
     groups = -(-total // (params["WG"] * params["ITEMS"]))
-    device.stream.dispatch(fam.pipeline(dir_id, params, act), grid_1d(groups, device.facts.max_workgroup_count[0]),
-                           push, label)
+    device.stream.dispatch(fam.pipeline(dir_id, params, act, dtype),
+                           grid_1d(groups, device.facts.max_workgroup_count[0]), push, label)
 
 
-def forward(device, g, x, w, bias, out, params, act, run):
-    """out = act(depthwise conv(x, w) + bias); addresses are ints (bias 0: none)."""
+def forward(device, g, x, w, bias, out, params, act, run, dtype="float32"):
+    """out = act(depthwise conv(x, w) + bias); addresses are ints (bias 0: none); dtype: their storage."""
     fam = family(device, DepthwiseConv)
     prm = fam.resolve_dir("fwd", g, params, run)
     _elementwise(device, fam, 0, prm, g["n"] * g["oc"] * g["oh"] * g["ow"], _push(x, w, out, bias, g, 1 if bias else 0),
-                 "conv2d_depthwise_fwd" + (f"_{act}" if act else ""), act)
+                 "conv2d_depthwise_fwd" + (f"_{act}" if act else ""), act, dtype)
 
 
-def backward_input(device, g, grad_out, w, grad_in, params, run):
+def backward_input(device, g, grad_out, w, grad_in, params, run, dtype="float32"):
     fam = family(device, DepthwiseConv)
     prm = fam.resolve_dir("bwd_input", g, params, run)
     _elementwise(device, fam, 1, prm, g["n"] * g["ic"] * g["h"] * g["w"], _push(grad_out, w, grad_in, 0, g),
-                 "conv2d_depthwise_bwd_input")
+                 "conv2d_depthwise_bwd_input", dtype=dtype)
 
 
 def split_plan(device, g: dict, taps_per_group: int, split_k=None) -> tuple[int, int]:
@@ -118,14 +120,15 @@ def split_plan(device, g: dict, taps_per_group: int, split_k=None) -> tuple[int,
     return -(-positions // chunk), chunk
 
 
-def backward_weight(device, g, grad_out, x, params, run, split_k=None):
-    """(splits, launch): launch(c) writes grad-weight's `splits` partial sums of OC*KH*KW floats to c
-    (grad-weight itself when splits == 1), which conv.py's conv2d_reduce pass then adds up."""
+def backward_weight(device, g, grad_out, x, params, run, split_k=None, dtype="float32"):
+    """(splits, launch): launch(c) writes grad-weight's `splits` partial sums of OC*KH*KW values to c
+    (grad-weight itself, in `dtype`, when splits == 1; float32 partials otherwise), which conv.py's
+    conv2d_reduce pass then adds up."""
     fam = family(device, DepthwiseConv)
     prm = fam.resolve_dir("bwd_weight", g, params, run)
     splits, chunk = split_plan(device, g, prm["TAPS"], split_k)
     units = g["oc"] * -(-g["kh"] * g["kw"] // prm["TAPS"])
-    pipe = fam.pipeline(2, prm)
+    pipe = fam.pipeline(2, prm, dtype=dtype, partials=splits > 1)
     grid = grid_1d(units * splits, device.facts.max_workgroup_count[0])
 
     def launch(c):
