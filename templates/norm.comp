@@ -1,5 +1,7 @@
 #version 450
-// Layer norm and batch norm, forward and backward, on contiguous float32 tensors.
+// Layer norm and batch norm, forward and backward, on contiguous tensors: x, y and grad in DTYPE
+// (common/storage.glsl: float32, float16 or bfloat16; absent: float32), everything else float32,
+// arithmetic float32 (autocast's batch norm: 16-bit activations, float32 weights and statistics).
 // A "row" is what one set of statistics covers: a layer-norm row (n contiguous elements)
 // or a batch-norm channel (n = N * inner elements; element k sits at
 // (k / inner) * ostride + c * inner + k % inner, ostride = C * inner). T threads reduce one
@@ -31,13 +33,14 @@
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
+#extension GL_GOOGLE_include_directive : require
+#include "common/storage.glsl"
 #ifndef SUBGROUP
 #define SUBGROUP 0
 #endif
 #if SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#extension GL_GOOGLE_include_directive : require
 #include "common/subgroup.glsl"
 #endif
 
@@ -57,6 +60,11 @@ layout(constant_id = 4) const bool RELU = false;
 #endif
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
+#if DTYPE == TVK_DT_FLOAT32
+#define SBuf FBuf  // one buffer type: the float32 kernels stay the SPIR-V they were tuned as
+#else
+layout(buffer_reference, std430, buffer_reference_align = TVK_ST_ALIGN) buffer SBuf { TVK_ST v[]; };  // x, y, grad
+#endif
 
 layout(push_constant) uniform Params {
     uvec2 x;
@@ -181,7 +189,8 @@ void main() {
 #endif
     const uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     const uint row = group * G + ol;
-    FBuf X = FBuf(p.x), Y = FBuf(p.y), Gr = FBuf(p.g), W = FBuf(p.w), B = FBuf(p.b);
+    SBuf X = SBuf(p.x), Y = SBuf(p.y), Gr = SBuf(p.g);
+    FBuf W = FBuf(p.w), B = FBuf(p.b);
     const bool has_w = HAS(p.w), has_b = HAS(p.b), has_y = HAS(p.y);
     const float inv_n = 1.0 / float(p.n);
 
@@ -191,12 +200,12 @@ void main() {
     const uint k0 = z * p.chunk, k1 = min(k0 + p.chunk, p.n);
     float a = 0.0, b = 0.0;
 #if PHASE == 5
-    FOR_CHUNK(a += X.v[off];)
+    FOR_CHUNK(a += TVK_LOAD(X.v[off]);)
     a = seg_sum(a, l, t, ol) / float(k1 - k0);  // chunk mean
-    FOR_CHUNK(float d = X.v[off] - a; b += d * d;)
+    FOR_CHUNK(float d = TVK_LOAD(X.v[off]) - a; b += d * d;)
 #else
     const float mu = FBuf(p.mean).v[c];
-    FOR_CHUNK(float gv = Gr.v[off]; a += gv; b += gv * (X.v[off] - mu);)
+    FOR_CHUNK(float gv = TVK_LOAD(Gr.v[off]); a += gv; b += gv * (TVK_LOAD(X.v[off]) - mu);)
     a = seg_sum(a, l, t, ol);
 #endif
     b = seg_sum(b, l, t, ol);
@@ -278,11 +287,11 @@ void main() {
         if (off < total) {
             const float c0 = P.v[4u * c], c1 = P.v[4u * c + 1u];
             if (!bwd) {
-                Y.v[off] = ACT(X.v[off] * c0 + c1);
+                Y.v[off] = TVK_STORE(ACT(TVK_LOAD(X.v[off]) * c0 + c1));
             } else if (eval_) {
-                Y.v[off] = Gr.v[off] * c0;
+                Y.v[off] = TVK_STORE(TVK_LOAD(Gr.v[off]) * c0);
             } else {
-                Y.v[off] = c0 * (Gr.v[off] - c1 - (X.v[off] - P.v[4u * c + 2u]) * P.v[4u * c + 3u]);
+                Y.v[off] = TVK_STORE(c0 * (TVK_LOAD(Gr.v[off]) - c1 - (TVK_LOAD(X.v[off]) - P.v[4u * c + 2u]) * P.v[4u * c + 3u]));
             }
         }
         STEP_QR(c, r, dq, dr)
@@ -302,8 +311,8 @@ void main() {
                 const uint rr = r + i_ * T;
                 if (i_ == 0u || rr < r1) {
                     const uint off = rr * p.n + col;
-                    const float gv = Gr.v[off];
-                    gw += gv * (X.v[off] - Mn.v[rr]) * Rs.v[rr];
+                    const float gv = TVK_LOAD(Gr.v[off]);
+                    gw += gv * (TVK_LOAD(X.v[off]) - Mn.v[rr]) * Rs.v[rr];
                     gb += gv;
                 }
             }
@@ -321,16 +330,16 @@ void main() {
 #if PHASE == 0
     // ------------------------------------------------------------ LN forward
     float s = 0.0;
-    FOR_ROW(s += X.v[off];)
+    FOR_ROW(s += TVK_LOAD(X.v[off]);)
     const float mu = seg_sum(s, l, t, ol) * inv_n;
     s = 0.0;
-    FOR_ROW(float d = X.v[off] - mu; s += d * d;)
+    FOR_ROW(float d = TVK_LOAD(X.v[off]) - mu; s += d * d;)
     const float rs = inversesqrt(seg_sum(s, l, t, ol) * inv_n + p.eps);
     FOR_ROW(
-        float v = (X.v[off] - mu) * rs;
+        float v = (TVK_LOAD(X.v[off]) - mu) * rs;
         if (has_w) v *= W.v[k];
         if (has_b) v += B.v[k];
-        Y.v[off] = v;
+        Y.v[off] = TVK_STORE(v);
     )
     if (live && t == 0) {
         if (HAS(p.mean)) FBuf(p.mean).v[row] = mu;
@@ -342,17 +351,17 @@ void main() {
     const float rs = live ? FBuf(p.rstd).v[row] : 0.0;
     float a = 0.0, c = 0.0;
     FOR_ROW(
-        float gv = Gr.v[off];
+        float gv = TVK_LOAD(Gr.v[off]);
         if (has_w) gv *= W.v[k];
         a += gv;
-        c += gv * (X.v[off] - mu) * rs;
+        c += gv * (TVK_LOAD(X.v[off]) - mu) * rs;
     )
     a = seg_sum(a, l, t, ol) * inv_n;
     c = seg_sum(c, l, t, ol) * inv_n;
     FOR_ROW(
-        float gv = Gr.v[off];
+        float gv = TVK_LOAD(Gr.v[off]);
         if (has_w) gv *= W.v[k];
-        Y.v[off] = rs * (gv - a - (X.v[off] - mu) * rs * c);
+        Y.v[off] = TVK_STORE(rs * (gv - a - (TVK_LOAD(X.v[off]) - mu) * rs * c));
     )
 #elif PHASE == 3
     // ------------------------------------------------------------ BN forward
@@ -362,10 +371,10 @@ void main() {
         rs = live ? inversesqrt(FBuf(p.rstd).v[row] + p.eps) : 0.0;
     } else {
         float s = 0.0;
-        FOR_ROW(s += X.v[off];)
+        FOR_ROW(s += TVK_LOAD(X.v[off]);)
         mu = seg_sum(s, l, t, ol) * inv_n;
         s = 0.0;
-        FOR_ROW(float d = X.v[off] - mu; s += d * d;)
+        FOR_ROW(float d = TVK_LOAD(X.v[off]) - mu; s += d * d;)
         const float var = seg_sum(s, l, t, ol) * inv_n;
         rs = inversesqrt(var + p.eps);
         if (live && t == 0) {
@@ -384,7 +393,7 @@ void main() {
     const float wv = (live && has_w) ? W.v[row] : 1.0;
     const float bv = (live && has_b) ? B.v[row] : 0.0;
     const float scale = rs * wv, shift = bv - mu * rs * wv;
-    FOR_ROW(Y.v[off] = ACT(X.v[off] * scale + shift);)
+    FOR_ROW(Y.v[off] = TVK_STORE(ACT(TVK_LOAD(X.v[off]) * scale + shift));)
 #elif PHASE == 4
     // ------------------------------------------------------------ BN backward
     const bool eval_ = (p.flags & 1u) != 0u;
@@ -394,9 +403,9 @@ void main() {
     const float wv = (live && has_w) ? W.v[row] : 1.0;
     float sg = 0.0, sgx = 0.0;
     FOR_ROW(
-        float gv = Gr.v[off];
+        float gv = TVK_LOAD(Gr.v[off]);
         sg += gv;
-        sgx += gv * (X.v[off] - mu);
+        sgx += gv * (TVK_LOAD(X.v[off]) - mu);
     )
     sg = seg_sum(sg, l, t, ol);
     sgx = seg_sum(sgx, l, t, ol) * rs;  // sum g * xhat
@@ -407,10 +416,10 @@ void main() {
     if (has_y) {
         if (eval_) {
             const float k_ = wv * rs;
-            FOR_ROW(Y.v[off] = Gr.v[off] * k_;)
+            FOR_ROW(Y.v[off] = TVK_STORE(TVK_LOAD(Gr.v[off]) * k_);)
         } else {
             const float k_ = wv * rs, mg = sg * inv_n, mgx = sgx * inv_n * rs;
-            FOR_ROW(Y.v[off] = k_ * (Gr.v[off] - mg - (X.v[off] - mu) * mgx);)
+            FOR_ROW(Y.v[off] = TVK_STORE(k_ * (TVK_LOAD(Gr.v[off]) - mg - (TVK_LOAD(X.v[off]) - mu) * mgx));)
         }
     }
 #endif

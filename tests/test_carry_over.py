@@ -62,9 +62,9 @@ def test_an_edit_that_leaves_the_kernels_alone_keeps_the_configs(head_template, 
 
 def test_an_edit_that_changes_a_kernel_leaves_the_configs_stale(head_template, monkeypatch, tmp_path, capsys):
     text, configs = head_template
-    line = "C.v[base + col] = acc[i][j];"  # the grad_weight store, in every tuned grad_weight kernel
+    line = "C.v[base + col] = STORE_C(acc[i][j]);"  # the grad_weight store, in every tuned grad_weight kernel
     assert line in text
-    _edit(monkeypatch, tmp_path, text.replace(line, "C.v[base + col] = acc[i][j] * 2.0;"))
+    _edit(monkeypatch, tmp_path, text.replace(line, "C.v[base + col] = STORE_C(acc[i][j] * 2.0);"))
     before = (configs / LLVMPIPE.name).read_text()
     assert carry_over.main(["conv2d.comp", "--since", "HEAD", "--configs", str(configs)]) == 1
     assert "the SPIR-V differs" in capsys.readouterr().out

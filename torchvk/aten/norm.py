@@ -1,4 +1,9 @@
-"""layer norm and batch norm (all of torch's aten entry points) on tvk_kernels.kernels.norm."""
+"""layer norm and batch norm (all of torch's aten entry points) on tvk_kernels.kernels.norm.
+
+float16/bfloat16 activations (autocast's batch norm, a .half() model's norms) are read and
+written in place by the kernels (16-bit storage, float32 arithmetic; weights, statistics and
+their gradients float32), with no cast copies; where the input and the gradient differ in dtype
+both are computed from float32 copies."""
 from __future__ import annotations
 
 
@@ -24,19 +29,33 @@ def _f32(t):
     return contig_dtype(t, torch.float32) if t is not None else None
 
 
+_STORAGE = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+def _activations(*tensors):
+    """(the kernels' storage name, the tensors as the kernels read them): float16/bfloat16 tensors of
+    one dtype in place (contiguous), anything else as float32 copies."""
+    dtype = tensors[0].dtype
+    if dtype in (torch.float16, torch.bfloat16) and all(t.dtype == dtype for t in tensors):
+        return _STORAGE[dtype], [contig(t) for t in tensors]
+    return "float32", [_f32(t) for t in tensors]
+
+
 # ------------------------------------------------------------------ layer norm
 @register(aten.native_layer_norm.default)
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
     k = len(normalized_shape)
-    x = _f32(input)
+    storage, (x,) = _activations(input)
     w, b = _f32(weight), _f32(bias)
     d = dev(input)
     shape, stat_shape = tuple(x.shape), list(x.shape[: x.dim() - k]) + [1] * k
 
     def run(operands):
         x, w, b = operands
-        out, mean, rstd = (new_tensor(size, torch.float32, d) for size in (shape, stat_shape, stat_shape))
-        norm_kernels.layer_norm(d, addr(x), addr(out), shape, k, _a(w), _a(b), float(eps), addr(mean), addr(rstd))
+        out = new_tensor(shape, x.dtype, d)
+        mean, rstd = (new_tensor(stat_shape, torch.float32, d) for _ in range(2))
+        norm_kernels.layer_norm(d, addr(x), addr(out), shape, k, _a(w), _a(b), float(eps), addr(mean), addr(rstd),
+                                dtype=storage)
         return out, mean, rstd
 
     begun = mark()
@@ -49,7 +68,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
 @register(aten.native_layer_norm_backward.default)
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     k = len(normalized_shape)
-    x, g = _f32(input), _f32(grad_out)
+    storage, (x, g) = _activations(input, grad_out)
     w = _f32(weight)
     d = dev(input)
     mean, rstd = contig(mean), contig(rstd)
@@ -59,9 +78,10 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
 
     def run(operands):
         g, x, mean, rstd, w = operands
-        gi, gw, gb = (new_tensor(size, torch.float32, d) if size is not None else None for size in sizes)
+        gi, gw, gb = (new_tensor(size, x.dtype if i == 0 else torch.float32, d) if size is not None else None
+                      for i, size in enumerate(sizes))
         norm_kernels.layer_norm_backward(d, addr(g), addr(x), addr(mean), addr(rstd), tuple(x.shape), k, _a(w),
-                                         _a(gi), _a(gw), _a(gb))
+                                         _a(gi), _a(gw), _a(gb), dtype=storage)
         return gi, gw, gb
 
     begun = mark()
@@ -73,7 +93,7 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
 
 # ------------------------------------------------------------------ batch norm
 def _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps, relu=False):
-    x = _f32(input)
+    storage, (x,) = _activations(input)
     w, b = _f32(weight), _f32(bias)
     d = dev(input)
     C = x.shape[1]
@@ -84,11 +104,11 @@ def _bn_forward(input, weight, bias, running_mean, running_var, training, moment
 
     def run(operands):
         x, w, b, running_mean, running_var = operands
-        out = new_tensor(shape, torch.float32, d)
+        out = new_tensor(shape, x.dtype, d)
         save_mean, save_invstd = new_tensor(stats, torch.float32, d), new_tensor(stats, torch.float32, d)
         norm_kernels.batch_norm(d, addr(x), addr(out), shape, _a(w), _a(b), _a(running_mean), _a(running_var),
                                 bool(training), float(momentum), float(eps), _a(save_mean) if training else 0,
-                                _a(save_invstd) if training else 0, relu=relu)
+                                _a(save_invstd) if training else 0, relu=relu, dtype=storage)
         return out, save_mean, save_invstd
 
     operands = (x, w, b, running_mean, running_var)
@@ -101,7 +121,7 @@ def _bn_forward(input, weight, bias, running_mean, running_var, training, moment
 
 def _bn_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
                  output_mask):
-    x, g = _f32(input), _f32(grad_out)
+    storage, (x, g) = _activations(input, grad_out)
     w = _f32(weight)
     d = dev(input)
     C = x.shape[1]
@@ -112,10 +132,11 @@ def _bn_backward(grad_out, input, weight, running_mean, running_var, save_mean, 
 
     def run(operands):
         g, x, w, running_mean, running_var, save_mean, save_invstd = operands
-        gi, gw, gb = (new_tensor(size, torch.float32, d) if size is not None else None for size in sizes)
+        gi, gw, gb = (new_tensor(size, x.dtype if i == 0 else torch.float32, d) if size is not None else None
+                      for i, size in enumerate(sizes))
         norm_kernels.batch_norm_backward(d, addr(g), addr(x), tuple(x.shape), _a(save_mean) if train else 0,
                                          _a(save_invstd) if train else 0, _a(w), _a(gi), _a(gw), _a(gb), bool(train),
-                                         _a(running_mean), _a(running_var), float(eps))
+                                         _a(running_mean), _a(running_var), float(eps), dtype=storage)
         return gi, gw, gb
 
     operands = (g, x, w, running_mean, running_var, save_mean, save_invstd)

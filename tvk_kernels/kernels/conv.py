@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 import struct
 
-from . import activations, conv_depthwise
-from .conv_geometry import check_storage, checked_split_k, conv2d_output_shape, geometry, storage_defines
+from . import activations, conv_depthwise, dtypes
+from .conv_geometry import checked_split_k, conv2d_output_shape, geometry, storage_defines
 from .kept_calls import kept_call
 from .launch import Family, address, family, grid_1d, positive, record_shape, recording
 from .reduce import reduce
@@ -101,7 +101,7 @@ class Conv2d(Family):
         defines = {"PER_THREAD": int(per_thread)}
         if act is not None:
             defines.update(activations.act_define(ACTIVATIONS[act]))
-        return self.variant({**defines, **storage_defines(dtype)}, wg, _RPUSH.size,
+        return self.variant({**defines, **dtypes.storage_define(dtype)}, wg, _RPUSH.size,
                             shared_bytes=0 if per_thread else 4 * wg, template=REDUCE_TEMPLATE)
 
     def reduce_wg(self) -> int:
@@ -254,7 +254,7 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
     depthwise kernels do not split. dtype: the storage of x, w, bias and out (module docstring)."""
     if act is not None and act not in ACTIVATIONS:
         raise ValueError(f"conv2d_forward: activation {act!r} is not one of {sorted(ACTIVATIONS)}")
-    check_storage(device, dtype)
+    dtypes.check_storage(device, dtype, "conv2d")
     g, out_shape = geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     if out_shape[0] * out_shape[1] == 0:
         return out_shape
@@ -289,7 +289,7 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
     conv2d_backward_weight's, planned from one stride phase's launch (phases run one after
     another); all phases write the same partial-sum slices, summed once at the end. dtype: the
     storage of grad_out, w and grad_in."""
-    check_storage(device, dtype)
+    dtypes.check_storage(device, dtype, "conv2d")
     g, _ = geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     x_shape = tuple(int(v) for v in x_shape)
     if x_shape[0] * x_shape[1] * x_shape[2] * x_shape[3] == 0:
@@ -326,7 +326,7 @@ def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, 
     would leave the device idle (tuning/conv2d.json "split_k"; split_k= forces a count):
     the slices write partial sums to a scratch buffer that a second pass adds up. out_hw: see
     conv_geometry.geometry. dtype: the storage of grad_out, x and grad_w."""
-    check_storage(device, dtype)
+    dtypes.check_storage(device, dtype, "conv2d")
     g, _ = geometry(x_shape, w_shape, stride, padding, dilation, groups, out_hw)
     w_shape = tuple(int(v) for v in w_shape)
     numel = w_shape[0] * w_shape[1] * w_shape[2] * w_shape[3]

@@ -1,7 +1,7 @@
 """The arguments both conv kernels read the same way: the implicit GEMM (conv.py) and the direct
 depthwise kernels (conv_depthwise.py) take the geometry dict `g` built here from the shapes and
-int-or-pair arguments, check a forced split count alike, and name their storage dtype with the
-same defines. A module of its own, so that conv.py
+int-or-pair arguments, check a forced split count alike, and name their storage with the same
+defines. A module of its own, so that conv.py
 routes depthwise convs to conv_depthwise.py without either importing the other's internals.
 """
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 
 from . import dtypes
-
-STORAGE = dtypes.codes("float32", "float16", "bfloat16")  # the conv templates' DTYPE (common/storage.glsl)
 
 
 # ------------------------------------------------------------------ shapes
@@ -77,15 +75,6 @@ def checked_split_k(split_k) -> int:
 
 # ------------------------------------------------------------------ storage
 def storage_defines(dtype: str, partials: bool = False) -> dict:
-    """DTYPE, and C_F32 where the output is float32 split-K partials, of the conv templates; none
-    for float32, so its modules (and the tuned configs stamped with them) stay as they were."""
-    if dtype == "float32":
-        return {}
-    return {"DTYPE": STORAGE[dtype], **({"C_F32": 1} if partials else {})}
-
-
-def check_storage(device, dtype: str) -> None:
-    if dtype not in STORAGE:
-        raise TypeError(f"conv2d: storage dtype {dtype!r} is not one of {sorted(STORAGE)}")
-    if dtype != "float32" and not device.facts.features.get("storage_16bit"):
-        raise TypeError(f"conv2d: {device.facts.name} has no 16-bit storage for {dtype} tensors")
+    """DTYPE (dtypes.storage_define) and, where a 16-bit conv's output is float32 split-K partials
+    (summed and rounded by conv2d_reduce.comp), C_F32."""
+    return {**dtypes.storage_define(dtype), **({"C_F32": 1} if partials and dtype != "float32" else {})}

@@ -42,3 +42,21 @@ def codes(*names: str) -> dict:
 def glsl_name(name: str) -> str:
     """The dtype's code as templates/common/dtypes.glsl names it."""
     return "TVK_DT_" + name.upper()
+
+
+# ------------------------------------------------------------------ 16-bit storage, float32 arithmetic
+STORAGE = codes("float32", "float16", "bfloat16")  # what templates including common/storage.glsl store
+
+
+def storage_define(dtype: str) -> dict:
+    """The DTYPE define of a common/storage.glsl template; none for float32, so its float32 modules
+    (and the tuned configs stamped with them) stay as they were."""
+    return {} if dtype == "float32" else {"DTYPE": STORAGE[dtype]}
+
+
+def check_storage(device, dtype: str, family: str) -> None:
+    """A clear error for a storage dtype the family or the device does not hold."""
+    if dtype not in STORAGE:
+        raise TypeError(f"{family}: storage dtype {dtype!r} is not one of {sorted(STORAGE)}")
+    if dtype != "float32" and not device.facts.features.get("storage_16bit"):
+        raise TypeError(f"{family}: {device.facts.name} has no 16-bit storage for {dtype} tensors")

@@ -1,7 +1,9 @@
 """Layer norm and batch norm, forward and backward (templates/norm.comp).
 
-All tensors are contiguous float32 buffers given by address; 0 means "absent" for every
-optional buffer (weight, bias, statistics outputs, gradients).
+All tensors are contiguous buffers given by address; 0 means "absent" for every optional buffer
+(weight, bias, statistics outputs, gradients). `dtype` (every entry point): the storage of x, y,
+grad_out and grad_in: float32, or float16/bfloat16 where the device has 16-bit storage (autocast's
+batch norm); weights, statistics and their gradients are float32, the arithmetic float32.
 
 Layer norm over the last `normalized_ndim` dims of `shape` (rows = the leading dims):
     layer_norm(device, x_addr, y_addr, shape, normalized_ndim=1, weight_addr=0, bias_addr=0,
@@ -35,6 +37,7 @@ from __future__ import annotations
 import math
 import struct
 
+from . import dtypes
 from .kept_calls import kept_call
 from .launch import Family, family, grid_1d, loop_budget_params, pow2ceil, powers_of_two, record_shape, recording
 from .reduce import reduce, required_subgroup_size, use_subgroups
@@ -51,18 +54,20 @@ class Norm(Family):
     def check_config(self, params: dict) -> dict:
         return powers_of_two(self.family, params, "WG")
 
-    def kernel(self, params: dict, phase: int, items: int, subgroup: bool, relu: bool = False):
+    def kernel(self, params: dict, phase: int, items: int, subgroup: bool, relu: bool = False,
+               dtype: str = "float32"):
         """One phase's kernel, every phase with the tuned WG and subgroup size, and 4 bytes of shared memory
         per thread."""
         wg = params["WG"]
-        return self.variant(defines(phase, items, subgroup, relu), wg, _PUSH.size, shared_bytes=4 * wg,
+        return self.variant(defines(phase, items, subgroup, relu, dtype), wg, _PUSH.size, shared_bytes=4 * wg,
                             subgroup_size=required_subgroup_size(params))
 
 
-def defines(phase: int, items: int, subgroup: bool, relu: bool = False) -> dict:
+def defines(phase: int, items: int, subgroup: bool, relu: bool = False, dtype: str = "float32") -> dict:
     """The defines of one norm kernel (the runtime and the tuner target build them here). RELU is
-    only defined when set: the plain kernels stay as they were before the fused variant."""
-    return {"PHASE": phase, "ITEMS": items, "SUBGROUP": int(subgroup), **({"RELU": 1} if relu else {})}
+    only defined when set, and DTYPE for 16-bit storage: the plain float32 kernels stay as they were."""
+    return {"PHASE": phase, "ITEMS": items, "SUBGROUP": int(subgroup), **({"RELU": 1} if relu else {}),
+            **dtypes.storage_define(dtype)}
 
 
 def _pack(addrs: dict, rows, n, inner=1, ostride=0, eps=0.0, momentum=0.0, unbias=1.0, flags=0, tlog=0, chunk=0,
@@ -72,12 +77,12 @@ def _pack(addrs: dict, rows, n, inner=1, ostride=0, eps=0.0, momentum=0.0, unbia
 
 
 def _row_launch(device, phase, prm, rows, n, addrs, inner=1, ostride=0, eps=0.0, momentum=0.0, unbias=1.0, flags=0,
-                label="norm", relu=False):
+                label="norm", relu=False, dtype="float32"):
     """One row (LN row / BN channel) per T adjacent threads."""
     prm = loop_budget_params(family(device, Norm), {"n": rows * n}, prm, n, passes=3)
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     t = min(wg, pow2ceil(-(-max(n, 1) // items)))
-    pipe = family(device, Norm).kernel(prm, phase, items, use_subgroups(device, prm), relu)
+    pipe = family(device, Norm).kernel(prm, phase, items, use_subgroups(device, prm), relu, dtype)
     groups = grid_1d(-(-rows // (wg // t)), device.facts.max_workgroup_count[0])
     push = _pack(addrs, rows, n, inner, ostride, eps, momentum, unbias, flags, t.bit_length() - 1)
     device.stream.dispatch(pipe, groups, push, label)
@@ -94,8 +99,9 @@ def _split_ln(shape, normalized_ndim):
 @kept_call('x_addr', 'y_addr', 'weight_addr', 'bias_addr', 'mean_addr', 'rstd_addr')
 def layer_norm(device, x_addr: int, y_addr: int, shape, normalized_ndim: int = 1, weight_addr: int = 0,
                bias_addr: int = 0, eps: float = 1e-5, mean_addr: int = 0, rstd_addr: int = 0,
-               params: dict | None = None):
+               params: dict | None = None, dtype: str = "float32"):
     """y = layer_norm(x) over the last normalized_ndim dims; mean/rstd ([rows]) are written if given."""
+    dtypes.check_storage(device, dtype, "norm")
     rows, n = _split_ln(shape, normalized_ndim)
     if rows == 0 or n == 0:
         return
@@ -103,14 +109,16 @@ def layer_norm(device, x_addr: int, y_addr: int, shape, normalized_ndim: int = 1
         record_shape(Norm.family, {"kind": "ln", "rows": rows, "cols": n, "n": rows * n}, direction="forward")
     prm = family(device, Norm).resolve({"n": rows * n}, params)
     _row_launch(device, LN_FWD, prm, rows, n, dict(x=x_addr, y=y_addr, w=weight_addr, b=bias_addr, mean=mean_addr,
-                                                    rstd=rstd_addr), eps=eps, label="layer_norm")
+                                                    rstd=rstd_addr), eps=eps, label="layer_norm", dtype=dtype)
 
 
 @kept_call('grad_addr', 'x_addr', 'mean_addr', 'rstd_addr', 'weight_addr', 'grad_in_addr', 'grad_weight_addr', 'grad_bias_addr')
 def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rstd_addr: int, shape,
                         normalized_ndim: int = 1, weight_addr: int = 0, grad_in_addr: int = 0,
-                        grad_weight_addr: int = 0, grad_bias_addr: int = 0, params: dict | None = None):
+                        grad_weight_addr: int = 0, grad_bias_addr: int = 0, params: dict | None = None,
+                        dtype: str = "float32"):
     """Gradients of layer_norm from grad_out (grad_addr), x and the saved mean / rstd."""
+    dtypes.check_storage(device, dtype, "norm")
     rows, n = _split_ln(shape, normalized_ndim)
     if n == 0:
         return
@@ -119,7 +127,8 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
     prm = family(device, Norm).resolve({"n": rows * n}, params)
     if grad_in_addr and rows:
         _row_launch(device, LN_BWD, prm, rows, n, dict(x=x_addr, y=grad_in_addr, g=grad_addr, w=weight_addr,
-                                                        mean=mean_addr, rstd=rstd_addr), label="layer_norm_backward")
+                                                        mean=mean_addr, rstd=rstd_addr), label="layer_norm_backward",
+                    dtype=dtype)
     if not (grad_weight_addr or grad_bias_addr):
         return
     # column sums over rows: adjacent threads on adjacent columns, T threads down the rows
@@ -133,7 +142,7 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
         nsplit = min(-(-target // groups), rows // split_rows, 65535)
     chunk = -(-max(rows, 1) // nsplit)
     nsplit = max(1, -(-rows // chunk))
-    pipe = family(device, Norm).kernel(prm, LN_GWB, items, False)
+    pipe = family(device, Norm).kernel(prm, LN_GWB, items, False, dtype=dtype)
     gx, gy, _ = grid_1d(groups, device.facts.max_workgroup_count[0])
     if nsplit == 1:
         aux0, aux1, parts = grad_weight_addr, grad_bias_addr, []
@@ -169,7 +178,7 @@ def _bn_chunks(prm, c: int, m: int):
     return -(-m // chunk), chunk
 
 
-def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, relu=False, **scalars):
+def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, relu=False, dtype="float32", **scalars):
     """Split batch norm: chunk partials (PHASE `partials`; none when split is None), the
     per-channel combine, then the elementwise apply when there is an output (addrs['y']),
     relu of it when `relu`."""
@@ -180,12 +189,12 @@ def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, relu=Fals
                  nsplit=nsplit, **scalars)
     fam, max_x = family(device, Norm), device.facts.max_workgroup_count[0]
     if nsplit:
-        pipe = fam.kernel(prm, partials, items, use_subgroups(device, prm))
+        pipe = fam.kernel(prm, partials, items, use_subgroups(device, prm), dtype=dtype)
         device.stream.dispatch(pipe, (c, 1, nsplit), push, label + ".partials")
     pipe = fam.kernel(prm, BN_COMBINE, 1, False)
     device.stream.dispatch(pipe, grid_1d(-(-c // wg), max_x), push, label + ".combine")
     if addrs.get("y"):
-        pipe = fam.kernel(prm, BN_APPLY, items, False, relu)
+        pipe = fam.kernel(prm, BN_APPLY, items, False, relu, dtype)
         device.stream.dispatch(pipe, grid_1d(-(-c * m // (wg * items)), max_x), push, label + ".apply")
     device.stream.keep_alive(scratch)
 
@@ -194,9 +203,10 @@ def _bn_split(device, prm, c, m, inner, addrs, split, partials, label, relu=Fals
 def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bias_addr: int = 0,
                running_mean_addr: int = 0, running_var_addr: int = 0, training: bool = True,
                momentum: float = 0.1, eps: float = 1e-5, save_mean_addr: int = 0, save_invstd_addr: int = 0,
-               params: dict | None = None, relu: bool = False):
-    """torch.nn.functional.batch_norm on (N, C, *) float32; see the module docstring. relu: write
+               params: dict | None = None, relu: bool = False, dtype: str = "float32"):
+    """torch.nn.functional.batch_norm on (N, C, *); see the module docstring. relu: write
     relu(y) instead of y (the statistics are those of y either way)."""
+    dtypes.check_storage(device, dtype, "norm")
     n_, c, inner = _split_bn(shape)
     m = n_ * inner
     if c == 0 or m == 0:
@@ -221,10 +231,10 @@ def batch_norm(device, x_addr: int, y_addr: int, shape, weight_addr: int = 0, bi
     split = _bn_chunks(prm, c, m)
     if split:  # eval needs no partials: the combine reads the running stats
         _bn_split(device, prm, c, m, inner, addrs, split if training else None, BN_PART_FWD, label, relu=relu,
-                  eps=eps, momentum=momentum, unbias=unbias, flags=flags)
+                  dtype=dtype, eps=eps, momentum=momentum, unbias=unbias, flags=flags)
         return
     _row_launch(device, BN_FWD, prm, c, m, addrs, inner=inner, ostride=c * inner, eps=eps,
-                momentum=momentum, unbias=unbias, flags=flags, label=label, relu=relu)
+                momentum=momentum, unbias=unbias, flags=flags, label=label, relu=relu, dtype=dtype)
 
 
 @kept_call('grad_addr', 'x_addr', 'save_mean_addr', 'save_invstd_addr', 'weight_addr', 'grad_in_addr', 'grad_weight_addr', 'grad_bias_addr', 'running_mean_addr', 'running_var_addr')
@@ -232,8 +242,9 @@ def batch_norm_backward(device, grad_addr: int, x_addr: int, shape, save_mean_ad
                         save_invstd_addr: int = 0, weight_addr: int = 0, grad_in_addr: int = 0,
                         grad_weight_addr: int = 0, grad_bias_addr: int = 0, training: bool = True,
                         running_mean_addr: int = 0, running_var_addr: int = 0, eps: float = 1e-5,
-                        params: dict | None = None):
+                        params: dict | None = None, dtype: str = "float32"):
     """Gradients of batch_norm: grad_in (N, C, *), grad_weight and grad_bias ([C]); see the module docstring."""
+    dtypes.check_storage(device, dtype, "norm")
     n_, c, inner = _split_bn(shape)
     m = n_ * inner
     if c == 0:
@@ -254,7 +265,7 @@ def batch_norm_backward(device, grad_addr: int, x_addr: int, shape, save_mean_ad
     if split:  # eval: the sums only feed grad weight / bias
         sums = grad_weight_addr or grad_bias_addr or (training and grad_in_addr)
         _bn_split(device, prm, c, m, inner, addrs, split if sums else None, BN_PART_BWD, "batch_norm_backward",
-                  eps=eps, flags=flags | 2)
+                  dtype=dtype, eps=eps, flags=flags | 2)
         return
     _row_launch(device, BN_BWD, prm, c, m, addrs, inner=inner, ostride=c * inner, eps=eps, flags=flags,
-                label="batch_norm_backward")
+                label="batch_norm_backward", dtype=dtype)

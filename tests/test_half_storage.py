@@ -1,11 +1,12 @@
-"""float16 and bfloat16 convolutions on the kernels' 16-bit storage (templates/common/storage.glsl).
+"""float16 and bfloat16 convolutions and norms on the kernels' 16-bit storage (templates/common/storage.glsl).
 
-autocast's convs read and write their 16-bit tensors in place, with float32 arithmetic: each output is
-the float32 result of the rounded inputs, rounded once. So every check here compares against float64 on
-the same rounded inputs, within one rounding of the output dtype (plus float32's own error), not within a
-tolerance picked to pass. Split-K partials stay float32 until they are summed (a partial stored in 16 bits
-would be read back as garbage by the float32 sum). Devices without 16-bit storage compute on float32 copies.
-RDNA1: the 16-bit variants of the shipped RDNA1 configs compile on the null Navi 10 with 0 spills in 32 KiB.
+autocast's convs and batch norms read and write their 16-bit tensors in place, with float32 arithmetic: each
+output is the float32 result of the rounded inputs, rounded once. So every check here compares against float64
+on the same rounded inputs, within one rounding of the output dtype (plus float32's own error), not within a
+tolerance picked to pass; the norms' weight and bias gradients and statistics are float32 and held to float32's
+precision. Split-K partials stay float32 until they are summed (a partial stored in 16 bits would be read back
+as garbage by the float32 sum). RDNA1: the 16-bit variants of the shipped RDNA1 configs compile on the null
+Navi 10 with 0 spills in 32 KiB.
 """
 import json
 from pathlib import Path
@@ -17,7 +18,8 @@ import torch
 import torchvk  # noqa: F401  (the tvk device)
 import torchvk.profiler
 from rdna1_check import LDS_LIMIT, assert_fits_rdna1, navi10_stats
-from tvk_kernels.kernels import conv
+from tvk_kernels.kernels import conv, norm
+from tvk_kernels.kernels.launch import family
 
 F = torch.nn.functional
 HALF = [torch.float16, torch.bfloat16]
@@ -139,10 +141,81 @@ def test_split_k_partials_are_float32_and_rounded_once(device, dtype, direction)
         _close(got, ref, torch_dtype, f"{direction} groups={groups}")
 
 
+BN_SPLIT = {"TARGET_GROUPS": 16, "SPLIT_ROWS": 64}  # tests/test_norm.py's: few channels take the split kernels
+
+
+def _words(t: torch.Tensor) -> np.ndarray:
+    """A 16-bit tensor's raw words, as the device stores them."""
+    return t.contiguous().view(torch.int16).numpy()
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("params", [None, BN_SPLIT], ids=["per_channel", "split"])
+def test_batch_norm_on_16bit_activations(device, dtype, training, params):
+    """The kernels' batch norm with 16-bit x, y, grad_out and grad_in and float32 weight, bias, statistics and
+    their gradients (autocast's mix), one workgroup per channel and split: y and grad_in within one rounding,
+    the float32 outputs within float32's error, running statistics updated as float32."""
+    shape, c = (6, 3, 11, 13), 3
+    prm = family(device, norm.Norm).resolve({"n": int(np.prod(shape))}, params)
+    assert (norm._bn_chunks(prm, c, int(np.prod(shape)) // c) is not None) == (params is not None)
+    gen = torch.Generator().manual_seed(2)
+    x = (torch.randn(shape, generator=gen) * 2 + 1).to(dtype)
+    g = torch.randn(shape, generator=gen).to(dtype)
+    w, b = torch.randn(c, generator=gen), torch.randn(c, generator=gen)
+    rm, rv = torch.randn(c, generator=gen), torch.rand(c, generator=gen) + 0.5
+    x64, w64, b64 = (t.double().requires_grad_() for t in (x, w, b))
+    rm64, rv64 = rm.double(), rv.double()
+    y64 = F.batch_norm(x64, rm64, rv64, w64, b64, training, 0.1, 1e-5)
+    y64.backward(g.double())
+    name = str(dtype).split(".")[1]
+    xb, gb = device.upload(_words(x)), device.upload(_words(g))
+    wb, bb, rmb, rvb = (device.upload(t.numpy()) for t in (w, b, rm, rv))
+    alloc = device.allocator.alloc
+    yb, gib, mb, ib, gwb, gbb = alloc(2 * x.numel()), alloc(2 * x.numel()), *(alloc(4 * c) for _ in range(4))
+    try:
+        norm.batch_norm(device, xb.address, yb.address, shape, wb.address, bb.address, rmb.address, rvb.address,
+                        training, 0.1, 1e-5, mb.address if training else 0, ib.address if training else 0,
+                        params=params, dtype=name)
+        stats = (mb.address, ib.address) if training else (0, 0)
+        norm.batch_norm_backward(device, gb.address, xb.address, shape, *stats, wb.address, gib.address,
+                                 gwb.address, gbb.address, training, rmb.address, rvb.address, 1e-5, params=params,
+                                 dtype=name)
+        got = {k: torch.from_numpy(device.download(buf, np.int16, shape).copy()).view(dtype)
+               for k, buf in (("y", yb), ("grad_input", gib))}
+        got_w, got_b = (torch.from_numpy(device.download(buf, np.float32, (c,)).copy()) for buf in (gwb, gbb))
+        got_rm = torch.from_numpy(device.download(rmb, np.float32, (c,)).copy())
+    finally:
+        device.synchronize()
+        for buf in (xb, gb, wb, bb, rmb, rvb, yb, gib, mb, ib, gwb, gbb):
+            buf.free()
+    _close(got["y"], y64.detach(), dtype, "y")
+    _close(got["grad_input"], x64.grad, dtype, "grad_input")
+    torch.testing.assert_close(got_w.double(), w64.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got_b.double(), b64.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got_rm.double(), rm64, rtol=1e-5, atol=1e-6)  # F.batch_norm updated rm64 in place
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_layer_norm_on_16bit_activations(dtype):
+    """A .half() model's layer norm (autocast runs layer norm in float32): x, y and grad_in 16-bit in place,
+    weight and bias gradients float32 sums rounded to the parameters' dtype once."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 5, 40, generator=gen).to(dtype)
+    w, b = torch.randn(40, generator=gen).to(dtype), torch.randn(40, generator=gen).to(dtype)
+    go = torch.randn(3, 5, 40, generator=gen).to(dtype)
+    ref = _conv_and_grads(lambda x, w, b: F.layer_norm(x, (40,), w, b), x.double(), w.double(), b.double(), {},
+                          go.double())
+    got = _conv_and_grads(lambda x, w, b: F.layer_norm(x, (40,), w, b), x.to("tvk"), w.to("tvk"), b.to("tvk"), {},
+                          go.to("tvk"))
+    for name, g, r in zip(("output", "grad_input", "grad_weight", "grad_bias"), got, ref):
+        _close(g, r, dtype, name)
+
+
 def test_kernel_api_refuses_unknown_storage(device):
     buf = device.allocator.alloc(4096)
     try:
-        with pytest.raises(TypeError, match="storage dtype 'float64'"):
+        with pytest.raises(TypeError, match="conv2d: storage dtype .float64."):
             conv.conv2d_forward(device, buf, buf, None, buf, (1, 2, 5, 5), (2, 2, 3, 3), dtype="float64")
     finally:
         buf.free()
