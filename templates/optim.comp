@@ -76,6 +76,8 @@ layout(constant_id = 5) const bool NORM_INF = false;  // the norm modes: max |x|
 #define OP_CLAMP_MAX 16u
 #define OP_FILL 17u
 #define OP_ABS 18u
+#define OP_UNSCALE 19u  // GradScaler's check and unscale: out = a * grad_scale[0] (the inverse scale, F_GRAD_SCALE),
+                        // and found_inf[0] = 1.0 where an a is inf or NaN (every writer writes the same 1.0)
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer TBuf { uint64_t v[]; };
@@ -270,6 +272,10 @@ void run(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint64
             case OP_CLAMP_MAX: r = isnan(x) ? x : min(x, v); break;
             case OP_FILL: r = v; break;
             case OP_ABS: r = abs(x); break;
+            case OP_UNSCALE:
+                r = x * aux(F_GRAD_SCALE, 1u, 1.0);
+                if (isnan(x) || isinf(x)) FBuf(packUint2x32(p.inf_addr)).v[0] = 1.0;
+                break;
             default: r = x; break;
         }
         O.v[i] = r;

@@ -91,6 +91,32 @@ def test_unscale_op_matches_cpu(grad_dtype):
             torch.testing.assert_close(t, c, equal_nan=True, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("bad", [None, 0, 3, 5], ids=["finite", "inf_first", "nan_middle", "inf_strided"])
+def test_unscale_of_many_grads_is_one_dispatch(bad):
+    """A model's float32 gradients are unscaled and checked by one kernel (templates/optim.comp, its unscale op),
+    strided and 16-bit ones by their own: the same grads and found_inf as CPU, wherever the non-finite value is."""
+    import torchvk.profiler
+
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(n, generator=gen) for n in (7, 300, 1, 4097, 64)] + [torch.randn(5, 6, generator=gen).t()]
+    grads.append(torch.randn(9, generator=gen).half())
+    if bad is not None:
+        grads[bad][(grads[bad].shape[0] // 2,) * grads[bad].dim()] = float("inf") if bad != 3 else float("nan")
+    results = []
+    for device in ("cpu", "tvk"):
+        gs = [g.to(device, copy=True) for g in grads]
+        gs[5] = grads[5].t().to(device, copy=True).t()  # strided: column-major, as built
+        found = torch.zeros((), device=device)
+        with torchvk.profiler.profile() as prof:
+            torch._amp_foreach_non_finite_check_and_unscale_(gs, found, torch.full((), 0.125, device=device))
+            results.append((found.item(), [g.cpu() for g in gs]))
+    assert results[0][0] == results[1][0] == (0.0 if bad is None else 1.0)
+    for c, t in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(t, c, equal_nan=True, rtol=0, atol=0)
+    labels = [k.name for k in prof.kernels]
+    assert labels.count("amp.unscale") == 3, labels  # the five contiguous float32 grads, the strided one, the fp16 one
+
+
 @pytest.mark.parametrize("found_inf,tracker,scale", [(1.0, 1, 1024.0), (0.0, 0, 1024.0), (0.0, 2, 1024.0),
                                                      (0.0, 2, 3e38)])
 def test_update_scale_op_matches_cpu(found_inf, tracker, scale):

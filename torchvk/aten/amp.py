@@ -1,6 +1,7 @@
-"""The two ops `torch.amp.GradScaler("tvk")` needs, on tvk_kernels.kernels.amp (templates/amp.comp):
-one kernel per gradient and one for the scale update, no host sync (GradScaler's one `.item()`
-per step on found_inf stays the only one, as on CUDA).
+"""The two ops `torch.amp.GradScaler("tvk")` needs, on tvk_kernels.kernels.amp (templates/amp.comp)
+and the fused multi-tensor kernel (templates/optim.comp): one kernel for all contiguous float32
+gradients (others, 16-bit or strided, one each) and one for the scale update, no host sync
+(GradScaler's one `.item()` per step on found_inf stays the only one, as on CUDA).
 
 * `_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)`: found_inf = 1 when a
   grad holds an inf or a NaN; every grad *= inv_scale.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch.amp.grad_scaler import GradScaler, OptState
 
-from tvk_kernels.kernels import amp as amp_kernels
+from tvk_kernels.kernels import amp as amp_kernels, optim as optim_kernels
 
 from ..op_registry import register
 from .._tensor import TVKTensor
@@ -43,7 +44,12 @@ def amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale):
     for g in grads:
         if g.dtype not in DTYPE_NAME:
             raise TypeError(f"{op}: gradients must be float32, float16 or bfloat16 on tvk, got {g.dtype}")
-        if g.numel() == 0:
+    fused = [g for g in grads if g.dtype == torch.float32 and g.is_contiguous() and g.numel()]
+    if fused:  # one dispatch for them all, however many parameters the model has
+        optim_kernels.foreach_unscale(dev(found_inf), (tuple(addr(g) for g in fused), tuple(g.numel() for g in fused)),
+                                      addr(found_inf), addr(inv_scale))
+    for g in grads:
+        if g.numel() == 0 or (g.dtype == torch.float32 and g.is_contiguous()):
             continue
         flat = contig(g)
         amp_kernels.unscale(dev(g), addr(flat), flat.numel(), addr(found_inf), addr(inv_scale), DTYPE_NAME[g.dtype])

@@ -33,7 +33,7 @@ F_DEVICE_STEP, F_LR_TENSOR, F_GRAD_SCALE, F_FOUND_INF, F_PER_TENSOR, F_B_SCALAR 
 OP_SHIFT = 16
 # MODE_FOREACH opcodes, in templates/optim.comp's order: out = op(a, b, c, v)
 FOREACH_OPS = ("copy", "add", "add_s", "mul", "mul_s", "div", "div_s", "neg", "sqrt", "reciprocal", "lerp",
-               "addcmul", "addcdiv", "maximum", "minimum", "clamp_min", "clamp_max", "fill", "abs")
+               "addcmul", "addcdiv", "maximum", "minimum", "clamp_min", "clamp_max", "fill", "abs", "unscale")
 _SCALARS = "8fI"
 _PUSH_FUSED = struct.Struct("<QQQII" + _SCALARS + "4xQQQ")  # + lr, grad_scale, found_inf addresses
 _PUSH_TENSOR = struct.Struct("<QQQQQQII" + _SCALARS)
@@ -337,6 +337,16 @@ def foreach_pointwise(device, op: str, tensors, value: float = 0.0, values=None,
         bits = tuple(np.asarray(values, dtype=np.float32).view(np.uint32).tolist())  # slot 6: the tensor's v
     _launch(device, MODE_FOREACH, (outs, a, b, c, None, numels, bits), (float(value),) + (0.0,) * 7 + (flags,), True,
             params, "foreach_" + op)
+
+
+def foreach_unscale(device, tensors, found_inf, inv_scale, params: dict | None = None):
+    """GradScaler's check and unscale of every gradient of tensors = (addresses, numels) (contiguous
+    float32) in one dispatch: g *= inv_scale[0]; found_inf[0] = 1.0 where a g is inf or NaN
+    (torch._amp_foreach_non_finite_check_and_unscale_; found_inf and inv_scale float32 addresses)."""
+    addresses, numels = tensors
+    flags = (FOREACH_OPS.index("unscale") << OP_SHIFT) | F_GRAD_SCALE
+    _launch(device, MODE_FOREACH, (addresses, addresses, None, None, None, numels, None), (0.0,) * 8 + (flags,), True,
+            params, "amp.unscale", aux=(0, address(inv_scale), address(found_inf)))
 
 
 def foreach_norms(device, tensors, out, norm_type: float = 2.0, params: dict | None = None):
