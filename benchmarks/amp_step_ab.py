@@ -63,17 +63,18 @@ def main():
     args = ap.parse_args()
     models = args.models.split(",")
     with trees(args.compare) as roots:
-        runs = {tree: {m: [] for m in models} for tree in roots}
-        for _ in range(args.rounds):
-            for m in models:
+        runs = {tree: {} for tree in roots}
+        for m in models:  # model by model, written as each finishes: a run cut short keeps what it measured
+            for _ in range(args.rounds):
                 for tree, root in roots.items():
-                    runs[tree][m].append(json.loads(_run(_STEPS, root, m, str(args.steps), args.size).strip().splitlines()[-1]))
-    summary = {tree: {m: {mode: {key: statistics.median(r[mode][key] for r in rs)
-                                 for key in ("wall_ms", "gpu_ms", "kernels", "copies", "copy_ms")}
-                          for mode in MODES} for m, rs in per.items()} for tree, per in runs.items()}
+                    out = _run(_STEPS, root, m, str(args.steps), args.size)
+                    runs[tree].setdefault(m, []).append(json.loads(out.strip().splitlines()[-1]))
+            summary = {tree: {m: {mode: {key: statistics.median(r[mode][key] for r in rs)
+                                         for key in ("wall_ms", "gpu_ms", "kernels", "copies", "copy_ms")}
+                                  for mode in MODES} for m, rs in per.items()} for tree, per in runs.items()}
+            if args.out:
+                _write(args.out, runs, summary, list(runs["tvk"]), args)
     print(json.dumps(summary, indent=1))
-    if args.out:
-        _write(args.out, runs, summary, models, args)
 
 
 def _write(out_dir, runs, summary, models, args):
