@@ -324,6 +324,37 @@ def eager_step_ab(r) -> list[str]:
     return lines
 
 
+def amp_step_ab(r) -> list[str]:
+    this, other = r["trees"]
+    lines = [f"AMP (autocast float16 + GradScaler) and float32 eager training steps of zoo models at {r.get('size', 'bench')} size "
+             f"(`python benchmarks/amp_step_ab.py`: {r['rounds']} run(s) per tree, each a fresh process; GPU ms of one "
+             f"profiled step, wall ms the median of {r['steps']}), {this} beside {other}. The issue's target: the AMP "
+             "step at most 0.6x the float32 one.", "",
+             f"| model | tree | fp32 GPU ms | AMP GPU ms | AMP / fp32 GPU | AMP / fp32 wall | AMP kernels | AMP copy kernels "
+             "(GPU ms) |", "|---|---|---|---|---|---|---|---|"]
+    for model in r["models"]:
+        for tree in (this, other):
+            s = r["summary"][tree][model]
+            lines.append(f"| {model} | {tree} | {_fmt(s['eager']['gpu_ms'])} | {_fmt(s['amp']['gpu_ms'])} | "
+                         f"{_fmt(s['amp']['gpu_ms'] / s['eager']['gpu_ms'])}x | "
+                         f"{_fmt(s['amp']['wall_ms'] / s['eager']['wall_ms'])}x | {s['amp']['kernels']:.0f} | "
+                         f"{s['amp']['copies']:.0f} ({s['amp']['copy_ms']:.2f}) |")
+    return lines
+
+
+def sdpa_dtypes(r) -> list[str]:
+    lines = [f"Fused attention (causal, forward + backward) in float16 beside float32, GPU time of its kernels "
+             f"(`python benchmarks/sdpa_dtypes.py`: median of {r['repeats']} profiled repeats after a spin-up):", ""]
+    rows = {}
+    for x in r["results"]:
+        rows.setdefault((tuple(x["shape"]), x["strided"]), {})[x["dtype"]] = x["attention_ms"]
+    for (shape, strided), ms in rows.items():
+        lines.append(f"- {shape} (batch, heads, length, head), q/k/v {'views of one projection' if strided else 'contiguous'}: "
+                     f"float32 {_fmt(ms.get('float32'))} ms, float16 {_fmt(ms.get('float16'))} ms "
+                     f"({_fmt(ms['float16'] / ms['float32']) if ms.get('float16') and ms.get('float32') else '-'}x)")
+    return lines
+
+
 def zoo(r) -> list[str]:
     ok = [x for x in r["runs"] if x["device"] == "tvk" and "error" not in x]
     out = [f"{r['tvk_trained']} train on tvk with 0 CPU ops (eager, torchvk.compile, torch.compile)."
@@ -512,6 +543,8 @@ SECTIONS = [("vector-add", "1. Vector add", vector_add), ("matmul", "2. Matmul",
             ("kernels", "Kernels beside torch CUDA", kernels), ("models", "Real models: training steps", models),
             ("eager_host_time", "Host time per eager op", eager_host_time),
             ("eager_step_ab", "Eager steps beside an earlier tree", eager_step_ab),
+            ("amp_step_ab", "AMP steps beside float32 and an earlier tree", amp_step_ab),
+            ("sdpa_dtypes", "Fused attention by dtype", sdpa_dtypes),
             ("zoo", "Model zoo", zoo),
             ("kernel_profile", "Training-step GPU time", kernel_profile),
             ("distributed", "Data-parallel training (torch.distributed)", distributed)]
