@@ -5,7 +5,10 @@ AMP path (16-bit storage in a kernel family, fewer cast copies) shows as the AMP
 `copy` kernels beside the earlier tree's. Each (tree, model) runs in a fresh process: the zoo model at bench size
 (random init, its seeded batches), float32 eager then AMP (autocast float16 + GradScaler, torch.amp's recipe);
 per mode 0.3 s of steps to spin the GPU up, the median wall time of STEPS steps (each ending in loss.item()),
-then one profiled step: its GPU kernel time from Vulkan timestamps, its kernel count and its copy kernels.
+then a profiled step: its GPU kernel time from Vulkan timestamps, its kernel count and its copy kernels. A
+host-bound eager step leaves the GPU idle enough for its clock to fall (design note 11: the same kernel was seen
+4x slower in one process than in the next), so each profiled step follows 0.3 s of GPU-bound load (fp32
+matmuls), three times, and the one of least GPU time is kept.
 The trees alternate, ROUNDS runs each.
 
     python benchmarks/amp_step_ab.py --compare REV|DIR [--models timm_resnet18,hf_gpt2] [--rounds 2] [--size tiny]
@@ -22,6 +25,9 @@ _STEPS = r"""
 import collections, json, sys, time
 import torch, torchvk, torchvk.profiler
 from torchvk.experiments import zoo, zoo_models
+from torchvk.experiments.ablations import _spin_up
+from tvk_kernels import get_device
+device = get_device(0)
 name, steps, size = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 out = {}
 for mode in ("eager", "amp"):
@@ -37,12 +43,17 @@ for mode in ("eager", "amp"):
         t0 = time.perf_counter()
         loss = step(*batches[j % 3]).item()
         walls.append(time.perf_counter() - t0)
-    with torchvk.profiler.profile() as prof:
-        step(*batches[0]).item()
-        torch.tvk.synchronize()
-    names = collections.Counter(k.name for k in prof.kernels)
+    best = None
+    for _ in range(3):  # a host-bound step lets the clock fall: each profile right after GPU-bound load, the least kept
+        _spin_up(device, 0.3, 2048 if size == "bench" else 64)  # tiny: a CPU check, no clock to raise
+        with torchvk.profiler.profile() as prof:
+            step(*batches[0]).item()
+            torch.tvk.synchronize()
+        total = sum(k.duration_us for k in prof.kernels)
+        best = (total, prof.kernels) if best is None or total < best[0] else best
+    names = collections.Counter(k.name for k in best[1])
     per = collections.Counter()
-    for k in prof.kernels:
+    for k in best[1]:
         per[k.name] += k.duration_us / 1e3
     walls.sort()
     out[mode] = {"wall_ms": walls[len(walls) // 2] * 1e3, "gpu_ms": sum(per.values()), "kernels": len(prof.kernels),
