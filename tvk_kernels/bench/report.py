@@ -578,7 +578,8 @@ def build(results: Path, configs: Path) -> str:
                 lines = fn(found[key], found.get("matmul")) if key == "ablations" else fn(found[key])
                 if key in ("mnist", "low-vram"):
                     out += [f"**{title}.** {_stamp(found[key])}"] + [f"- {line}" for line in lines]
-                elif key in ("models", "eager_host_time", "eager_step_ab"):  # a paragraph, its table, a closing line
+                elif key in ("models", "eager_host_time", "eager_step_ab", "amp_step_ab", "sdpa_dtypes"):
+                    # a paragraph, then its table or list
                     out += [f"**{title}.** {lines[0]} {_stamp(found[key])}"] + lines[1:]
                 else:
                     out.append(f"**{title}.** " + " ".join(lines) + f" {_stamp(found[key])}")
