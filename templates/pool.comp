@@ -1,5 +1,5 @@
 #version 450
-// 2-D pooling over NCHW float32 planes (P = N*C planes of H x W -> OH x OW), one invocation
+// 2-D pooling over NCHW planes (P = N*C planes of H x W -> OH x OW), one invocation
 // per output element (forward) or per input element (backward: a gather over the windows
 // that cover it, so no two invocations write the same element and no atomics are needed,
 // also for overlapping windows). OP selects:
@@ -11,10 +11,13 @@
 //   6 adaptive avg backward
 // Indices are int64 written as (low, high) uint pairs, so no int64 shader support is needed.
 // Tunables (specialization constants): local size (id 0), ITEMS (id 3: elements per invocation).
-// Defines: OP.
+// Defines: OP; DTYPE (common/storage.glsl; absent: float32): the storage of the input and output
+// planes (float32 arithmetic, each output rounded once).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
+#extension GL_GOOGLE_include_directive : require
+#include "common/storage.glsl"
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
@@ -23,8 +26,8 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #endif
 layout(constant_id = 3) const uint ITEMS = 1u;
 
-layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer RBuf { float v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 4) writeonly buffer WBuf { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = TVK_ST_ALIGN) readonly buffer RBuf { TVK_ST v[]; };
+layout(buffer_reference, std430, buffer_reference_align = TVK_ST_ALIGN) writeonly buffer WBuf { TVK_ST v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer IBuf { uvec2 v[]; };
 
 layout(push_constant) uniform Params {
@@ -93,7 +96,7 @@ void main() {
                     continue;
                 }
                 int ii = iy * int(p.w) + ix;
-                float v = S.v[base + uint(ii)];
+                float v = TVK_LOAD(S.v[base + uint(ii)]);
                 if (bi < 0) {
                     bi = ii;  // torch starts at the window's first in-image tap
                 }
@@ -103,7 +106,7 @@ void main() {
                 }
             }
         }
-        D.v[e] = best;
+        D.v[e] = TVK_STORE(best);
         if ((p.flags & 1u) != 0u) {
             IBuf I = IBuf(p.idx);
             I.v[e] = uvec2(uint(max(bi, 0)), 0u);
@@ -115,20 +118,20 @@ void main() {
         float s = 0.0;
         for (int iy = h0; iy < h1; ++iy) {
             for (int ix = w0; ix < w1; ++ix) {
-                s += S.v[base + uint(iy * int(p.w) + ix)];
+                s += TVK_LOAD(S.v[base + uint(iy * int(p.w) + ix)]);
             }
         }
-        D.v[e] = s / avg_divisor(y, x);
+        D.v[e] = TVK_STORE(s / avg_divisor(y, x));
 #else
         const uint h0 = astart(y, p.h, p.oh), h1 = aend(y, p.h, p.oh);
         const uint w0 = astart(x, p.w, p.ow), w1 = aend(x, p.w, p.ow);
         float s = 0.0;
         for (uint iy = h0; iy < h1; ++iy) {
             for (uint ix = w0; ix < w1; ++ix) {
-                s += S.v[base + iy * p.w + ix];
+                s += TVK_LOAD(S.v[base + iy * p.w + ix]);
             }
         }
-        D.v[e] = s / float((h1 - h0) * (w1 - w0));
+        D.v[e] = TVK_STORE(s / float((h1 - h0) * (w1 - w0)));
 #endif
 #else  // backward: e is an input element
         const uint pl = e / hw, r = e - pl * hw;
@@ -147,7 +150,7 @@ void main() {
             for (uint x = x0; x < x1; ++x) {
                 uint o = obase + y * p.ow + x;
                 if (I.v[o].x == r) {
-                    s += S.v[o];
+                    s += TVK_LOAD(S.v[o]);
                 }
             }
         }
@@ -162,7 +165,7 @@ void main() {
                 if (ox % p.dw != 0u) {
                     continue;
                 }
-                s += S.v[obase + y * p.ow + x] / avg_divisor(y, x);
+                s += TVK_LOAD(S.v[obase + y * p.ow + x]) / avg_divisor(y, x);
             }
         }
 #endif
@@ -179,11 +182,11 @@ void main() {
                 if (ix < w0 || ix >= w1) {
                     continue;
                 }
-                s += S.v[obase + y * p.ow + x] / float((h1 - h0) * (w1 - w0));
+                s += TVK_LOAD(S.v[obase + y * p.ow + x]) / float((h1 - h0) * (w1 - w0));
             }
         }
 #endif
-        D.v[e] = s;
+        D.v[e] = TVK_STORE(s);
 #endif
     }
 }

@@ -1,6 +1,6 @@
-"""float16 and bfloat16 convolutions and norms on the kernels' 16-bit storage (templates/common/storage.glsl).
+"""float16 and bfloat16 convolutions, norms and pooling on the kernels' 16-bit storage (templates/common/storage.glsl).
 
-autocast's convs and batch norms read and write their 16-bit tensors in place, with float32 arithmetic: each
+autocast's convs, batch norms and pools read and write their 16-bit tensors in place, with float32 arithmetic: each
 output is the float32 result of the rounded inputs, rounded once. So every check here compares against float64
 on the same rounded inputs, within one rounding of the output dtype (plus float32's own error), not within a
 tolerance picked to pass; the norms' weight and bias gradients and statistics are float32 and held to float32's
@@ -212,6 +212,32 @@ def test_layer_norm_on_16bit_activations(dtype):
                           go.to("tvk"))
     for name, g, r in zip(("output", "grad_input", "grad_weight", "grad_bias"), got, ref):
         _close(g, r, dtype, name)
+
+
+POOLS = {
+    "max3x3s2": lambda x: F.max_pool2d(x, 3, 2, 1),
+    "max2x2_ceil": lambda x: F.max_pool2d(x, 2, ceil_mode=True),
+    "avg3x3s2_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+    "adaptive_avg": lambda x: F.adaptive_avg_pool2d(x, (3, 2)),
+}
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("pool", POOLS)
+def test_pooling_on_16bit_planes(dtype, pool):
+    """Pooling forward and backward on 16-bit planes: max exact (a copy of an element, gradients summed in
+    float32 and rounded once), averages within one rounding; no cast copies."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 11, 9, generator=gen).to(dtype)
+    fn = POOLS[pool]
+    go = torch.randn(fn(x.double()).shape, generator=gen).to(dtype)
+    ref = _conv_and_grads(lambda x, w, b: fn(x), x.double(), torch.zeros(1), None, {}, go.double())
+    with torchvk.profiler.profile() as prof:
+        got = _conv_and_grads(lambda x, w, b: fn(x), x.to("tvk"), torch.zeros(1).to("tvk"), None, {}, go.to("tvk"))
+        torch.tvk.synchronize()
+    _close(got[0], ref[0], dtype, "output")
+    _close(got[1], ref[1], dtype, "grad_input")
+    assert "copy" not in [k.name for k in prof.kernels]
 
 
 def test_kernel_api_refuses_unknown_storage(device):

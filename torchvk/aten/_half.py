@@ -1,6 +1,6 @@
-"""float16/bfloat16 tensors on kernel families that store float32 only (pooling, RNN cells; conv's
-3-D and mixed-dtype calls): float32 copies in, results cast back. Families on
-templates/common/storage.glsl (conv, norm) read and write 16-bit tensors in place instead."""
+"""float16/bfloat16 tensors on kernel families that store float32 only (RNN cells; conv's 3-D and
+mixed-dtype calls): float32 copies in, results cast back. Families on templates/common/storage.glsl
+(conv, norm, pooling) read and write 16-bit tensors in place instead."""
 from __future__ import annotations
 
 import functools

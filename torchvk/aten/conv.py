@@ -18,21 +18,18 @@ from tvk_kernels.kernels import conv as conv_kernels
 from ..op_registry import register
 from .._tensor import new_tensor
 from ._half import HALF, float32_compute
-from ._util import addr, dev
+from ._util import DTYPE_NAME, addr, dev
 from .copies import contig
 
 aten = torch.ops.aten
 _ACT_OPS = {"relu": aten.relu.default}  # compiled mode's epilogues, as separate ops
-_STORAGE = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
 def _check(op, *ts) -> str:
     """The kernels' storage name of the tensors' one dtype (None entries skipped)."""
     dtypes = {t.dtype for t in ts if t is not None}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in _STORAGE:
+    if len(dtypes) != 1 or next(iter(dtypes)) not in DTYPE_NAME:
         raise TypeError(f"TorchVK: {op} takes float32, float16 or bfloat16 tensors of one dtype, not "
                         f"{', '.join(str(t.dtype) for t in ts if t is not None)}")
-    return _STORAGE[dtypes.pop()]
+    return DTYPE_NAME[dtypes.pop()]
 
 
 def _in_float32(input, *tensors) -> bool:

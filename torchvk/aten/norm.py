@@ -15,7 +15,7 @@ from tvk_kernels.kernels import norm as norm_kernels
 from ..op_registry import register, register_decomposition
 from .._repeat import mark, offer
 from .._tensor import new_tensor
-from ._util import addr, dev
+from ._util import DTYPE_NAME, addr, dev
 from .copies import cast, contig, contig_dtype
 
 aten = torch.ops.aten
@@ -29,15 +29,12 @@ def _f32(t):
     return contig_dtype(t, torch.float32) if t is not None else None
 
 
-_STORAGE = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
 def _activations(*tensors):
     """(the kernels' storage name, the tensors as the kernels read them): float16/bfloat16 tensors of
     one dtype in place (contiguous), anything else as float32 copies."""
     dtype = tensors[0].dtype
     if dtype in (torch.float16, torch.bfloat16) and all(t.dtype == dtype for t in tensors):
-        return _STORAGE[dtype], [contig(t) for t in tensors]
+        return DTYPE_NAME[dtype], [contig(t) for t in tensors]
     return "float32", [_f32(t) for t in tensors]
 
 

@@ -1,4 +1,5 @@
-"""max / avg / adaptive-avg 2-D pooling and their backward on tvk_kernels.kernels.pool."""
+"""max / avg / adaptive-avg 2-D pooling and their backward on tvk_kernels.kernels.pool: float32,
+float16 and bfloat16 planes read and written in place (16-bit storage, float32 arithmetic)."""
 from __future__ import annotations
 
 import torch
@@ -7,16 +8,15 @@ from tvk_kernels.kernels import pool as pool_kernels
 
 from ..op_registry import register
 from .._tensor import new_tensor
-from ._half import float32_compute
-from ._util import addr, dev
-from .copies import contig
+from ._util import DTYPE_NAME, addr, dev
+from .copies import cast, contig
 
 aten = torch.ops.aten
 
 
 def _x4(x, op):
-    if x.dtype != torch.float32:
-        raise TypeError(f"TorchVK: {op} supports float32 only, not {x.dtype}")
+    if x.dtype not in DTYPE_NAME:
+        raise TypeError(f"TorchVK: {op} supports float32, float16 and bfloat16, not {x.dtype}")
     if x.dim() == 3:
         return contig(x.unsqueeze(0)), True
     if x.dim() != 4:
@@ -28,71 +28,72 @@ def _stride(kernel_size, stride):
     return kernel_size if stride is None or len(stride) == 0 else stride
 
 
+def _grad4(grad_output, x, sq):
+    """grad_output as the kernels read it: (N, C, H, W), contiguous, in the input's dtype (the gradient
+    of a pooling is in its input's dtype)."""
+    return contig(cast(grad_output.unsqueeze(0) if sq else grad_output, x.dtype))
+
+
 @register(aten.max_pool2d_with_indices.default)
-@float32_compute
 def max_pool2d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     x, sq = _x4(self, "max_pool2d")
     stride = _stride(kernel_size, stride)
     shape = pool_kernels.pool2d_output_shape(tuple(x.shape), kernel_size, stride, padding, dilation, ceil_mode)
-    out = new_tensor(shape, torch.float32, dev(x))
+    out = new_tensor(shape, x.dtype, dev(x))
     idx = new_tensor(shape, torch.int64, dev(x))
     pool_kernels.max_pool2d(dev(x), addr(x), addr(out), addr(idx), tuple(x.shape), kernel_size, stride, padding, dilation,
-                  ceil_mode)
+                  ceil_mode, dtype=DTYPE_NAME[x.dtype])
     return (out.squeeze(0), idx.squeeze(0)) if sq else (out, idx)
 
 
 @register(aten.max_pool2d_with_indices_backward.default)
-@float32_compute
 def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
     x, sq = _x4(self, "max_pool2d backward")
-    g = contig(grad_output.unsqueeze(0) if sq else grad_output)
+    g = _grad4(grad_output, x, sq)
     idx = contig(indices.unsqueeze(0) if sq else indices)
-    gi = new_tensor(x.shape, torch.float32, dev(x))
+    gi = new_tensor(x.shape, x.dtype, dev(x))
     pool_kernels.max_pool2d_backward(dev(x), addr(g), addr(idx), addr(gi), tuple(x.shape), kernel_size,
-                           _stride(kernel_size, stride), padding, dilation, ceil_mode)
+                           _stride(kernel_size, stride), padding, dilation, ceil_mode, dtype=DTYPE_NAME[x.dtype])
     return gi.squeeze(0) if sq else gi
 
 
 @register(aten.avg_pool2d.default)
-@float32_compute
 def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
     x, sq = _x4(self, "avg_pool2d")
     stride = _stride(kernel_size, stride)
     shape = pool_kernels.pool2d_output_shape(tuple(x.shape), kernel_size, stride, padding, 1, ceil_mode)
-    out = new_tensor(shape, torch.float32, dev(x))
+    out = new_tensor(shape, x.dtype, dev(x))
     pool_kernels.avg_pool2d(dev(x), addr(x), addr(out), tuple(x.shape), kernel_size, stride, padding, ceil_mode,
-                  count_include_pad, divisor_override)
+                  count_include_pad, divisor_override, dtype=DTYPE_NAME[x.dtype])
     return out.squeeze(0) if sq else out
 
 
 @register(aten.avg_pool2d_backward.default)
-@float32_compute
 def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
                         divisor_override):
     x, sq = _x4(self, "avg_pool2d backward")
-    g = contig(grad_output.unsqueeze(0) if sq else grad_output)
-    gi = new_tensor(x.shape, torch.float32, dev(x))
+    g = _grad4(grad_output, x, sq)
+    gi = new_tensor(x.shape, x.dtype, dev(x))
     pool_kernels.avg_pool2d_backward(dev(x), addr(g), addr(gi), tuple(x.shape), kernel_size, _stride(kernel_size, stride),
-                           padding, ceil_mode, count_include_pad, divisor_override)
+                           padding, ceil_mode, count_include_pad, divisor_override, dtype=DTYPE_NAME[x.dtype])
     return gi.squeeze(0) if sq else gi
 
 
 @register(aten._adaptive_avg_pool2d.default)
-@float32_compute
 def _adaptive_avg_pool2d(self, output_size):
     x, sq = _x4(self, "adaptive_avg_pool2d")
     shape = pool_kernels.adaptive_output_shape(tuple(x.shape), output_size)
-    out = new_tensor(shape, torch.float32, dev(x))
-    pool_kernels.adaptive_avg_pool2d(dev(x), addr(x), addr(out), tuple(x.shape), output_size)
+    out = new_tensor(shape, x.dtype, dev(x))
+    pool_kernels.adaptive_avg_pool2d(dev(x), addr(x), addr(out), tuple(x.shape), output_size, dtype=DTYPE_NAME[x.dtype])
     return out.squeeze(0) if sq else out
 
 
 @register(aten._adaptive_avg_pool2d_backward.default)
-@float32_compute
 def _adaptive_avg_pool2d_backward(grad_output, self):
     x, sq = _x4(self, "adaptive_avg_pool2d backward")
-    g = contig(grad_output.unsqueeze(0) if sq else grad_output)
-    gi = new_tensor(x.shape, torch.float32, dev(x))
-    pool_kernels.adaptive_avg_pool2d_backward(dev(x), addr(g), addr(gi), tuple(x.shape), tuple(g.shape[2:]))
+    g = _grad4(grad_output, x, sq)
+    gi = new_tensor(x.shape, x.dtype, dev(x))
+    pool_kernels.adaptive_avg_pool2d_backward(dev(x), addr(g), addr(gi), tuple(x.shape), tuple(g.shape[2:]),
+                                              dtype=DTYPE_NAME[x.dtype])
     return gi.squeeze(0) if sq else gi

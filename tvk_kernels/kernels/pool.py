@@ -1,5 +1,6 @@
-"""2-D pooling over NCHW float32 (templates/pool.comp): max (with int64 indices), avg,
-adaptive avg, forward and backward.
+"""2-D pooling over NCHW (templates/pool.comp): max (with int64 indices), avg, adaptive avg,
+forward and backward. `dtype` (every entry point): the planes' storage, float32 or float16/bfloat16
+where the device has 16-bit storage (float32 arithmetic, each output rounded once).
 
 Backward kernels run one invocation per *input* element and gather over the output windows
 that cover it, so they are race-free for overlapping windows (kernel 3, stride 2) and need no
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import struct
 
+from . import dtypes
 from .conv_geometry import pair
 from .launch import Family, address, family, grid_1d, positive
 from ..errors import InvalidConfigError
@@ -31,9 +33,10 @@ class Pool(Family):
         return positive(self.family, params, "WG", "ITEMS")
 
 
-def defines(op: str, params: dict) -> dict:
-    """The template's defines for one op and parameter set (the runtime's and the tuner's)."""
-    return {"OP": OPS[op], "ITEMS": params["ITEMS"]}
+def defines(op: str, params: dict, dtype: str = "float32") -> dict:
+    """The template's defines for one op and parameter set (the runtime's and the tuner's); DTYPE only
+    for 16-bit storage."""
+    return {"OP": OPS[op], "ITEMS": params["ITEMS"], **dtypes.storage_define(dtype)}
 
 
 def candidates(device, max_count: int | None = None) -> list[dict]:
@@ -77,7 +80,8 @@ def _geometry(x_shape, kernel_size, stride, padding, dilation, ceil_mode):
     return out, (kh, kw, sh, sw, ph, pw, dh, dw)
 
 
-def _launch(device, op, src, dst, idx, x_shape, out_shape, win, flags=0, divisor=0.0, params=None):
+def _launch(device, op, src, dst, idx, x_shape, out_shape, win, flags=0, divisor=0.0, params=None, dtype="float32"):
+    dtypes.check_storage(device, dtype, "pool")
     n, c, h, w = (int(v) for v in x_shape)
     oh, ow = int(out_shape[2]), int(out_shape[3])
     planes = n * c
@@ -88,7 +92,7 @@ def _launch(device, op, src, dst, idx, x_shape, out_shape, win, flags=0, divisor
         raise ValueError("pooling over more than 2^32 elements is not supported; split the batch")
     fam = family(device, Pool)
     params = fam.resolve({"dir": "fwd" if op.endswith("fwd") else "bwd", "n": elems, "window": win[0] * win[1]}, params)
-    pipe = fam.variant(defines(op, params), params["WG"], _PUSH.size)
+    pipe = fam.variant(defines(op, params, dtype), params["WG"], _PUSH.size)
     per_group = params["WG"] * params["ITEMS"]
     groups = grid_1d(-(-elems // per_group), device.facts.max_workgroup_count[0])
     push = _PUSH.pack(address(src), address(dst), address(idx), planes, h, w, oh, ow, *win, flags, float(divisor))
@@ -97,25 +101,26 @@ def _launch(device, op, src, dst, idx, x_shape, out_shape, win, flags=0, divisor
 
 # ------------------------------------------------------------------ public API
 def max_pool2d(device, x_addr, out_addr, idx_addr, x_shape, kernel_size, stride=None, padding=0, dilation=1,
-               ceil_mode=False, params=None) -> tuple:
+               ceil_mode=False, params=None, dtype="float32") -> tuple:
     """out, indices = max_pool2d(x). `idx_addr` (int64, out shape) may be None to skip the indices.
     Returns the output shape."""
     out, win = _geometry(x_shape, kernel_size, stride, padding, dilation, ceil_mode)
     idx = address(idx_addr)
     if idx & 7:
         raise ValueError("max_pool2d indices must be 8-byte aligned (int64)")
-    _launch(device, "max_fwd", x_addr, out_addr, idx, x_shape, out, win, _WRITE_IDX if idx else 0, params=params)
+    _launch(device, "max_fwd", x_addr, out_addr, idx, x_shape, out, win, _WRITE_IDX if idx else 0, params=params,
+            dtype=dtype)
     return out
 
 
 def max_pool2d_backward(device, grad_out_addr, idx_addr, grad_in_addr, x_shape, kernel_size, stride=None, padding=0,
-                        dilation=1, ceil_mode=False, params=None) -> tuple:
+                        dilation=1, ceil_mode=False, params=None, dtype="float32") -> tuple:
     """grad_in (x_shape) from grad_out and the forward's indices. Returns x_shape."""
     out, win = _geometry(x_shape, kernel_size, stride, padding, dilation, ceil_mode)
     idx = address(idx_addr)
     if not idx or idx & 7:
         raise ValueError("max_pool2d_backward needs the forward's int64 indices (8-byte aligned)")
-    _launch(device, "max_bwd", grad_out_addr, grad_in_addr, idx, x_shape, out, win, params=params)
+    _launch(device, "max_bwd", grad_out_addr, grad_in_addr, idx, x_shape, out, win, params=params, dtype=dtype)
     return tuple(int(v) for v in x_shape)
 
 
@@ -127,20 +132,21 @@ def _avg_flags(count_include_pad, divisor_override):
 
 
 def avg_pool2d(device, x_addr, out_addr, x_shape, kernel_size, stride=None, padding=0, ceil_mode=False,
-               count_include_pad=True, divisor_override=None, params=None) -> tuple:
+               count_include_pad=True, divisor_override=None, params=None, dtype="float32") -> tuple:
     """out = avg_pool2d(x) with torch's semantics. Returns the output shape."""
     out, win = _geometry(x_shape, kernel_size, stride, padding, 1, ceil_mode)
     flags, div = _avg_flags(count_include_pad, divisor_override)
-    _launch(device, "avg_fwd", x_addr, out_addr, 0, x_shape, out, win, flags, div, params)
+    _launch(device, "avg_fwd", x_addr, out_addr, 0, x_shape, out, win, flags, div, params, dtype)
     return out
 
 
 def avg_pool2d_backward(device, grad_out_addr, grad_in_addr, x_shape, kernel_size, stride=None, padding=0,
-                        ceil_mode=False, count_include_pad=True, divisor_override=None, params=None) -> tuple:
+                        ceil_mode=False, count_include_pad=True, divisor_override=None, params=None,
+                        dtype="float32") -> tuple:
     """grad_in (x_shape) of avg_pool2d. Returns x_shape."""
     out, win = _geometry(x_shape, kernel_size, stride, padding, 1, ceil_mode)
     flags, div = _avg_flags(count_include_pad, divisor_override)
-    _launch(device, "avg_bwd", grad_out_addr, grad_in_addr, 0, x_shape, out, win, flags, div, params)
+    _launch(device, "avg_bwd", grad_out_addr, grad_in_addr, 0, x_shape, out, win, flags, div, params, dtype)
     return tuple(int(v) for v in x_shape)
 
 
@@ -161,18 +167,20 @@ def adaptive_output_shape(x_shape, output_size) -> tuple:
     return (n, c, oh, ow)
 
 
-def adaptive_avg_pool2d(device, x_addr, out_addr, x_shape, output_size, params=None) -> tuple:
+def adaptive_avg_pool2d(device, x_addr, out_addr, x_shape, output_size, params=None, dtype="float32") -> tuple:
     """out = adaptive_avg_pool2d(x, output_size) (None in output_size keeps that dim). Returns the output shape."""
     out = adaptive_output_shape(x_shape, output_size)
-    _launch(device, "adaptive_fwd", x_addr, out_addr, 0, x_shape, out, (1, 1, 1, 1, 0, 0, 1, 1), params=params)
+    _launch(device, "adaptive_fwd", x_addr, out_addr, 0, x_shape, out, (1, 1, 1, 1, 0, 0, 1, 1), params=params,
+            dtype=dtype)
     return out
 
 
-def adaptive_avg_pool2d_backward(device, grad_out_addr, grad_in_addr, x_shape, output_size, params=None) -> tuple:
+def adaptive_avg_pool2d_backward(device, grad_out_addr, grad_in_addr, x_shape, output_size, params=None,
+                                 dtype="float32") -> tuple:
     """grad_in (x_shape) of adaptive_avg_pool2d. Returns x_shape."""
     out = adaptive_output_shape(x_shape, output_size)
     _launch(device, "adaptive_bwd", grad_out_addr, grad_in_addr, 0, x_shape, out, (1, 1, 1, 1, 0, 0, 1, 1),
-            params=params)
+            params=params, dtype=dtype)
     return tuple(int(v) for v in x_shape)
 
 
