@@ -18,7 +18,7 @@ import torch
 import torchvk  # noqa: F401  (the tvk device)
 import torchvk.profiler
 from rdna1_check import LDS_LIMIT, assert_fits_rdna1, navi10_stats
-from tvk_kernels.kernels import conv, norm
+from tvk_kernels.kernels import conv, norm, pool
 from tvk_kernels.kernels.launch import family
 
 F = torch.nn.functional
@@ -240,22 +240,22 @@ def test_pooling_on_16bit_planes(dtype, pool):
     assert "copy" not in [k.name for k in prof.kernels]
 
 
-def test_kernel_api_refuses_unknown_storage(device):
+@pytest.mark.parametrize("dtype,lacks_16bit,message", [("float64", False, "storage dtype 'float64' is not one of"),
+                                                       ("float16", True, "has no 16-bit storage for float16")],
+                         ids=["unknown_dtype", "device_without_16bit_storage"])
+def test_kernels_refuse_storage_they_cannot_hold(device, monkeypatch, dtype, lacks_16bit, message):
+    """An unknown dtype, or 16-bit storage on a device without it (it holds no float16 tensors either): each family
+    raises a clear TypeError before recording anything, not a kernel that reads the wrong width."""
+    if lacks_16bit:
+        monkeypatch.setitem(device.facts.features, "storage_16bit", False)
     buf = device.allocator.alloc(4096)
+    calls = {"conv2d": lambda: conv.conv2d_forward(device, buf, buf, None, buf, (1, 2, 5, 5), (2, 2, 3, 3), dtype=dtype),
+             "norm": lambda: norm.batch_norm(device, buf.address, buf.address, (2, 2, 3), dtype=dtype),
+             "pool": lambda: pool.max_pool2d(device, buf, buf, None, (1, 1, 4, 4), 2, dtype=dtype)}
     try:
-        with pytest.raises(TypeError, match="conv2d: storage dtype .float64."):
-            conv.conv2d_forward(device, buf, buf, None, buf, (1, 2, 5, 5), (2, 2, 3, 3), dtype="float64")
-    finally:
-        buf.free()
-
-
-def test_kernels_refuse_16bit_storage_a_device_lacks(device, monkeypatch):
-    """A device without 16-bit storage (it holds no float16 tensors either): a clear error, not a wrong read."""
-    monkeypatch.setitem(device.facts.features, "storage_16bit", False)
-    buf = device.allocator.alloc(4096)
-    try:
-        with pytest.raises(TypeError, match="has no 16-bit storage for float16"):
-            conv.conv2d_forward(device, buf, buf, None, buf, (1, 2, 5, 5), (2, 2, 3, 3), dtype="float16")
+        for family_name, call in calls.items():
+            with pytest.raises(TypeError, match=f"{family_name}: .*{message}"):
+                call()
     finally:
         buf.free()
 
