@@ -157,8 +157,8 @@ for _ in range(steps):
 wall = (time.perf_counter() - wall) / steps
 _glue.hooks.dispatch = dispatch
 kinds = collections.defaultdict(str)
-for key, repeat in _dispatch._repeats.items():
-    kinds[key[0]] = type(repeat).__name__
+for repeat in _dispatch._repeats.values():
+    kinds[repeat.name] = type(repeat).__name__
 total = sum(cost.values()) / steps
 from tvk_kernels.bench.common import environment
 env = environment(torchvk._storage.get_device())
@@ -169,7 +169,7 @@ print(f"{name} ({size}): {wall * 1e3:.1f} ms wall per step, {total * 1e3:.1f} ms
 print(f"{'op':60s} {'calls':>6s} {'ms/step':>8s} {'us/call':>8s} repeat")
 for func, seconds in sorted(cost.items(), key=lambda kv: -kv[1])[:30]:
     print(f"{str(func):60s} {calls[func] / steps:6.0f} {seconds / steps * 1e3:8.2f} {seconds / calls[func] * 1e6:8.1f} "
-          f"{kinds[func] or 'none'}")
+          f"{kinds[str(func)] or 'none'}")
 """
 
 

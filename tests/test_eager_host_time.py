@@ -49,3 +49,18 @@ def test_step_ab_runs_both_trees_in_turn_and_writes_each_run(tmp_path):
     from tvk_kernels.bench.report import eager_step_ab
     lines = eager_step_ab(result)
     assert len(lines) == 4 + 1 and lines[-1].startswith("| mlp |")  # a paragraph, a blank line, the head, a row
+
+
+def test_stages_quick_run_splits_each_case_into_its_layers(tmp_path):
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "eager_host_stages.py"), "--quick", "--out",
+                        str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    result = json.loads((tmp_path / "eager_host_stages.json").read_text())["result"]
+    assert set(result["cases"]) == set(json.loads((tmp_path / "eager_host_stages.json").read_text())["mix"])
+    for case in result["cases"].values():
+        assert case["aten calls"] >= 1 and case["with a repeat"] <= case["aten calls"]
+        assert all(case[k] > 0 for k in case if k.startswith(("torch", "our")))
+    assert result["cases"]["linear+layer_norm fwd+bwd"]["aten calls"] > 10  # autograd's backward calls collected
+    assert result["cases"]["a + b"]["with a repeat"] == 1
+    assert set(result["a + b by early-submit interval"]) == {"0", "4", "16", "64"}
+    assert "Vulkan recording and submits" in (tmp_path / "eager_host_stages.md").read_text()

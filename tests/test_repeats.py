@@ -19,7 +19,7 @@ def _same(got, want, tol=1e-6, strides=True):
 
 
 def _entry(func):
-    return [r for k, r in _dispatch._repeats.items() if k[0] == func]
+    return [r for k, r in _dispatch._repeats.items() if k[0] == id(func)]
 
 
 def test_a_repeated_add_skips_the_implementation_and_keeps_computing(monkeypatch):

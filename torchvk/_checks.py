@@ -45,7 +45,7 @@ def _never_checked(func) -> bool:
 def _key(x):
     t = type(x)
     if t is TVKTensor:
-        return (x.shape, x.stride(), x.dtype, x._tvk.device)
+        return x._geometry_key
     if t is list or t is tuple:
         return tuple(map(_key, x))
     if isinstance(x, _Tensor):
@@ -56,8 +56,17 @@ def _key(x):
 def call_key(func, args, kwargs):
     """A call's signature: the op; per argument its shape, strides, dtype and device, or its value
     with its type (numbers, dtypes, lists of ints). Calls with one key are the same call on other
-    data. Hashing it raises TypeError where an argument is unhashable."""
-    return (func, tuple(map(_key, args)), tuple((k, _key(v)) for k, v in kwargs.items()) if kwargs else ())
+    data. Hashing it raises TypeError where an argument is unhashable. The op goes in by id (an
+    OpOverload hashes in Python, ~0.2 us a time): whoever stores a key keeps its op alive
+    (`keep_op`), so no other op can take that id."""
+    return (id(func), tuple(map(_key, args)), tuple((k, _key(v)) for k, v in kwargs.items()) if kwargs else ())
+
+
+_kept_ops: dict = {}  # id -> op, for every op whose key is stored anywhere
+
+
+def keep_op(func) -> None:
+    _kept_ops[id(func)] = func
 
 
 def check_call(func, args, kwargs, first=None, key=None):
@@ -83,6 +92,7 @@ def check_call(func, args, kwargs, first=None, key=None):
         if key is not None:
             if len(_passed) >= _MAX_PASSED:
                 _passed.clear()
+            keep_op(func)
             _passed[key] = True
     return check_overlap(func, args, kwargs)  # every call: overlap depends on which storages the tensors view
 

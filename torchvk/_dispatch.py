@@ -26,11 +26,11 @@ from tvk_kernels.env_flags import env_flag
 from tvk_kernels.runtime.interrupts import raise_pending, state as _interrupts
 
 from ._autograd import in_backward_node, stop_node
-from ._checks import call_key, check_call, overlap_screened, writes_nothing
+from ._checks import call_key, check_call, keep_op, overlap_screened, writes_nothing
 from ._repeat import Direct, Listening, keep
 from ._glue import hooks
 from .op_registry import DECOMPOSE, NO_DEVICE_CHECK, TABLE
-from ._tensor import TVKTensor, from_cpu, to_cpu
+from ._tensor import TVKTensor, from_cpu, set_geometry, to_cpu
 
 log = logging.getLogger("torchvk")
 
@@ -79,12 +79,12 @@ _Tensor = torch.Tensor
 
 
 _repeats: dict = {}  # call key -> Repeat (_repeat.py): how a call made before runs again
-_unrepeated: set = set()  # ops whose repeat would be their implementation anyway: no key is built for them
+_unrepeated: set = set()  # ids of ops whose repeat would be their implementation anyway: no key is built for them
 
 
 def dispatch(func, args, kwargs):
     try:
-        if func in _unrepeated:
+        if id(func) in _unrepeated:  # by id, as in call_key: an OpOverload hashes in Python
             key = repeat = None
         else:
             key = call_key(func, args, kwargs)
@@ -140,9 +140,10 @@ def _dispatch(func, args, kwargs, key=None):
         elif overlap_screened(func):  # a written tensor's overlap is judged on every call
             repeat = listening.repeat(name, out, args, kwargs, func)
         else:  # an op that writes and judges its own calls (torch.optim's foreach ops): not worth a key
-            _unrepeated.add(func)
+            keep_op(func)
+            _unrepeated.add(id(func))
             return out
-        keep(_repeats, key, repeat or Direct(name, impl, func if overlap_screened(func) else None))
+        keep(_repeats, key, repeat or Direct(name, impl, func if overlap_screened(func) else None), func)
         return out
     decomp = DECOMPOSE.get(func)
     if decomp is None:
@@ -230,7 +231,7 @@ def _variant(func):
             if call is not None and functional.is_view:
                 # squeeze_, unsqueeze_, transpose_, t_: self takes the view's geometry, no data moves
                 def fn(self, *args, _call=call, **kwargs):
-                    _set_geometry(self, _call(self, *args, **kwargs))
+                    set_geometry(self, _call(self, *args, **kwargs))
                     return self
             elif call is not None:
                 def fn(self, *args, _call=call, **kwargs):
@@ -240,10 +241,6 @@ def _variant(func):
         fn = None
     _variants[func] = fn
     return fn
-
-
-# Tensor.data's setter: self takes another tensor's sizes, strides and offset; autograd state stays
-_set_geometry = torch._C.TensorBase.data.__set__
 
 
 _composites: dict = {}

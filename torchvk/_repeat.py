@@ -41,7 +41,7 @@ from tvk_kernels.config import generation
 from tvk_kernels.runtime.stream import commands_recorded
 
 from . import _rng
-from ._checks import check_overlap
+from ._checks import check_overlap, keep_op
 from ._storage import readback_count
 from ._tensor import TVKTensor
 
@@ -71,7 +71,8 @@ class Repeat:
         return self.writes is None or check_overlap(self.writes, args, kwargs)[0] is args
 
     def __call__(self, args, kwargs):
-        return self.again(self.pick(args, kwargs))
+        pick = self.pick
+        return self.again(args if pick is None else pick(args, kwargs))
 
 
 def mark():
@@ -127,7 +128,7 @@ class Listening:
                 sources.append(("argument", found[0]))
             else:
                 sources.append(("constant", x))
-        return Repeat(name, again, _picker(sources), tuple(same), writes)
+        return Repeat(name, again, _picker(sources, len(args)), tuple(same), writes)
 
 
 class Direct:
@@ -147,10 +148,15 @@ class Direct:
         return self.impl(*args, **kwargs)
 
 
-def _picker(sources):
-    """A function (args, kwargs) -> the operands, from where each came: a position, a keyword or a constant."""
+def _picker(sources, n_args: int):
+    """A function (args, kwargs) -> the operands, from where each came: a position, a keyword or a
+    constant; None where the operands are the n_args positional arguments as they stand."""
     if all(kind == "argument" and isinstance(place, int) for kind, place in sources):
         places = [place for _, place in sources]
+        if places == list(range(n_args)):
+            return None
+        if places == [0]:
+            return _first_only
         if len(places) == 1:
             only = places[0]
             return lambda args, kwargs: (args[only],)
@@ -164,7 +170,12 @@ def _picker(sources):
     return pick
 
 
-def keep(repeats: dict, key, repeat: Repeat) -> None:
+def _first_only(args, kwargs):
+    return args[:1]
+
+
+def keep(repeats: dict, key, repeat: Repeat | Direct, func) -> None:
     if len(repeats) >= _MAX_REPEATS:
         repeats.clear()
+    keep_op(func)  # the key holds func by id
     repeats[key] = repeat

@@ -59,9 +59,18 @@ class TVKTensor(torch.Tensor):
         device = _torch_devices.get(storage.device)
         if device is None:
             device = _torch_devices[storage.device] = torch.device("tvk", storage.device.index)
-        t = _make_wrapper(cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=device,
-                          requires_grad=requires_grad)
+        if offset or requires_grad:
+            t = _make_wrapper(cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=device,
+                              requires_grad=requires_grad)
+        else:  # a fresh output: each keyword costs the call ~0.2 us
+            t = _make_wrapper(cls, size, strides=stride, dtype=dtype, device=device)
         t._tvk = storage
+        if stride is None:
+            stride = t.stride()
+        # what every op reads of its operands, read here once: a tensor subclass's getters cost
+        # ~0.5 us each (see `_remember_geometry` for when it changes)
+        t._geometry_key = (tuple(size), tuple(stride), dtype, storage.device)
+        t._byte_offset = offset * dtype.itemsize
         return t
 
     def __init__(self, *args, **kwargs):
@@ -122,6 +131,7 @@ class TVKTensor(torch.Tensor):
         _data_descr.__set__(self, new)
         if isinstance(new, TVKTensor):
             self._tvk = new._tvk
+        _remember_geometry(self)
 
     # byte address of element 0 of this view
     @property
@@ -129,7 +139,7 @@ class TVKTensor(torch.Tensor):
         buffer = self._tvk.buffer
         if buffer.freed:
             buffer.check_alive()  # raises
-        return buffer.address + self.storage_offset() * self.element_size()
+        return buffer.address + self._byte_offset
 
     def __repr__(self, *, tensor_contents=None):
         if tensor_contents is None and self.numel() > 0:
@@ -170,6 +180,23 @@ class TVKTensor(torch.Tensor):
         raise TypeError("can't convert tvk tensor to numpy; use Tensor.cpu() to copy it to host memory first")
 
 
+def _remember_geometry(t) -> None:
+    """Read a tvk tensor's geometry into the attributes every op reads (`_geometry_key`: the
+    dispatcher's key of it, `_byte_offset`). Each TVKTensor is made with them; an in-place change
+    of its geometry goes through `.data =` (resize_, Module.to) or `set_geometry` (t_, transpose_,
+    as_strided_...), and both call this. torch.utils.swap_tensors swaps the attributes with the
+    tensors."""
+    t._geometry_key = (tuple(t.shape), tuple(t.stride()), t.dtype, t._tvk.device)
+    t._byte_offset = t.storage_offset() * t.element_size()
+
+
+def set_geometry(t, view) -> None:
+    """t takes the sizes, strides and offset of `view` (a view of its storage), keeping its autograd
+    state: an in-place view op (t_, squeeze_, as_strided_)."""
+    _data_descr.__set__(t, view)
+    _remember_geometry(t)
+
+
 def is_dense(t) -> bool:
     """Non-overlapping and dense: the elements fill a contiguous range in some dim order."""
     dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1)
@@ -185,7 +212,7 @@ def is_tvk(t) -> bool:
     return isinstance(t, TVKTensor)
 
 
-_contiguous_geometry: dict = {}  # (size, dtype) -> (size list, strides, bytes): a fresh output's usual shape
+_contiguous_geometry: dict = {}  # (size, dtype) -> (size, strides, bytes), tuples: a fresh output's usual shape
 
 
 def new_tensor(size, dtype, device=None, stride=None, op: str = "aten.empty") -> TVKTensor:
@@ -205,7 +232,7 @@ def new_tensor(size, dtype, device=None, stride=None, op: str = "aten.empty") ->
     n = span_elements(size, stride)
     storage = alloc_storage(n * itemsize, device or get_device())
     if contiguous and len(_contiguous_geometry) < 4096:
-        _contiguous_geometry[(tuple(size), dtype)] = (size, stride, n * itemsize)
+        _contiguous_geometry[(tuple(size), dtype)] = (tuple(size), tuple(stride), n * itemsize)
     return TVKTensor(storage, size, stride, 0, dtype)
 
 

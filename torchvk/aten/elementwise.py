@@ -138,7 +138,7 @@ _MAX_LAUNCHES = 4096  # a model's distinct eager geometries; a miss beyond it ju
 def _signature(x):
     t = type(x)
     if t is TVKTensor:
-        return x.shape, x.stride(), x.dtype, x._tvk.device
+        return x._geometry_key
     if isinstance(x, torch.Tensor):  # a CPU scalar tensor, pushed as a number
         return x.device.type, x.dim(), x.dtype
     return t  # a Python number: its type decides the promotion, its value is pushed
@@ -149,7 +149,7 @@ class _Launch:
 
     def __init__(self, kop, device, fam, plan, out, common):
         self.kop, self.device, self.fam, self.plan, self.common = kop, device, fam, plan, common
-        self.shape, self.stride, self.dtype = list(out.shape), list(out.stride()), out.dtype
+        self.shape, self.stride, self.dtype = tuple(out.shape), out.stride(), out.dtype
         self.nbytes = out._tvk.nbytes
 
     def __call__(self, args, scalars):
@@ -163,7 +163,13 @@ class _Launch:
 
     def record(self, args, values, out=None):
         """Record the op on args into out (a new tensor where None); returns out."""
-        addrs = [a.tvk_address for a in args if type(a) is TVKTensor]
+        addrs = []
+        for a in args:  # tvk_address, inlined: this runs for every operand of every elementwise op
+            if type(a) is TVKTensor:
+                buffer = a._tvk.buffer
+                if buffer.freed:
+                    buffer.check_alive()  # raises
+                addrs.append(buffer.address + a._byte_offset)
         if out is None:
             out = TVKTensor(alloc_storage(self.nbytes, self.device), self.shape, self.stride, 0, self.dtype)
             addrs.append(out._tvk.buffer.address)

@@ -110,11 +110,13 @@ class DeviceBuffer:
             self.freed = True
             self.allocator.release(self)
 
-    def __del__(self):
-        try:
-            self.free()
-        except Exception:  # interpreter shutdown: the device goes away with the process
-            pass
+    def __del__(self):  # free(), inlined: every op's output dies here
+        if not self.freed:
+            self.freed = True
+            try:
+                self.allocator.release(self)
+            except Exception:  # interpreter shutdown: the device goes away with the process
+                pass
 
     def __repr__(self):
         return f"<DeviceBuffer {self.nbytes} B at 0x{self.address:x}{' freed' if self.freed else ''}>"
