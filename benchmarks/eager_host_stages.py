@@ -115,6 +115,27 @@ def submit_one():
 
 out["one a + b and a submit"] = best_us(submit_one)
 out["floor"] = best_us(lambda: noop_a + noop_b)
+
+# each Vulkan call of a dispatch alone (cffi, the loader and the driver), recorded into the stream's
+# command buffer: a barrier, the last pipeline's push constants, and a grid of no workgroups
+from tvk_kernels.runtime import stream as stream_module
+add()
+pipeline, push = stream._last_pipeline, bytes(16)
+with stream_module.runtime_lock:
+    def cmd():  # the command buffer being recorded, with the pipeline bound (each round's sync ends one)
+        if not stream.recording:
+            stream_module._vkCmdBindPipeline(stream._begin(), stream_module._COMPUTE, pipeline.handle)
+            stream._last_pipeline = pipeline
+        return stream.cmd
+
+    out["one Vulkan call"] = {
+        "vkCmdPipelineBarrier": best_us(lambda: stream_module._vkCmdPipelineBarrier(
+            cmd(), stream_module._BARRIER_STAGES, stream_module._BARRIER_STAGES, 0, 1, stream._barrier, 0, recording.NULL,
+            0, recording.NULL)),
+        "vkCmdPushConstants": best_us(lambda: stream_module._vkCmdPushConstants(
+            cmd(), pipeline.layout, stream_module._STAGE, 0, len(push), push)),
+        "vkCmdDispatch": best_us(lambda: stream_module._vkCmdDispatch(cmd(), 0, 1, 1)),
+    }
 print(json.dumps(out))
 """
 
@@ -130,8 +151,8 @@ def run(rounds: int, calls: int) -> dict:
 def tables(result: dict) -> str:
     from tvk_kernels.bench.common import md_table
 
-    header = ["case", "aten calls", "torch us", "torch (entry, autograd, optimizer)", "our dispatcher", "our op code (Python)",
-              "Vulkan recording and submits", "all Python (commands discarded)"]
+    header = ["case", "aten calls", "torch us", "torch (entry, autograd, optimizer)", "our dispatcher",
+              "our op code (Python)", "Vulkan recording and submits", "all Python (commands discarded)"]
     rows = []
     for name, c in result["cases"].items():
         vulkan = c["torch"] - c["torch, commands discarded"]
@@ -143,7 +164,9 @@ def tables(result: dict) -> str:
     text += "\n\n" + md_table(["early-submit interval (dispatches; 0 = off)", "a + b us"],
                               [[every, us] for every, us in submits.items()])
     text += (f"\n\nOne a + b followed by a submit: {result['one a + b and a submit']:.1f} us. "
-             f"No-op dispatch floor: {result['floor']:.2f} us.\n")
+             f"No-op dispatch floor: {result['floor']:.2f} us. Each Vulkan call of a dispatch alone (the "
+             "stream's cffi call, the loader and the driver): "
+             + ", ".join(f"{name} {us:.2f} us" for name, us in result["one Vulkan call"].items()) + ".\n")
     return text
 
 

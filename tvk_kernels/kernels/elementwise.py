@@ -483,7 +483,8 @@ def defines(op: str, kinds, out_dtype: str, ct: int, params: dict, vec: int = 1,
 
 class _Plan:
     __slots__ = ("legacy", "contig", "n", "nt", "ct", "ns", "kinds", "out_dtype", "ndim", "meta_buf", "params",
-                 "wg", "items", "vec_max", "pipes", "push_fmt", "meta", "meta_key", "outer", "label", "itemsizes")
+                 "wg", "items", "vec_max", "pipes", "launches", "push_fmt", "meta", "meta_key", "outer", "label",
+                 "itemsizes")
 
 
 class Elementwise(Family):
@@ -548,7 +549,7 @@ class Elementwise(Family):
                      and len(inputs) == 2 and all(t.dtype == "float32" for t in tensors) and out.dtype == "float32")
         owner = family(self.device, Binary) if pl.legacy else self
         pl.params = owner.resolve({"n": pl.n}, params)
-        pl.pipes = {}
+        pl.pipes, pl.launches = {}, {}
         pl.outer = None
         pl.meta = None
         pl.meta_key = None
@@ -687,19 +688,23 @@ def record(device, fam, pl, op: str, addrs, svals):
     if recording():
         record_shape(Binary.family if pl.legacy else fam.family, {"n": pl.n}, dtype=pl.out_dtype, op=op,
                      layout="contiguous" if pl.legacy or pl.contig else "strided")
-    if pl.legacy:
-        a, b, o = addrs
-        vec = pl.vec_max if (a | b | o) & 15 == 0 else 1  # as binary(): 16-byte aligned vector loads
-        _launch_binary(device, fam.pipe(pl, vec), pl.params, vec, a, b, o, pl.n, svals[0] if svals else 1.0, op)
-        return
-    if pl.contig:
+    if pl.contig:  # the binary kernel's plans (legacy) are contiguous too
         vec = pl.vec_max
-        while vec > 1 and any(addr % (vec * size) for addr, size in zip(addrs, pl.itemsizes)):
-            vec //= 2
-        pipe = fam.pipe(pl, vec)
-        per_group = pl.wg * pl.items * vec
-        groups = grid_1d((pl.n + per_group - 1) // per_group, device.facts.max_workgroup_count[0])
-        device.stream.dispatch(pipe, groups, pl.push_fmt.pack(*addrs, *svals, pl.n), op)
+        if pl.legacy:
+            a, b, o = addrs
+            if (a | b | o) & 15:  # as binary(): 16-byte aligned vector loads
+                vec = 1
+            push = _PUSH.pack(a, b, o, pl.n, svals[0] if svals else 1.0)
+        else:
+            while vec > 1 and any(addr % (vec * size) for addr, size in zip(addrs, pl.itemsizes)):
+                vec //= 2
+            push = pl.push_fmt.pack(*addrs, *svals, pl.n)
+        launch = pl.launches.get(vec)
+        if launch is None:  # the pipeline and grid of each vector width, worked out once per plan
+            per_group = pl.wg * pl.items * vec
+            launch = pl.launches[vec] = (fam.pipe(pl, vec), grid_1d((pl.n + per_group - 1) // per_group,
+                                                                     device.facts.max_workgroup_count[0]))
+        device.stream.dispatch(launch[0], launch[1], push, op)
         return
     pipe = fam.pipe(pl, 1)
     per_group = pl.wg * pl.items

@@ -166,7 +166,7 @@ class Allocator:
         with runtime_lock:
             if self.later:
                 self._run_later()
-            size = _round(nbytes)
+            size = (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT if nbytes > 0 else ALIGNMENT  # _round, inlined
             cap = self.capture
             if cap is not None and len(cap.allocated) in cap.temps:
                 buf = self._borrow(cap, size, nbytes)

@@ -184,45 +184,42 @@ class Stream:
 
     def dispatch(self, pipeline, groups, push: bytes = b"", label: str | None = None):
         """Record one kernel launch. `push` is the packed push-constant block (bytes)."""
-        with runtime_lock:  # not @locked: its extra call is a tenth of this path's time
-            self._dispatch(pipeline, groups, push, label)
-
-    def _dispatch(self, pipeline, groups, push, label):
-        if self.call_capture is not None:  # kernels/kept_calls.py learns a call: nothing is recorded
-            self.call_capture.dispatches.append((pipeline, tuple(groups), bytes(push), label))
-            return
-        if self.dry:
-            return
-        limit = self.max_groups
-        if groups[0] > limit[0] or groups[1] > limit[1] or groups[2] > limit[2]:
-            raise DeviceLimitError(f"{pipeline.name}: a grid of {tuple(groups)} workgroups exceeds the device's "
-                                   f"maxComputeWorkGroupCount {tuple(limit)}; this is a TorchVK bug in the launch plan, "
-                                   "please report it")
-        cmd = self.cmd if self.recording else self._begin()
-        _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
-        if pipeline is not self._last_pipeline:
-            if pipeline.handle is None:  # still being built in the pool (PipelineCache.prefetching)
-                pipeline.wait()
-            self._last_pipeline = None  # until the bind is recorded: an interrupt between must not skip the next bind
-            _vkCmdBindPipeline(cmd, _COMPUTE, pipeline.handle)
-            self._last_pipeline = pipeline
-        if push:
-            _vkCmdPushConstants(cmd, pipeline.layout, _STAGE, 0, len(push), push)  # cffi passes bytes as void*
-        if self.profile_records is None:
-            _vkCmdDispatch(cmd, groups[0], groups[1], groups[2])
-        else:
-            with deferred():  # a label for every pair of timestamps, and timestamps for every label
-                self._timed_dispatch(cmd, pipeline, groups, label)
-        self.count += 1
-        self.total_dispatches += 1
-        _recorded[0] += 1
-        if self.blocking:
-            self.synchronize()
-        elif self.count >= self.batch:
-            self.submit()
-        elif self.early_submit and self.count % self.early_submit == 0 and not self.capturing and self._gpu_idle():
-            self.early_submits += 1
-            self.submit()
+        with runtime_lock:  # not @locked, and one function: each extra call costs a tenth of this path's time
+            if self.call_capture is not None:  # kernels/kept_calls.py learns a call: nothing is recorded
+                self.call_capture.dispatches.append((pipeline, tuple(groups), bytes(push), label))
+                return
+            if self.dry:
+                return
+            limit = self.max_groups
+            if groups[0] > limit[0] or groups[1] > limit[1] or groups[2] > limit[2]:
+                raise DeviceLimitError(f"{pipeline.name}: a grid of {tuple(groups)} workgroups exceeds the "
+                                       f"device's maxComputeWorkGroupCount {tuple(limit)}; this is a TorchVK bug "
+                                       "in the launch plan, please report it")
+            cmd = self.cmd if self.recording else self._begin()
+            _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
+            if pipeline is not self._last_pipeline:
+                if pipeline.handle is None:  # still being built in the pool (PipelineCache.prefetching)
+                    pipeline.wait()
+                self._last_pipeline = None  # until the bind is recorded: an interrupt between must not skip it
+                _vkCmdBindPipeline(cmd, _COMPUTE, pipeline.handle)
+                self._last_pipeline = pipeline
+            if push:
+                _vkCmdPushConstants(cmd, pipeline.layout, _STAGE, 0, len(push), push)  # cffi passes bytes as void*
+            if self.profile_records is None:
+                _vkCmdDispatch(cmd, groups[0], groups[1], groups[2])
+            else:
+                with deferred():  # a label for every pair of timestamps, and timestamps for every label
+                    self._timed_dispatch(cmd, pipeline, groups, label)
+            self.count += 1
+            self.total_dispatches += 1
+            _recorded[0] += 1
+            if self.blocking:
+                self.synchronize()
+            elif self.count >= self.batch:
+                self.submit()
+            elif self.early_submit and self.count % self.early_submit == 0 and not self.capturing and self._gpu_idle():
+                self.early_submits += 1
+                self.submit()
 
     def _gpu_idle(self) -> bool:
         """Whether the last submitted command buffer has completed (the queue runs them in order)."""
