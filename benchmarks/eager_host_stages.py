@@ -130,8 +130,8 @@ with stream_module.runtime_lock:
 
     out["one Vulkan call"] = {
         "vkCmdPipelineBarrier": best_us(lambda: stream_module._vkCmdPipelineBarrier(
-            cmd(), stream_module._BARRIER_STAGES, stream_module._BARRIER_STAGES, 0, 1, stream._barrier, 0, recording.NULL,
-            0, recording.NULL)),
+            cmd(), stream_module._BARRIER_STAGES, stream_module._BARRIER_STAGES, 0, 1, stream._barrier, 0,
+            stream_module.NULL, 0, stream_module.NULL)),
         "vkCmdPushConstants": best_us(lambda: stream_module._vkCmdPushConstants(
             cmd(), pipeline.layout, stream_module._STAGE, 0, len(push), push)),
         "vkCmdDispatch": best_us(lambda: stream_module._vkCmdDispatch(cmd(), 0, 1, 1)),
