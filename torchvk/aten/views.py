@@ -53,7 +53,7 @@ def _view_op(func):
     call with the same geometry and arguments reuses it (design note 23)."""
     def impl(self, *args, **kwargs):
         try:
-            key = (self.shape, self.stride(), self.storage_offset(), self.dtype, self._tvk.nbytes, _frozen(args),
+            key = (self._geometry_key, self._byte_offset, self._tvk.nbytes, _frozen(args),
                    tuple(kwargs.items()) if kwargs else ())
             g = _geometries.get(key)
         except TypeError:  # an unhashable argument
@@ -64,7 +64,7 @@ def _view_op(func):
                 _geometries[key] = g
         out = _wrap_geometry(self, g)
         if repeatable:
-            offer(mark(), out, (self,), _SameGeometry(g, self.storage_offset()))
+            offer(mark(), out, (self,), _SameGeometry(g, self._byte_offset))
         return out
 
     _geometries = _view_geometry.setdefault(func, {})
@@ -76,15 +76,17 @@ class _SameGeometry:
     """A view's repeat (torchvk/_repeat.py): the same geometry over the new input's storage. The key
     holds the input's sizes and strides, not its storage offset: the view's offsets move with it."""
 
-    __slots__ = ("geometry", "offset")
+    __slots__ = ("geometry", "byte_offset")
 
-    def __init__(self, geometry, offset):
-        self.geometry, self.offset = geometry, offset
+    def __init__(self, geometry, byte_offset):
+        self.geometry, self.byte_offset = geometry, byte_offset
 
     def __call__(self, operands):
         src = operands[0]
-        shift = src.storage_offset() - self.offset
-        return _wrap_geometry(src, self.geometry if shift == 0 else _shifted(self.geometry, shift))
+        if src._byte_offset == self.byte_offset:
+            return _wrap_geometry(src, self.geometry)
+        shift = (src._byte_offset - self.byte_offset) // src._geometry_key[2].itemsize  # in elements
+        return _wrap_geometry(src, _shifted(self.geometry, shift))
 
 
 def _shifted(g, shift):
@@ -107,7 +109,8 @@ for _op in _VIEW_OPS:
 
 @register(aten.detach.default, aten.lift_fresh.default)
 def detach(self):
-    return TVKTensor(self._tvk, self.shape, self.stride(), self.storage_offset(), self.dtype)
+    size, stride, dtype, _ = self._geometry_key  # read from the tensor once, when it was made (_tensor.py)
+    return TVKTensor(self._tvk, size, stride, self._byte_offset // dtype.itemsize, dtype)
 
 
 @register(aten.view.dtype)
@@ -120,7 +123,7 @@ def _unsafe_view(self, size):
     if self.is_contiguous():
         g = _geometry(aten.view.default(meta_of(self), size))
         out = _wrap_geometry(self, g)
-        offer(mark(), out, (self,), _SameGeometry(g, self.storage_offset()))  # a view: repeated as one
+        offer(mark(), out, (self,), _SameGeometry(g, self._byte_offset))  # a view: repeated as one
         return out
     c = contig(self)
     return _wrap_like(c, aten.view.default(meta_of(c), size))
