@@ -64,3 +64,8 @@ def test_stages_quick_run_splits_each_case_into_its_layers(tmp_path):
     assert result["cases"]["a + b"]["with a repeat"] == 1
     assert set(result["a + b by early-submit interval"]) == {"0", "4", "16", "64"}
     assert "Vulkan recording and submits" in (tmp_path / "eager_host_stages.md").read_text()
+
+    from tvk_kernels.bench.report import eager_host_stages
+    lines = eager_host_stages(json.loads((tmp_path / "eager_host_stages.json").read_text()))
+    assert len(lines) == 4 + len(result["cases"])  # a paragraph, a blank line, the table's head and rows
+    assert "vkCmdPipelineBarrier" in lines[0]

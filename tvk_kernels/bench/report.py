@@ -308,6 +308,26 @@ def eager_host_time(r) -> list[str]:
     return out
 
 
+def eager_host_stages(r) -> list[str]:
+    res = r["result"]
+    calls = ", ".join(f"{name} {_fmt(us)} us" for name, us in res.get("one Vulkan call", {}).items()) or \
+        "not measured in this run"
+    submits = ", ".join(f"{every} {_fmt(us)} us" for every, us in res["a + b by early-submit interval"].items())
+    lines = [f"Where an eager op's host time goes (`python benchmarks/eager_host_stages.py`: {r['repeats']}; "
+             "the statement through torch, its aten calls handed to our dispatcher directly, and their repeats "
+             "called directly, each with the Vulkan commands recorded and discarded). Each Vulkan call of a dispatch "
+             f"alone: {calls}. a + b by early-submit interval (dispatches; 0 = off): {submits}; one submit with its "
+             f"op {_fmt(res['one a + b and a submit'])} us; no-op dispatch floor {_fmt(res['floor'])} us.", "",
+             "| case | aten calls | torch us | torch (entry, autograd, optimizer) | our dispatcher | our op code "
+             "(Python) | Vulkan recording and submits |", "|---|---|---|---|---|---|---|"]
+    for name, c in res["cases"].items():
+        cells = [c["torch"], c["torch"] - c["our dispatcher"],
+                 c["our dispatcher, commands discarded"] - c["our op code, commands discarded"],
+                 c["our op code, commands discarded"], c["torch"] - c["torch, commands discarded"]]
+        lines.append(f"| {name} | {c['aten calls']} | " + " | ".join(_fmt(x) for x in cells) + " |")
+    return lines
+
+
 def eager_step_ab(r) -> list[str]:
     this, other = r["trees"]
     lines = [f"Eager training steps (`python benchmarks/eager_step_ab.py`: {r['rounds']} runs per tree, the trees "
@@ -542,6 +562,7 @@ SECTIONS = [("vector-add", "1. Vector add", vector_add), ("matmul", "2. Matmul",
             ("low-vram", "5. Little GPU memory", low_vram), ("ablations", "6. Ablations", ablations),
             ("kernels", "Kernels beside torch CUDA", kernels), ("models", "Real models: training steps", models),
             ("eager_host_time", "Host time per eager op", eager_host_time),
+            ("eager_host_stages", "Eager host time by layer", eager_host_stages),
             ("eager_step_ab", "Eager steps beside an earlier tree", eager_step_ab),
             ("amp_step_ab", "AMP steps beside float32 and an earlier tree", amp_step_ab),
             ("sdpa_dtypes", "Fused attention by dtype", sdpa_dtypes),
@@ -578,7 +599,7 @@ def build(results: Path, configs: Path) -> str:
                 lines = fn(found[key], found.get("matmul")) if key == "ablations" else fn(found[key])
                 if key in ("mnist", "low-vram"):
                     out += [f"**{title}.** {_stamp(found[key])}"] + [f"- {line}" for line in lines]
-                elif key in ("models", "eager_host_time", "eager_step_ab", "amp_step_ab", "sdpa_dtypes"):
+                elif key in ("models", "eager_host_time", "eager_host_stages", "eager_step_ab", "amp_step_ab", "sdpa_dtypes"):
                     # a paragraph, then its table or list
                     out += [f"**{title}.** {lines[0]} {_stamp(found[key])}"] + lines[1:]
                 else:
