@@ -95,3 +95,29 @@ def test_views_reuse_their_geometry_per_signature_and_keep_torchs_errors():
         t.t().view(24)
     with pytest.raises(RuntimeError, match="invalid for input of size 24"):
         t.view(5, 5)
+
+
+def test_zero_grad_to_none_records_no_kernel_and_the_next_step_matches_cpu():
+    from torchvk._storage import get_device
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    cpu_model = torch.nn.Linear(4, 3)
+    cpu_model.load_state_dict(model.state_dict())
+    model = model.to("tvk")
+    opt, cpu_opt = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(cpu_model.parameters(), lr=0.1)
+    x = torch.randn(5, 4)
+    for step in range(2):
+        model(x.to("tvk")).square().sum().backward()
+        cpu_model(x).square().sum().backward()
+        opt.step()
+        cpu_opt.step()
+        stream = get_device().stream
+        before = stream.total_dispatches
+        torchvk.reset_op_counts()
+        opt.zero_grad(set_to_none=True)
+        cpu_opt.zero_grad(set_to_none=True)
+        assert stream.total_dispatches == before and not torchvk.op_counts()["vulkan"]  # nothing ran on the GPU
+        assert all(p.grad is None for p in model.parameters())
+    for p, q in zip(model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
