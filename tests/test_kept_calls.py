@@ -140,7 +140,7 @@ def test_replays_allocate_their_own_scratch_and_a_buffer_that_outlives_the_call_
     (kept,) = _five_times.kept.values()
     assert kept.scratch == [4 * n, 4 * n] and kept.kept == [0, 1]
     # each launch's words: x, out, and the scratch buffers (2, 3) told apart though they shared an address
-    assert [sorted({i for _, i, _ in launch[3]}) for launch in kept.launches] == [[0, 2], [0, 1, 2], [0, 1, 3],
+    assert [sorted({i for _, i, _ in launch[3].fill}) for launch in kept.launches] == [[0, 2], [0, 1, 2], [0, 1, 3],
                                                                                 [0, 1, 3]]
     assert _kinds(_with_a_held_buffer) == {"not kept"}
 

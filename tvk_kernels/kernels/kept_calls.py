@@ -126,8 +126,38 @@ def _plan(captures, addresses):
         slots = _slots(push, push2, addresses)
         if slots is None:
             return None
-        launches.append((pipe, groups, push, tuple(slots), label))
+        write = _PushWriter(push, slots) if slots else None
+        if write is not None and write(addresses) != push:  # it must rebuild the call's own bytes
+            return None
+        launches.append((pipe, groups, push, write, label))
     return launches
+
+
+class _PushWriter:
+    """Writes a kept launch's push constants for new addresses in one struct.pack: the fixed bytes
+    between the address words go in as they were."""
+
+    __slots__ = ("layout", "values", "fill")
+
+    def __init__(self, push: bytes, slots):
+        fmt, self.values, self.fill, at = "<", [], [], 0
+        for offset, index, delta in sorted(slots):
+            if offset > at:
+                fmt += f"{offset - at}s"
+                self.values.append(push[at:offset])
+            self.fill.append((len(self.values), index, delta))
+            self.values.append(0)
+            fmt, at = fmt + "Q", offset + 8
+        if at < len(push):
+            fmt += f"{len(push) - at}s"
+            self.values.append(push[at:])
+        self.layout = struct.Struct(fmt)
+
+    def __call__(self, addrs) -> bytes:
+        values = self.values.copy()
+        for place, index, delta in self.fill:
+            values[place] = addrs[index] + delta
+        return self.layout.pack(*values)
 
 
 def kept_call(*address_names):
@@ -141,9 +171,6 @@ def kept_call(*address_names):
         positions = frozenset(pos for pos, _, _ in where)
         memo: dict = {}
 
-        def addresses_of(args, kwargs):
-            return [args[pos] if pos < len(args) else kwargs.get(name, default) for pos, name, default in where]
-
         def with_addresses(args, kwargs, values):
             args, kwargs = list(args), dict(kwargs)
             for (pos, name, _), value in zip(where, values):
@@ -153,24 +180,31 @@ def kept_call(*address_names):
                     kwargs[name] = value
             return args, kwargs
 
+        others: dict = {}  # number of positional arguments -> the positions that are not addresses
+
         @functools.wraps(fn)
         def call(device, *args, **kwargs):
-            if kwargs.get("params") is not None or recording() or benchmark_mode.enabled() or \
+            # list comprehensions, not generators, below: this runs on every eager op that calls a kernel entry
+            if (kwargs and kwargs.get("params") is not None) or recording() or benchmark_mode.enabled() or \
                     device.stream.call_capture is not None:  # inside another kept call's learning: plain
                 return fn(device, *args, **kwargs)
-            addrs = addresses_of(args, kwargs)
+            n = len(args)
+            addrs = [args[pos] if pos < n else kwargs.get(name, default) for pos, name, default in where]
             for a in addrs:
                 if a is not None and type(a) is not int:
                     return fn(device, *args, **kwargs)  # a buffer object: the plain path
             addrs = [a or 0 for a in addrs]
             # per address: absent, or its alignment and the first address equal to it (a call that
             # passes one buffer twice is kept apart from one that passes two)
-            alignments = tuple(a == 0 or (a & 255, addrs.index(a)) for a in addrs)
+            alignments = tuple([a == 0 or (a & 255, addrs.index(a)) for a in addrs])
+            kept_positions = others.get(n)
+            if kept_positions is None:
+                kept_positions = others[n] = [k for k in range(n) if k not in positions]
             try:  # shapes come as lists or tuples of ints: hashable as they are, or as tuples
-                key = (id(device), alignments, tuple(tuple(a) if type(a) is list else a
-                                                     for k, a in enumerate(args) if k not in positions),
-                       tuple((k, tuple(v) if type(v) is list else v) for k, v in kwargs.items()
-                             if k not in address_names))
+                key = (id(device), alignments, tuple([tuple(a) if type(a) is list else a
+                                                      for a in [args[k] for k in kept_positions]]),
+                       tuple([(k, tuple(v) if type(v) is list else v) for k, v in kwargs.items()
+                              if k not in address_names]) if kwargs else ())
                 kept = memo.get(key)
             except TypeError:  # a nested list or a dict: the slow key
                 try:
@@ -250,13 +284,8 @@ def _replay(device, kept, addrs):
         scratch = [device.allocator.alloc(n) for n in kept.scratch]
         addrs = addrs + [buf.address for buf in scratch]
     dispatch = device.stream.dispatch
-    for pipe, groups, push, slots, label in kept.launches:
-        if slots:
-            push = bytearray(push)
-            for o, i, delta in slots:
-                _U64.pack_into(push, o, addrs[i] + delta)
-            push = bytes(push)
-        dispatch(pipe, groups, push, label)
+    for pipe, groups, push, write, label in kept.launches:
+        dispatch(pipe, groups, push if write is None else write(addrs), label)
     for k in kept.kept:
         device.stream.keep_alive(scratch[k])
     return kept.result
