@@ -85,3 +85,31 @@ def test_only_measures_some_models_and_keeps_the_others_of_models_json(tmp_path,
     assert set(payload["measured_at"]) == {"hf_gpt2", "tv_resnet18"}
     with pytest.raises(ValueError, match="no third-party zoo model"):
         model_bench.run(device, tmp_path, quick=True, progress=False, names=["mlp"])
+
+
+def test_each_profiled_step_follows_gpu_load_and_the_least_is_kept(monkeypatch):
+    # eager steps are host-bound, so the GPU idles at sinking clocks: each profiled step comes right after
+    # GPU-bound load, and the least GPU time of PROFILED_STEPS steps is kept (on the CUDA peer too)
+    events, times = [], iter([5.0, 3.0, 4.0])
+    monkeypatch.setattr(model_bench, "_gpu_load", lambda device, seconds, n: events.append(("load", seconds, n)))
+
+    def profiled(step, x, y):
+        events.append("profile")
+        return {"gpu_ms": next(times), "kernels": 1, "top_kernels": []}
+
+    monkeypatch.setattr(model_bench, "_gpu_step_tvk", profiled)
+    best = model_bench._least_gpu_step(None, None, None, "tvk:0", "tiny", 0.25)
+    assert best["gpu_ms"] == 3.0
+    assert events == [("load", 0.25, 64), "profile"] * model_bench.PROFILED_STEPS
+    events.clear()
+    times = iter([7.0])
+    assert model_bench._least_gpu_step(None, None, None, "tvk:0", "tiny", 0.0)["gpu_ms"] == 7.0  # quick: one, no load
+    assert events == ["profile"]
+
+
+def test_the_gpu_load_runs_matmuls_on_the_device_for_its_time():
+    import time
+
+    start = time.perf_counter()
+    model_bench._gpu_load("tvk", 0.05, 16)
+    assert time.perf_counter() - start >= 0.05
