@@ -17,11 +17,17 @@
 // RD (id 7). Defines: SUBGROUP (tunable; a define as it enables the subgroup extensions) and
 // OP: 0 sum, 1 prod, 2 max, 3 min, 4 argmax, 5 argmin.
 // IN_F16: the input's storage: float32, float16 or bfloat16 (common/dtypes.glsl); all read as float.
+// OUT_F16 (absent: float32): the values' storage where they are the result (one pass, or pass 2;
+// pass-1 partials stay float32), float16 or bfloat16, rounded once from the float32 result.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_GOOGLE_include_directive : require
 #include "common/dtypes.glsl"
+#ifdef OUT_F16
+#define DTYPE OUT_F16
+#include "common/storage.glsl"
+#endif
 #ifndef SUBGROUP
 #define SUBGROUP 0
 #endif
@@ -77,6 +83,16 @@ layout(buffer_reference, std430, buffer_reference_align = 4) readonly buffer InB
 #endif
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer UBuf { uint v[]; };
+#ifdef OUT_F16
+#if PAIR
+#error "reduce.comp: OUT_F16 is for value reductions; arg-ops write float32 values beside their indices"
+#endif
+layout(buffer_reference, std430, buffer_reference_align = TVK_ST_ALIGN) buffer OutBuf { TVK_ST v[]; };
+#define OUT_VALUE(f) TVK_STORE(f)
+#else  // float32: the same module as before OUT_F16 existed
+#define OutBuf FBuf
+#define OUT_VALUE(f) (f)
+#endif
 
 layout(push_constant) uniform Params {
     uvec2 in_;      // input values
@@ -279,9 +295,9 @@ void main() {
             }
         }
 #elif OP == 0
-        FBuf(p.out_).v[dst] = acc * p.scale;
+        OutBuf(p.out_).v[dst] = OUT_VALUE(acc * p.scale);
 #else
-        FBuf(p.out_).v[dst] = acc;
+        OutBuf(p.out_).v[dst] = OUT_VALUE(acc);
 #endif
     }
 }

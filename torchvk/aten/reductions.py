@@ -18,6 +18,7 @@ aten = torch.ops.aten
 
 
 _KERNEL_DTYPE = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+_HALF_RESULTS = (torch.float16, torch.bfloat16)
 
 
 def _input(t):
@@ -57,7 +58,9 @@ def _reduce(op, self, dims, keepdim, out_dtype=None, empty_result=None):
     if self.dim() == 0:
         dims, out_shape = [], []
     idx = op in ("argmax", "argmin")
-    res = new_tensor(out_shape, torch.int64 if idx else torch.float32, dev(self))
+    # a float16/bfloat16 result is written so by the kernel (rounded once from its float32 value), not cast after
+    res_dtype = torch.int64 if idx else out_dtype if out_dtype in _HALF_RESULTS else torch.float32
+    res = new_tensor(out_shape, res_dtype, dev(self))
     if res.numel():
         if empty_result is None:
             empty_result = _EMPTY_RESULT.get(op)
@@ -65,15 +68,17 @@ def _reduce(op, self, dims, keepdim, out_dtype=None, empty_result=None):
             fill(res, empty_result)
         else:
             d, geometry = dev(self), (tuple(x.shape) or (1,), tuple(x.stride()) or (1,), dims if self.dim() else [0])
-            res_shape, res_dtype, kernel_dtype = list(res.shape), res.dtype, _KERNEL_DTYPE[x.dtype]
+            res_shape, kernel_dtype = list(res.shape), _KERNEL_DTYPE[x.dtype]
+            written = _KERNEL_DTYPE.get(res_dtype, "float32")  # argmax/argmin: int64 indices, their own path
 
             def run(operands):
                 out = new_tensor(res_shape, res_dtype, d)
-                reduce_kernels.reduce(d, op, addr(operands[0]), addr(out), *geometry, keepdim, dtype=kernel_dtype)
+                reduce_kernels.reduce(d, op, addr(operands[0]), addr(out), *geometry, keepdim, dtype=kernel_dtype,
+                                      out_dtype=written)
                 return out
 
             begun = mark()
-            reduce_kernels.reduce(d, op, addr(x), addr(res), *geometry, keepdim, dtype=kernel_dtype)
+            reduce_kernels.reduce(d, op, addr(x), addr(res), *geometry, keepdim, dtype=kernel_dtype, out_dtype=written)
             if out_dtype is None or out_dtype == res.dtype:
                 offer(begun, res, (x,), run)  # kept where x is the op's own input (torchvk/_repeat.py)
     if out_dtype is not None and out_dtype != res.dtype:

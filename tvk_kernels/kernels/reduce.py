@@ -93,11 +93,15 @@ class Reduce(Family):
 
 
 def defines(params: dict, op: int, reduced_dims: int, cols: bool, subgroup: bool, in_code: int = 0,
-            in_idx: bool = False, idx64: bool = False) -> dict:
+            in_idx: bool = False, idx64: bool = False, out_code: int = 0) -> dict:
     """The defines of one reduce kernel: the tuned ITEMS and the launch's choices (the runtime
-    and the tuner target build them here)."""
-    return {"OP": op, "RD": reduced_dims, "COLS": int(cols), "ITEMS": params["ITEMS"], "SUBGROUP": int(subgroup),
-            "IN_F16": in_code, "IN_IDX": int(in_idx), "IDX64": int(idx64)}
+    and the tuner target build them here). out_code: the values' storage (OUT_F16), absent for
+    float32 so that those modules are the ones tuned before it existed."""
+    out = {"OP": op, "RD": reduced_dims, "COLS": int(cols), "ITEMS": params["ITEMS"], "SUBGROUP": int(subgroup),
+           "IN_F16": in_code, "IN_IDX": int(in_idx), "IDX64": int(idx64)}
+    if out_code != INPUT_DTYPE_CODES["float32"]:
+        out["OUT_F16"] = out_code
+    return out
 
 
 def use_subgroups(device, params: dict) -> bool:
@@ -115,21 +119,27 @@ def required_subgroup_size(params: dict) -> int | None:
 
 @kept_call('in_addr', 'out_addr', 'index_addr')
 def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, dims=None, keepdim: bool = False,
-           dtype: str = "float32", params: dict | None = None, index_addr: int = 0) -> tuple[int, ...]:
+           dtype: str = "float32", params: dict | None = None, index_addr: int = 0,
+           out_dtype: str = "float32") -> tuple[int, ...]:
     """Reduce the view (in_addr, shape, strides in elements) over `dims` into out_addr.
 
-    out_addr receives float32 values (int64 indices for argmax/argmin), contiguous in
-    output_shape(shape, dims, keepdim), which is returned. index_addr (max/min only): also
-    write int64 indices there. dtype: the input's storage, float32 or float16 (where
+    out_addr receives the values in out_dtype (float32, or float16/bfloat16 rounded once from the
+    float32 result; int64 indices for argmax/argmin), contiguous in output_shape(shape, dims,
+    keepdim), which is returned. index_addr (max/min only, float32 values): also write int64
+    indices there. dtype: the input's storage, float32, float16 or bfloat16 (16-bit ones where
     device.facts.features['storage_16bit']). params: an explicit parameter set (WG, ITEMS,
     SUBGROUP, TARGET_GROUPS, SPLIT_MIN), merged over the tuned/default one.
     """
     if op not in OPS:
         raise ValueError(f"unknown reduction {op!r}; one of {sorted(OPS)}")
-    if dtype not in _DTYPES:
-        raise ValueError(f"reduce: dtype {dtype!r} is not supported (float32, float16, bfloat16)")
-    if dtype != "float32" and not device.facts.features.get("storage_16bit"):
-        raise ValueError(f"{device.facts.name} has no 16-bit storage; {dtype} inputs are not supported there")
+    for name, value in (("dtype", dtype), ("out_dtype", out_dtype)):
+        if value not in _DTYPES:
+            raise ValueError(f"reduce: {name} {value!r} is not supported (float32, float16, bfloat16)")
+        if value != "float32" and not device.facts.features.get("storage_16bit"):
+            raise ValueError(f"{device.facts.name} has no 16-bit storage; {value} tensors are not supported there")
+    if out_dtype != "float32" and (op in ("argmax", "argmin") or index_addr):
+        raise ValueError(f"reduce: {op} with indices writes float32 values; out_dtype {out_dtype!r} is for "
+                         "value reductions only")
     shape = tuple(int(s) for s in shape)
     strides = contiguous_strides(shape) if strides is None else tuple(int(s) for s in strides)
     if len(strides) != len(shape):
@@ -162,7 +172,7 @@ def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, di
     prm = fam.resolve({"n": n_out * max(n_red, 1)}, params)
     scale = (1.0 / n_red if n_red else float("nan")) if op == "mean" else 1.0
     _launch(device, fam, prm, OPS[op], in_addr, 0, out_addr, index_addr, kept, red, n_out, n_red, scale,
-            INPUT_DTYPE_CODES[dtype], allow_split=True)
+            INPUT_DTYPE_CODES[dtype], allow_split=True, out_code=INPUT_DTYPE_CODES[out_dtype])
     return out_shape
 
 
@@ -190,7 +200,7 @@ def _column_splits(groups: int, target: int, n_red: int, t: int) -> int:
 
 
 def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, red, n_out, n_red, scale, in_code,
-            allow_split, idx64=True):
+            allow_split, idx64=True, out_code=0):
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
     cols = bool(kept) and (red[-1][1] == 0 or kept[-1][1] < red[-1][1])
 
@@ -217,7 +227,7 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
     pair = opc >= 4
 
     kernel = defines(prm, opc, len(red), cols, not cols and use_subgroups(device, prm), in_code, in_idx != 0,
-                     idx64 and nsplit == 1)
+                     idx64 and nsplit == 1, out_code if nsplit == 1 else 0)  # pass-1 partials: float32
     # arg ops (OP >= 4) keep an index beside each value
     pipe = fam.variant(kernel, wg, _PUSH.size, shared_bytes=wg * 4 * (2 if pair else 1),
                        subgroup_size=required_subgroup_size(prm))
@@ -240,7 +250,7 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
     device.stream.dispatch(pipe, (gx, gy, nsplit), push, "reduce.pass1")
     _launch(device, fam, prm, opc, part.address, part_idx.address if pair else 0, out_addr, idx_addr,
             [(n_out, 1)] if n_out > 1 else [], [(nsplit, n_out)], n_out, nsplit, scale, 0, allow_split=False,
-            idx64=idx64)
+            idx64=idx64, out_code=out_code)
     device.stream.keep_alive(part)
     if pair:
         device.stream.keep_alive(part_idx)
