@@ -176,3 +176,28 @@ def test_batch_norm_repeats_update_each_modules_running_statistics():
     assert any(type(r) is Repeat for r in _entry(aten.native_batch_norm.default)) or \
         any(type(r) is Repeat for r in _entry(aten._native_batch_norm_legit_functional.default)) or \
         any(type(r) is Repeat for r in _entry(aten._native_batch_norm_legit.default))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_convolutions_repeat_their_kernels_and_keep_computing(bias):
+    """A 2-D convolution and its backward repeat as replays of their kernels (not the implementation run
+    again), with fresh data every step: the same results and gradients as CPU."""
+    import copy
+
+    _dispatch._repeats.clear()
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1, bias=bias)
+    tconv = copy.deepcopy(conv).to("tvk")
+    for step in range(3):
+        x = torch.randn(2, 3, 7, 7) * (step + 1)
+        tx = x.to("tvk").requires_grad_()
+        x.requires_grad_()
+        y, ty = conv(x), tconv(tx)
+        _same(ty, y, tol=1e-4)
+        y.square().sum().backward()
+        ty.square().sum().backward()
+        torch.testing.assert_close(tx.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
+        for p, q in zip(tconv.parameters(), conv.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-3)
+    for func in (aten.convolution.default, aten.convolution_backward.default):
+        assert _entry(func) and all(type(r) is Repeat for r in _entry(func)), func

@@ -16,6 +16,7 @@ import torch
 from tvk_kernels.kernels import conv as conv_kernels
 
 from ..op_registry import register
+from .._repeat import mark, offer
 from .._tensor import new_tensor
 from ._half import HALF, float32_compute
 from ._util import DTYPE_NAME, addr, dev
@@ -116,11 +117,22 @@ def _convolution(input, weight, bias, stride, padding, dilation, transposed, out
     x, w, stride, padding, dilation, one_d = _as2d(input, weight, stride, padding, dilation)
     x, w = contig(x), contig(w)
     b = contig(bias) if bias is not None else None
-    shape = conv_kernels.conv2d_output_shape(tuple(x.shape), tuple(w.shape), stride, _pad(padding), dilation, groups)
-    out = new_tensor(shape, input.dtype, dev(input))
-    conv_kernels.conv2d_forward(dev(input), addr(x), addr(w), addr(b) if b is not None else 0, addr(out), tuple(x.shape),
-                      tuple(w.shape), stride, _pad(padding), dilation, groups, act=act, dtype=dtype)
-    return out.squeeze(2) if one_d else out
+    d, pad, x_shape, w_shape, out_dtype = dev(input), _pad(padding), tuple(x.shape), tuple(w.shape), input.dtype
+    shape = conv_kernels.conv2d_output_shape(x_shape, w_shape, stride, pad, dilation, groups)
+
+    def run(operands):  # also what a repeat of this call records (torchvk/_repeat.py)
+        x, w, b = operands
+        out = new_tensor(shape, out_dtype, d)
+        conv_kernels.conv2d_forward(d, addr(x), addr(w), addr(b) if b is not None else 0, addr(out), x_shape, w_shape,
+                                    stride, pad, dilation, groups, act=act, dtype=dtype)
+        return out
+
+    begun = mark()
+    out = run((x, w, b))
+    if one_d:
+        return out.squeeze(2)
+    offer(begun, out, (x, w, b), run)  # kept where no copy came before (contiguous input, weight and bias)
+    return out
 
 
 _convolution_in_float32 = float32_compute(_convolution)
@@ -146,19 +158,26 @@ def _convolution_backward(grad_output, input, weight, bias_sizes, stride, paddin
     g = grad_output.unsqueeze(2) if one_d else grad_output
     x, w, stride, padding, dilation, _ = _as2d(input, weight, stride, padding, dilation)
     g, x, w = contig(g), contig(x), contig(w)
-    d = dev(input)
-    gi = new_tensor(x.shape, input.dtype, d) if output_mask[0] else None
-    gw = new_tensor(w.shape, input.dtype, d) if output_mask[1] else None
+    d, out_dtype, mask = dev(input), input.dtype, tuple(output_mask)
     geo = (tuple(x.shape), tuple(w.shape), stride, _pad(padding), dilation, groups)
-    if gi is not None:
-        conv_kernels.conv2d_backward_input(d, addr(g), addr(w), addr(gi), *geo, dtype=dtype)
-    if gw is not None:
-        conv_kernels.conv2d_backward_weight(d, addr(g), addr(x), addr(gw), *geo, dtype=dtype)
-    gb = _grad_bias(g, dtype) if output_mask[2] else None
+
+    def run(operands):  # also what a repeat of this call records (torchvk/_repeat.py)
+        g, x, w = operands
+        gi = new_tensor(geo[0], out_dtype, d) if mask[0] else None
+        gw = new_tensor(geo[1], out_dtype, d) if mask[1] else None
+        if gi is not None:
+            conv_kernels.conv2d_backward_input(d, addr(g), addr(w), addr(gi), *geo, dtype=dtype)
+        if gw is not None:
+            conv_kernels.conv2d_backward_weight(d, addr(g), addr(x), addr(gw), *geo, dtype=dtype)
+        return gi, gw, _grad_bias(g, dtype) if mask[2] else None
+
+    begun = mark()
+    result = run((g, x, w))
     if one_d:
-        gi = gi.squeeze(2) if gi is not None else None
-        gw = gw.squeeze(2) if gw is not None else None
-    return gi, gw, gb
+        gi, gw, gb = result
+        return gi.squeeze(2) if gi is not None else None, gw.squeeze(2) if gw is not None else None, gb
+    offer(begun, result, (g, x, w), run)  # kept where no copy came before (contiguous grad, input and weight)
+    return result
 
 
 _convolution_backward_in_float32 = float32_compute(_convolution_backward)
