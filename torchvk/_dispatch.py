@@ -93,7 +93,8 @@ def dispatch(func, args, kwargs):
             except TypeError:  # an unhashable argument
                 key = repeat = None
         if repeat is not None and repeat.holds(args, kwargs):
-            _vk_counts[repeat.name] += 1
+            if repeat.name is not None:  # a decomposition is not counted: its pieces are (as on its first call)
+                _vk_counts[repeat.name] += 1
             out = repeat(args, kwargs)
         else:
             out = _dispatch(func, args, kwargs, key)
@@ -151,8 +152,12 @@ def _dispatch(func, args, kwargs, key=None):
     if decomp is None:
         decomp = _composite(func)
     if decomp is not None:
-        args, kwargs = check_call(func, args, kwargs, check_devices)
-        return decomp(*args, **kwargs)
+        checked_args, kwargs = check_call(func, args, kwargs, check_devices, key)
+        if key is not None and checked_args is args and writes_nothing(func):
+            # its repeat: the decomposition called directly (its pieces repeat on their own), without the
+            # lookups and checks above, which depend on the key alone; a reshape inside an op's code comes here
+            keep(_repeats, key, Direct(None, decomp, None), func)
+        return decomp(*checked_args, **kwargs)
     return missing(func, args, kwargs)
 
 

@@ -134,7 +134,8 @@ class Listening:
 class Direct:
     """The repeat of a call that offered none: its implementation, called without the dispatcher's
     lookups and checks. Exact: the checks passed for this key (and the overlap screen is run again for
-    an op that writes), and everything else the implementation works out again."""
+    an op that writes), and everything else the implementation works out again. A decomposition's
+    (a composite op torch hands the dispatcher) has no name: it is not counted, its pieces are."""
 
     __slots__ = ("name", "impl", "writes")
 
