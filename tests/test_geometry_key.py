@@ -91,3 +91,24 @@ def test_views_at_offsets_address_their_own_elements():
         view = t[rows, cols]
         _true(view)
         _computes(view, cpu[rows, cols])
+
+
+@pytest.mark.parametrize("make", [
+    lambda t: t,
+    lambda t: t[0, 0],                                        # 0-d, at an offset
+    lambda t: t[:, 1:4:2],                                    # a step
+    lambda t: t.permute(2, 0, 1),
+    lambda t: t[:1].expand(5, 3, 7),                          # stride 0
+    lambda t: t[:, :0],                                       # no elements
+    lambda t: t.as_strided((3, 2), (2, 5), 7),
+    lambda t: t.unsqueeze(0).contiguous(memory_format=torch.channels_last),
+    lambda t: t.transpose(0, 2).contiguous(),
+    lambda t: t.unfold(2, 3, 2),
+    lambda t: t.view(torch.int32),
+    lambda t: t.flatten()[3:],
+    lambda t: torch.empty_strided((2, 3), (1, 4), device="tvk"),
+    lambda t: t.sum(1),
+    lambda t: t.half()[1:].float(),
+])
+def test_every_way_a_tensor_is_made_carries_its_true_geometry(make):
+    _true(make(torch.randn(5, 3, 7).to("tvk")))

@@ -110,6 +110,11 @@ def test_each_profiled_step_follows_gpu_load_and_the_least_is_kept(monkeypatch):
 def test_the_gpu_load_runs_matmuls_on_the_device_for_its_time():
     import time
 
+    import torchvk.profiler
+
     start = time.perf_counter()
-    model_bench._gpu_load("tvk", 0.05, 16)
+    with torchvk.profiler.profile() as prof:
+        model_bench._gpu_load("tvk", 0.05, 16)
     assert time.perf_counter() - start >= 0.05
+    matmuls = [k for k in prof.kernels if "matmul" in k.name or "gemm" in k.name]
+    assert len(matmuls) >= 4, sorted({k.name for k in prof.kernels})  # at least one batch of four, on the GPU

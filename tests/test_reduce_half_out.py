@@ -48,6 +48,14 @@ def test_a_16bit_reduction_is_written_16bit_by_the_kernel(dtype, op, dims, keepd
 
 
 @pytest.mark.parametrize("dtype", HALF)
+def test_strided_16bit_inputs_reduce_into_16bit_results(dtype):
+    x = torch.randn(11, 13, 3).to(dtype)
+    for view, dims in ((lambda v: v.transpose(0, 2), (0,)), (lambda v: v[:, ::2], (1, 2)), (lambda v: v[3:4], (0,))):
+        for _ in range(2):
+            _close(view(x.to("tvk")).sum(dims), view(x), "sum", dims, False)
+
+
+@pytest.mark.parametrize("dtype", HALF)
 def test_two_pass_reductions_keep_float32_partials_and_round_once(dtype, device):
     if not device.facts.features.get("storage_16bit"):
         pytest.skip("no 16-bit storage")

@@ -156,8 +156,6 @@ def _picker(sources, n_args: int):
         places = [place for _, place in sources]
         if places == list(range(n_args)):
             return None
-        if places == [0]:
-            return _first_only
         if len(places) == 1:
             only = places[0]
             return lambda args, kwargs: (args[only],)
@@ -169,10 +167,6 @@ def _picker(sources, n_args: int):
                      for kind, place in sources)
 
     return pick
-
-
-def _first_only(args, kwargs):
-    return args[:1]
 
 
 def keep(repeats: dict, key, repeat: Repeat | Direct, func) -> None:

@@ -310,8 +310,7 @@ def eager_host_time(r) -> list[str]:
 
 def eager_host_stages(r) -> list[str]:
     res = r["result"]
-    calls = ", ".join(f"{name} {_fmt(us)} us" for name, us in res.get("one Vulkan call", {}).items()) or \
-        "not measured in this run"
+    calls = ", ".join(f"{name} {_fmt(us)} us" for name, us in res["one Vulkan call"].items())
     submits = ", ".join(f"{every} {_fmt(us)} us" for every, us in res["a + b by early-submit interval"].items())
     lines = [f"Where an eager op's host time goes (`python benchmarks/eager_host_stages.py`: {r['repeats']}; "
              "the statement through torch, its aten calls handed to our dispatcher directly, and their repeats "

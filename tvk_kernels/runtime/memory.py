@@ -110,13 +110,11 @@ class DeviceBuffer:
             self.freed = True
             self.allocator.release(self)
 
-    def __del__(self):  # free(), inlined: every op's output dies here
-        if not self.freed:
-            self.freed = True
-            try:
-                self.allocator.release(self)
-            except Exception:  # interpreter shutdown: the device goes away with the process
-                pass
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:  # interpreter shutdown: the device goes away with the process
+            pass
 
     def __repr__(self):
         return f"<DeviceBuffer {self.nbytes} B at 0x{self.address:x}{' freed' if self.freed else ''}>"
@@ -166,7 +164,7 @@ class Allocator:
         with runtime_lock:
             if self.later:
                 self._run_later()
-            size = (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT if nbytes > 0 else ALIGNMENT  # _round, inlined
+            size = _round(nbytes)
             cap = self.capture
             if cap is not None and len(cap.allocated) in cap.temps:
                 buf = self._borrow(cap, size, nbytes)
