@@ -127,12 +127,46 @@ def test_repeats_are_dropped_when_the_configs_reload():
 
 def test_ops_without_an_offer_repeat_through_their_implementation():
     _dispatch._repeats.clear()
-    for _ in range(2):
-        a, b = torch.randn(4, 6), torch.randn(4, 2)
-        _same(torch.cat([a.to("tvk"), b.to("tvk")], 1), torch.cat([a, b], 1))
-    assert any(type(r) is Direct for r in _entry(aten.cat.default))
-    with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
-        torch.cat([a.to("tvk"), torch.randn(3, 2).to("tvk")], 1)  # a new key: the full path with torch's checks
+    for _ in range(2):  # stack concatenates unsqueezed views it made itself: nothing it can offer
+        a, b = torch.randn(4, 6), torch.randn(4, 6)
+        _same(torch.stack([a.to("tvk"), b.to("tvk")], 1), torch.stack([a, b], 1))
+    assert any(type(r) is Direct for r in _entry(aten.stack.default))
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+        torch.stack([a.to("tvk"), torch.randn(3, 6).to("tvk")], 1)  # a new key: the full path with torch's checks
+
+
+def test_casts_and_clones_repeat_as_one_copy_into_a_fresh_tensor():
+    """.to(dtype), .half(), .clone() and .contiguous() repeat as a fresh output and the first call's copy
+    (the copy kernel for casts and strided views, a buffer copy otherwise): torch's values, dtypes and
+    strides whatever the data, as in autocast's casts every step."""
+    _dispatch._repeats.clear()
+    for step in range(3):
+        x = torch.randn(6, 5) * (step + 1)
+        t = x.to("tvk")
+        pairs = [(t.half(), x.half()), (t.half().float(), x.half().float()), (t.to(torch.int64), x.to(torch.int64)),
+                 (t.t().to(torch.float16), x.t().to(torch.float16)), (t.clone(), x.clone()),
+                 (t.t().clone(), x.t().clone()), (t.t().contiguous(), x.t().contiguous()),
+                 (t[1:, ::2].contiguous(), x[1:, ::2].contiguous()), (t.to(torch.bfloat16), x.to(torch.bfloat16))]
+        for got, want in pairs:
+            _same(got, want, tol=0)
+    casts = [type(r) for r in _entry(aten._to_copy.default)]  # and Direct: copies to and from the CPU run in full
+    assert casts.count(Repeat) == 5
+    assert [type(r) for r in _entry(aten.clone.default)] == [Repeat] * 4
+
+
+def test_cat_repeats_its_copies_into_a_fresh_output():
+    _dispatch._repeats.clear()
+    for step in range(3):
+        a, b, c = torch.randn(3, 4) + step, torch.randn(3, 2), torch.randn(5, 3).half()
+        e = torch.empty(0)
+        ta, tb, tc, te = (t.to("tvk") for t in (a, b, c, e))
+        _same(torch.cat([ta, tb, tc.t()], 1), torch.cat([a, b, c.t()], 1), tol=0)  # promoted to float32
+        _same(torch.cat([ta.t(), tb.t()]), torch.cat([a.t(), b.t()]), tol=0)  # along dim 0: buffer copies
+        _same(torch.cat([te, ta, te]), torch.cat([e, a, e]), tol=0)  # empty 1-d tensors are skipped
+        _same(torch.cat([ta[:, :0], tb], 1), torch.cat([a[:, :0], b], 1), tol=0)
+        _same(torch.cat([ta, ta]), torch.cat([a, a]), tol=0)  # one tensor twice: not mapped, run again
+    kinds = [type(r) for r in _entry(aten.cat.default)]
+    assert kinds.count(Repeat) == 4 and kinds.count(Direct) == 1
 
 
 def test_norms_softmax_and_reductions_repeat_like_cpu_in_float32_and_half():
@@ -201,6 +235,43 @@ def test_convolutions_repeat_their_kernels_and_keep_computing(bias):
             torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-3)
     for func in (aten.convolution.default, aten.convolution_backward.default):
         assert _entry(func) and all(type(r) is Repeat for r in _entry(func)), func
+
+
+@pytest.mark.parametrize("mask, causal, gqa", [(None, False, False), (None, True, True), ("bool", False, True),
+                                               ("float", False, False)])
+def test_fused_attention_and_its_backward_repeat_their_kernels(mask, causal, gqa):
+    """SDPA forward and backward repeat as their kernel calls on fresh tensors (no dropout): CPU's outputs and
+    gradients every step, with the mask's new data read each time."""
+    F = torch.nn.functional
+    _dispatch._repeats.clear()
+    for step in range(3):
+        torch.manual_seed(step)
+        q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2 if gqa else 4, 6, 8), torch.randn(2, 2 if gqa else 4, 6, 8)
+        m = None if mask is None else (torch.rand(5, 6) > 0.3) | torch.eye(5, 6, dtype=torch.bool) if mask == "bool" \
+            else torch.randn(2, 1, 5, 6)
+        cpu = [t.clone().requires_grad_() for t in (q, k, v)]
+        tvk = [t.to("tvk").requires_grad_() for t in (q, k, v)]
+        want = F.scaled_dot_product_attention(*cpu, attn_mask=m, is_causal=causal, enable_gqa=gqa)
+        got = F.scaled_dot_product_attention(*tvk, attn_mask=None if m is None else m.to("tvk"), is_causal=causal,
+                                             enable_gqa=gqa)
+        _same(got, want, tol=1e-4)
+        grad = torch.randn_like(want)
+        want.backward(grad)
+        got.backward(grad.to("tvk"))
+        for t, c in zip(tvk, cpu):
+            torch.testing.assert_close(t.grad.cpu(), c.grad, rtol=1e-4, atol=1e-4)
+    for func in (aten._scaled_dot_product_fused_attention_overrideable.default,
+                 aten._scaled_dot_product_fused_attention_overrideable_backward.default):
+        assert _entry(func) and all(type(r) is Repeat for r in _entry(func)), func
+
+
+def test_fused_attention_with_dropout_is_not_repeated():
+    F = torch.nn.functional
+    _dispatch._repeats.clear()
+    q = torch.ones(1, 2, 4, 8, device="tvk")
+    outs = [F.scaled_dot_product_attention(q, q, q, dropout_p=0.5).cpu() for _ in range(3)]
+    assert not torch.equal(outs[0], outs[1]) and not torch.equal(outs[1], outs[2])
+    assert not any(type(r) is Repeat for r in _entry(aten._scaled_dot_product_fused_attention_overrideable.default))
 
 
 def test_a_composite_op_inside_an_implementation_repeats_its_decomposition_uncounted(monkeypatch):

@@ -12,8 +12,9 @@ same geometry). The dispatcher keeps the offer as a Repeat when it is exact:
 - the implementation made exactly one offer, returned the offered output, and recorded no GPU
   work before or after the work the offer repeats (an addmm whose GEMM offers and which then
   adds its bias with another kernel is not repeated);
-- every tensor operand is one of the call's own top-level arguments (by identity), so nothing
-  computed inside the implementation is frozen into the repeat; numbers are constants, which
+- every tensor operand is one of the call's own top-level arguments, or an item of a list argument
+  found there once (by identity), so nothing computed inside the implementation is frozen into the
+  repeat; numbers are constants, which
   is exact because the key holds every argument number's value;
 - it read no device data back and drew no random numbers (a value from either would be
   frozen too);
@@ -119,8 +120,13 @@ class Listening:
         for x in operands:
             if isinstance(x, _Tensor):
                 found = [place for place, a in places if a is x]
-                if not found:
-                    return None
+                if not found:  # an item of a list argument (cat's tensors), found once
+                    items = [(place, i) for place, a in places if type(a) in (list, tuple)
+                             for i, item in enumerate(a) if item is x]
+                    if len(items) != 1:
+                        return None
+                    sources.append(("item", items[0]))
+                    continue
                 if len(found) > 1:
                     if not all(isinstance(p, int) for p in found):
                         return None
@@ -150,8 +156,9 @@ class Direct:
 
 
 def _picker(sources, n_args: int):
-    """A function (args, kwargs) -> the operands, from where each came: a position, a keyword or a
-    constant; None where the operands are the n_args positional arguments as they stand."""
+    """A function (args, kwargs) -> the operands, from where each came: a position, a keyword, an item
+    of a list argument or a constant; None where the operands are the n_args positional arguments as
+    they stand."""
     if all(kind == "argument" and isinstance(place, int) for kind, place in sources):
         places = [place for _, place in sources]
         if places == list(range(n_args)):
@@ -162,8 +169,12 @@ def _picker(sources, n_args: int):
         get = itemgetter(*places)
         return lambda args, kwargs: get(args)
 
+    def argument(place, args, kwargs):
+        return args[place] if isinstance(place, int) else kwargs[place]
+
     def pick(args, kwargs):
-        return tuple((args[place] if isinstance(place, int) else kwargs[place]) if kind == "argument" else place
+        return tuple(argument(place, args, kwargs) if kind == "argument" else
+                     argument(place[0], args, kwargs)[place[1]] if kind == "item" else place
                      for kind, place in sources)
 
     return pick

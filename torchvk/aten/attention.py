@@ -26,6 +26,8 @@ from tvk_kernels.runtime.device import get_device
 
 from .. import _rng
 from ..op_registry import register, register_composite, register_meta
+from .._repeat import mark, offer
+from .._storage import alloc_storage
 from .._tensor import TVKTensor, alias, new_tensor
 from ._util import addr, dev
 from .copies import cast, contig, device_copy, fill
@@ -164,6 +166,7 @@ def fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=
             f"{attention_kernels.MAX_HEAD}), query heads a multiple of key/value heads and a bool or same-dtype mask broadcastable to "
             f"[B, H, Lq, Lk]; got q {tuple(query.shape)} {query.dtype}, k {tuple(key.shape)}, v {tuple(value.shape)}. "
             "F.scaled_dot_product_attention takes every input (the others through its math decomposition).")
+    begun = mark()
     d = dev(query)
     q, k, v = _rows(query), _rows(key), _rows(value)
     shape = _shape(q, k)
@@ -174,11 +177,59 @@ def fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=
     rng, rng_out = (0, 0, None), None
     if dropout_p > 0:
         rng, rng_out = _rng.kernel_seed(b * hq * lq * lk), (addr(seed_t), addr(offset_t))
+    call = dict(dtype=_DT[q.dtype], scale=_scale(scale, hd), causal=is_causal, strides=_strides(q, k, v, out))
     if lse.numel():
-        attention_kernels.attention_forward(d, addr(q), addr(k), addr(v), addr(out), addr(lse), shape, dtype=_DT[q.dtype],
-                             scale=_scale(scale, hd), mask=_mask(attn_bias, q, lk), causal=is_causal,
-                             dropout_p=float(dropout_p), rng=rng, rng_out=rng_out, strides=_strides(q, k, v, out))
-    return (_in_layout(out, query), lse, None, None, lq, lk, seed_t, offset_t, None)
+        attention_kernels.attention_forward(d, addr(q), addr(k), addr(v), addr(out), addr(lse), shape,
+                                            mask=_mask(attn_bias, q, lk), dropout_p=float(dropout_p), rng=rng,
+                                            rng_out=rng_out, **call)
+    result = (_in_layout(out, query), lse, None, None, lq, lk, seed_t, offset_t, None)
+    if dropout_p == 0 and lse.numel() and _same((q, k, v, result[0]), (query, key, value, out)):
+        offer(begun, result, (query, key, value, attn_bias), _Again(d, shape, call, attn_bias, q, (out, lse)))
+    return result
+
+
+def _same(used, given) -> bool:
+    """Whether the kernels read and wrote the call's own tensors (no copy in between)."""
+    return all(a is b for a, b in zip(used, given))
+
+
+def _geometry(t: TVKTensor) -> tuple:
+    return t._tvk.nbytes, tuple(t.shape), t.stride(), t.dtype
+
+
+def _fresh(device, geometry) -> TVKTensor:
+    nbytes, shape, stride, dtype = geometry
+    return TVKTensor(alloc_storage(nbytes, device), shape, stride, 0, dtype)
+
+
+class _Again:
+    """The repeat of a fused attention call, or of its backward, that read every tensor in place and drew no
+    random numbers (torchvk/_repeat.py): fresh outputs of the first call's geometry, the same kernel call."""
+
+    __slots__ = ("device", "shape", "call", "mask", "outputs")
+
+    def __init__(self, device, shape, call, attn_bias, q, outputs):
+        self.device, self.shape, self.call = device, shape, call
+        self.outputs = [_geometry(t) for t in outputs]  # not the tensors: the first call's outputs are not kept alive
+        self.mask = None if attn_bias is None else _mask(attn_bias, q, shape[4])[1:]  # kind and strides
+
+    def _mask(self, attn_bias):
+        return None if self.mask is None else (addr(attn_bias),) + self.mask  # expand() keeps the address
+
+    def __call__(self, operands):
+        d = self.device
+        if len(operands) == 4:  # forward: query, key, value, attn_bias
+            query, key, value, attn_bias = operands
+            out, lse = (_fresh(d, g) for g in self.outputs)
+            attention_kernels.attention_forward(d, addr(query), addr(key), addr(value), addr(out), addr(lse), self.shape,
+                                                mask=self._mask(attn_bias), **self.call)
+            return (out, lse, None, None, self.shape[3], self.shape[4], _int64_scalar(d), _int64_scalar(d), None)
+        grad_out, query, key, value, attn_bias, out, lse = operands
+        dq, dk, dv, delta = (_fresh(d, g) for g in self.outputs)
+        attention_kernels.attention_backward(d, addr(query), addr(key), addr(value), addr(out), addr(grad_out), addr(lse),
+                                             addr(dq), addr(dk), addr(dv), self.shape, mask=self._mask(attn_bias),
+                                             delta=addr(delta), **self.call)
+        return dq, dk, dv, None
 
 
 _BWD = aten._scaled_dot_product_fused_attention_overrideable_backward.default
@@ -196,9 +247,10 @@ register_meta(_BWD, _backward_meta)
 @register(_BWD)
 def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
                              cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale=None):
+    begun = mark()
     d = dev(query)
     q, k, v = _rows(query), _rows(key), _rows(value)
-    o, g = _rows(out), _rows(cast(grad_out, query.dtype))
+    o, g, lse = _rows(out), _rows(cast(grad_out, query.dtype)), contig(logsumexp)
     shape = _shape(q, k)
     b, hq, hkv, lq, lk, hd = shape
     dq, dk, dv = _empty_like_layout(query), _empty_like_layout(key), _empty_like_layout(value)
@@ -210,19 +262,24 @@ def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_
         rng_state = new_tensor((2,), torch.int64, d)
         device_copy(alias(rng_state, (), (), 0), philox_seed)
         device_copy(alias(rng_state, (), (), 1), philox_offset)
+    delta = None
     if lk == 0 or lq == 0:
         for t in (dq, dk, dv) + ((ds,) if ds is not None else ()):
             fill(t, 0.0)
     else:
         delta = new_tensor((b, hq, lq), torch.float32, d)
-        attention_kernels.attention_backward(d, addr(q), addr(k), addr(v), addr(o), addr(g), addr(contig(logsumexp)), addr(dq),
-                              addr(dk), addr(dv), shape, dtype=_DT[q.dtype], scale=_scale(scale, hd),
-                              mask=_mask(attn_bias, q, lk), causal=is_causal, dropout_p=float(dropout_p),
+        call = dict(dtype=_DT[q.dtype], scale=_scale(scale, hd), causal=is_causal, strides=_strides(q, k, v, o, g, dq, dk, dv))
+        attention_kernels.attention_backward(d, addr(q), addr(k), addr(v), addr(o), addr(g), addr(lse), addr(dq),
+                              addr(dk), addr(dv), shape, mask=_mask(attn_bias, q, lk), dropout_p=float(dropout_p),
                               rng_state=None if rng_state is None else addr(rng_state),
-                              ds=None if ds is None else addr(ds), delta=addr(delta),
-                              strides=_strides(q, k, v, o, g, dq, dk, dv))
+                              ds=None if ds is None else addr(ds), delta=addr(delta), **call)
     grad_bias = _bias_grad(ds, attn_bias) if want_bias else None
-    return _in_layout(dq, query), _in_layout(dk, key), _in_layout(dv, value), grad_bias
+    result = _in_layout(dq, query), _in_layout(dk, key), _in_layout(dv, value), grad_bias
+    if delta is not None and dropout_p == 0 and not want_bias and \
+            _same((q, k, v, o, g, lse) + result[:3], (query, key, value, out, grad_out, logsumexp, dq, dk, dv)):
+        offer(begun, result, (grad_out, query, key, value, attn_bias, out, logsumexp),
+              _Again(d, shape, call, attn_bias, q, (dq, dk, dv, delta)))
+    return result
 
 
 def _bias_grad(ds, attn_bias):

@@ -9,6 +9,7 @@ import torch
 from tvk_kernels.kernels import elementwise as elementwise_kernels
 
 from ..op_registry import register, register_backend
+from .._repeat import mark, offer
 from .._storage import alloc_storage, check_dtype, get_device, span_elements
 from .._tensor import (is_dense, TVKTensor, contiguous_strides, from_cpu, itemsize, new_tensor, to_cpu,
                        upload_into)
@@ -39,6 +40,62 @@ def device_copy(dst: TVKTensor, src: TVKTensor):
         return dst
     elementwise_kernels.copy(dst._tvk.device, operand(src), operand(dst))  # broadcast, cast, any strides
     return dst
+
+
+class KeptCopy:
+    """A device copy into a fresh output, worked out once (device_copy's choice of a buffer copy or the
+    copy kernel, with its plan) and recorded again for other tensors of the same geometry: the repeats
+    of casts, clones and cat (torchvk/_repeat.py). Made by the first copy, which it records."""
+
+    __slots__ = ("device", "byte_offset", "nbytes", "family", "plan", "values")
+
+    def __init__(self, dst: TVKTensor, src: TVKTensor):
+        self.device, self.byte_offset = dst._tvk.device, dst._byte_offset
+        self.nbytes = dst.numel() * itemsize(dst.dtype)
+        if src.dtype == dst.dtype and src.shape == dst.shape and dst.is_contiguous() and src.is_contiguous():
+            self.family = None  # a buffer copy
+        else:  # a cast, a broadcast or a strided view: the copy kernel
+            self.family, self.plan = elementwise_kernels.planned(self.device, "copy", (operand(src),), operand(dst))
+            self.values = elementwise_kernels.scalar_values(self.plan, "copy", (), ())
+        self(src, dst._tvk.buffer)
+
+    def __call__(self, src: TVKTensor, buffer):
+        """src into its place in `buffer` (the output's DeviceBuffer)."""
+        if self.family is None:
+            self.device.stream.copy(_range(src), buffer, self.nbytes, 0, self.byte_offset)
+        else:
+            source = src._tvk.buffer
+            source.check_alive()
+            elementwise_kernels.record(self.device, self.family, self.plan, "copy",
+                                       [source.address + src._byte_offset, buffer.address + self.byte_offset],
+                                       self.values)
+
+
+class FreshCopies:
+    """The repeat of a call whose result is one fresh tensor filled by copies of its operands (a cast, a
+    clone, cat): a new tensor of the first call's geometry, each operand copied into its place."""
+
+    __slots__ = ("device", "nbytes", "shape", "stride", "dtype", "copies")
+
+    def __init__(self, out: TVKTensor, copies: list):
+        self.device, self.nbytes, self.copies = out._tvk.device, out._tvk.nbytes, copies
+        self.shape, self.stride, self.dtype = tuple(out.shape), out.stride(), out.dtype
+
+    def __call__(self, operands):
+        out = TVKTensor(alloc_storage(self.nbytes, self.device), self.shape, self.stride, 0, self.dtype)
+        buffer = out._tvk.buffer
+        for src, copy in zip(operands, self.copies):
+            copy(src, buffer)
+        return out
+
+
+def copy_offered(out: TVKTensor, src: TVKTensor) -> TVKTensor:
+    """device_copy into a fresh `out`, offered as the call's repeat (torchvk/_repeat.py)."""
+    begun = mark()
+    if begun is None or out.numel() == 0 or src._tvk.device is not out._tvk.device:
+        return device_copy(out, src)  # no dispatch listening (compiled programs), nothing to copy, or refused
+    offer(begun, out, (src,), FreshCopies(out, [KeptCopy(out, src)]))
+    return out
 
 
 def copy_into(dst: TVKTensor, src):
@@ -132,8 +189,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
         mf = torch.contiguous_format if memory_format in (None, torch.preserve_format) else memory_format
         stride = torch.empty(self.shape, device="meta", memory_format=mf).stride()
         out = new_tensor(self.shape, dtype, dev, stride, op="aten._to_copy")
-    device_copy(out, self)
-    return out
+    return copy_offered(out, self)
 
 
 # a sparse tensor's .to("tvk") builds it from tvk index and value tensors with these ops
@@ -157,7 +213,7 @@ def clone(self, *, memory_format=None):
         mf = torch.contiguous_format if memory_format in (None, torch.preserve_format) else memory_format
         stride = torch.empty(self.shape, device="meta", memory_format=mf).stride()
         out = new_tensor(self.shape, self.dtype, self._tvk.device, stride, op="aten.clone")
-    return device_copy(out, self)
+    return copy_offered(out, self)
 
 
 def contig(t: TVKTensor) -> TVKTensor:

@@ -11,7 +11,7 @@ from ..op_registry import register, register_decomposition
 from .._repeat import mark, offer
 from .._tensor import TVKTensor, alias, new_tensor
 from ._util import addr, dev, norm_dims
-from .copies import cast, contig, device_copy, fill
+from .copies import FreshCopies, KeptCopy, cast, contig, device_copy, fill
 from .elementwise import ew, ne
 
 aten = torch.ops.aten
@@ -300,6 +300,7 @@ def foreach_norm_per_tensor(self, ord=2, dtype=None):
 # ------------------------------------------------------------------ cat / stack
 @register(aten.cat.default)
 def cat(tensors, dim=0):
+    begun = mark()
     ts = [t for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]
     if not ts:
         return new_tensor([0], tensors[0].dtype, dev(tensors[0]))
@@ -312,12 +313,17 @@ def cat(tensors, dim=0):
     size[dim] = sum(t.shape[dim] for t in ts)
     out = new_tensor(size, dtype, dev(ref))
     stride, step = out.stride(), out.stride()[dim]
-    off = 0
+    off, pieces, copies = 0, [], []
     for t in ts:
         n = t.shape[dim]
-        if n:  # out.narrow(dim, off, n), made here: a view through the dispatcher costs more than its copy
-            device_copy(alias(out, t.shape, stride, off * step), t)
+        if n and t.numel():  # out.narrow(dim, off, n), made here: a view through the dispatcher costs more than its copy
+            if t._tvk.device is not out._tvk.device:
+                raise RuntimeError(f"copy between tvk devices {t.device} and {out.device} is not supported")
+            pieces.append(t)
+            copies.append(KeptCopy(alias(out, t.shape, stride, off * step), t))
         off += n
+    if begun is not None:
+        offer(begun, out, tuple(pieces), FreshCopies(out, copies))
     return out
 
 
