@@ -8,7 +8,8 @@ Where CUDA is present, torch CUDA runs the same mix in its own process (no torch
 
     python benchmarks/eager_host_time.py [--compare REV] [--out DIR] [--quick]
     python benchmarks/eager_host_time.py --profile "a + b"   # where one op's microseconds go
-    python benchmarks/eager_host_time.py --model hf_gpt2      # each aten op's share of a model's step
+    python benchmarks/eager_host_time.py --model hf_gpt2 [--mode amp] [--compare REV]
+                                                              # each aten op's share of a model's step
 
 --compare checks REV out in a temporary git worktree (or takes a directory holding an earlier tree:
 `git archive REV torchvk tvk_kernels templates tuning tuned_configs shipped | tar -x -C DIR`, and
@@ -130,8 +131,8 @@ _MODEL = r"""
 import collections, sys, time, torch, torchvk
 from torchvk import _dispatch, _glue
 from torchvk.experiments import zoo, zoo_models
-name, size, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-model, step = zoo.trainer(name, "tvk", "eager", size)
+name, size, steps, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+model, step = zoo.trainer(name, "tvk", mode, size)
 x, y = (t.to("tvk") for t in list(zoo_models.batches(name, 1, size))[0])
 for _ in range(3):
     step(x, y).item()
@@ -164,7 +165,7 @@ from tvk_kernels.bench.common import environment
 env = environment(torchvk._storage.get_device())
 print(f"{env['device']} ({env['driver']} {env['driver_info']}), torch {torch.__version__}, commit {env['commit']}, "
       f"{env['date']}")
-print(f"{name} ({size}): {wall * 1e3:.1f} ms wall per step, {total * 1e3:.1f} ms of it in {sum(calls.values()) // steps} "
+print(f"{name} ({size}, {mode}): {wall * 1e3:.1f} ms wall per step, {total * 1e3:.1f} ms of it in {sum(calls.values()) // steps} "
       "aten ops (thread time inside the dispatcher)")
 print(f"{'op':60s} {'calls':>6s} {'ms/step':>8s} {'us/call':>8s} repeat")
 for func, seconds in sorted(cost.items(), key=lambda kv: -kv[1])[:30]:
@@ -233,9 +234,12 @@ def main():
     ap.add_argument("--model", default=None, metavar="NAME",
                     help="print the host time of each aten op in an eager training step of a zoo model")
     ap.add_argument("--size", default="bench", help="--model's size: tiny or bench")
+    ap.add_argument("--mode", default="eager", choices=("eager", "amp"), help="--model's step: float32 or AMP")
     args = ap.parse_args()
-    if args.model:
-        print(_run(_MODEL, ROOT, args.model, args.size, "5"))
+    if args.model:  # with --compare, each tree's table in turn
+        with trees(args.compare) as roots:
+            for name, root in roots.items():
+                print(f"{name}: " + _run(_MODEL, root, args.model, args.size, "5", args.mode))
         return
     if args.profile:
         statement = dict(MIX).get(args.profile)
