@@ -274,10 +274,45 @@ def test_fused_attention_with_dropout_is_not_repeated():
     assert not any(type(r) is Repeat for r in _entry(aten._scaled_dot_product_fused_attention_overrideable.default))
 
 
+def test_embedding_and_nll_loss_repeat_with_their_index_checks():
+    """embedding and nll_loss (forward and backward) repeat as their kernel calls with fresh indices, targets and
+    class weights every step, and a bad index on a repeated call still raises torch's IndexError."""
+    F = torch.nn.functional
+    _dispatch._repeats.clear()
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(11, 6, padding_idx=2)
+    temb = torch.nn.Embedding(11, 6, padding_idx=2).to("tvk")
+    temb.load_state_dict(emb.state_dict())
+    for step in range(3):
+        idx, target, weight = torch.randint(0, 11, (4, 5)), torch.randint(0, 6, (20,)), torch.rand(6) + step
+        target[step] = -100  # ignore_index
+        for w in (None, weight):
+            emb.zero_grad()
+            temb.zero_grad()
+            want = F.cross_entropy(emb(idx).reshape(20, 6), target, weight=w)
+            got = F.cross_entropy(temb(idx.to("tvk")).reshape(20, 6), target.to("tvk"),
+                                  weight=None if w is None else w.to("tvk"))
+            _same(got, want, tol=1e-5)
+            want.backward()
+            got.backward()
+            torch.testing.assert_close(temb.weight.grad.cpu(), emb.weight.grad, rtol=1e-5, atol=1e-5)
+    for func in (aten.embedding.default, aten.embedding_dense_backward.default, aten.nll_loss_forward.default,
+                 aten.nll_loss_backward.default):
+        assert _entry(func) and all(type(r) is Repeat for r in _entry(func)), func
+    idx[1, 2] = 11
+    with pytest.raises(IndexError, match="index out of range"):
+        temb(idx.to("tvk")).cpu()
+    target[0] = 6
+    with pytest.raises(IndexError, match="Target 6 is out of bounds"):
+        F.cross_entropy(torch.randn(20, 6, device="tvk"), target.to("tvk")).item()
+    _same(temb(idx.clamp(max=10).to("tvk")), emb(idx.clamp(max=10)))  # and the runtime goes on
+
+
 def test_a_composite_op_inside_an_implementation_repeats_its_decomposition_uncounted(monkeypatch):
-    """nll_loss reshapes its target inside its implementation, where torch hands the composite reshape to
-    the dispatcher: later calls run its decomposition directly, without the dispatcher's lookups and checks,
-    and count the same ops as the first call (the decomposition's pieces, not the composite)."""
+    """nll_loss (unreduced: it offers no repeat of its own) reshapes its target inside its implementation, where
+    torch hands the composite reshape to the dispatcher: later calls run its decomposition directly, without the
+    dispatcher's lookups and checks, and count the same ops as the first call (the decomposition's pieces, not
+    the composite)."""
     import torch.nn.functional as F
 
     _dispatch._repeats.clear()
@@ -285,7 +320,7 @@ def test_a_composite_op_inside_an_implementation_repeats_its_decomposition_uncou
     for step in range(3):
         x, t = torch.randn(8, 10), torch.randint(0, 10, (8,))
         torchvk.reset_op_counts()
-        _same(F.nll_loss(x.to("tvk"), t.to("tvk")), F.nll_loss(x, t), tol=1e-5)
+        _same(F.nll_loss(x.to("tvk"), t.to("tvk"), reduction="none"), F.nll_loss(x, t, reduction="none"), tol=1e-5)
         counts.append(torchvk.op_counts()["vulkan"])
     assert counts[0] == counts[1] == counts[2] and "aten.reshape.default" not in counts[0]
     slow, full_path = [], _dispatch._dispatch
@@ -293,5 +328,5 @@ def test_a_composite_op_inside_an_implementation_repeats_its_decomposition_uncou
     x, t = torch.randn(8, 10), torch.randint(0, 10, (8,))
     tx, tt = x.to("tvk"), t.to("tvk")
     slow.clear()
-    _same(F.nll_loss(tx, tt), F.nll_loss(x, t), tol=1e-5)
+    _same(F.nll_loss(tx, tt, reduction="none"), F.nll_loss(x, t, reduction="none"), tol=1e-5)
     assert slow == []  # every call, the reshape included, was a repeat

@@ -4,9 +4,12 @@ from __future__ import annotations
 import torch
 
 from tvk_kernels.kernels import embedding as embedding_kernels
+from tvk_kernels.kernels import index_check as index_check_kernels
 
 from ..op_registry import register
-from .._tensor import new_tensor
+from .._repeat import mark, offer
+from .._storage import alloc_storage
+from .._tensor import TVKTensor, new_tensor
 from ._index_check import check_index_range
 from ._util import addr, dev
 from .copies import cast, contig, contig_dtype
@@ -27,8 +30,17 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     if indices.dtype not in (torch.int64, torch.int32):  # torch's own check; some meta kernels skip it
         raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
                            f"Long, Int; but got {indices.dtype} instead (while checking arguments for embedding)")
+    begun = mark()
     check_index_range(indices, weight.shape[0], "embedding", "rows")
-    return _lookup(weight, indices)
+    out = _lookup(weight, indices)
+    if begun is not None and _in_place(indices) and (weight.stride(1) == 1 or weight.shape[1] <= 1):
+        offer(begun, out, (weight, indices), _Again(weight, out, "embedding"))
+    return out
+
+
+def _in_place(indices) -> bool:
+    """Whether the kernels read the indices as they are (contiguous int64): no copy a repeat would skip."""
+    return indices.dtype == torch.int64 and indices.is_contiguous()
 
 
 def _lookup(weight, indices):
@@ -47,13 +59,49 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     if scale_grad_by_freq:
         raise NotImplementedError("TorchVK: aten.embedding_dense_backward with scale_grad_by_freq=True has no "
                                   "Vulkan kernel")
+    begun = mark()
     D = grad_output.shape[-1]
     g = contig_dtype(grad_output, torch.float32)
     idx = contig_dtype(indices, torch.int64)
     gw = new_tensor([num_weights, D], torch.float32, dev(grad_output))
+    padding = None if padding_idx is None or padding_idx < 0 else padding_idx
     embedding_kernels.embedding_backward(dev(grad_output), addr(g), addr(idx), addr(gw), idx.numel(), num_weights, D,
-                           padding_idx=None if padding_idx is None or padding_idx < 0 else padding_idx)
+                                         padding_idx=padding)
+    if begun is not None and g is grad_output and idx is indices:
+        offer(begun, gw, (grad_output, indices), _Again(grad_output, gw, padding))
     return cast(gw, grad_output.dtype)
+
+
+class _Again:
+    """The repeat of an embedding lookup (with its index check) or of its backward that read its operands in
+    place: a fresh output of the first call's geometry and the same kernel calls."""
+
+    __slots__ = ("device", "shape", "stride", "nbytes", "rows", "width", "weight_stride", "site", "padding")
+
+    def __init__(self, first, out, padding):
+        """first: the lookup's weight, or the backward's grad_output; padding: the backward's padding index, or
+        "embedding" for the lookup."""
+        self.device, self.shape, self.stride, self.nbytes = dev(first), tuple(out.shape), out.stride(), out._tvk.nbytes
+        self.padding = padding
+        if padding == "embedding":
+            (self.rows, self.width), self.weight_stride = first.shape, first.stride(0)
+            self.site = index_check_kernels.site(self.device, "embedding", "rows")
+        else:
+            self.rows, self.width = out.shape
+
+    def __call__(self, operands):
+        first, indices = operands
+        d, n = self.device, indices.numel()
+        out = TVKTensor(alloc_storage(self.nbytes, d), self.shape, self.stride, 0, torch.float32)
+        if self.padding == "embedding":
+            if n:
+                index_check_kernels.check_indices(d, addr(indices), n, self.rows, self.site)
+            embedding_kernels.embedding_forward(d, addr(first), addr(indices), addr(out), n, self.rows, self.width,
+                                                weight_stride=self.weight_stride)
+        else:
+            embedding_kernels.embedding_backward(d, addr(first), addr(indices), addr(out), n, self.rows, self.width,
+                                                 padding_idx=self.padding)
+        return out
 
 
 @register(aten.index_select.default)

@@ -4,10 +4,13 @@ from __future__ import annotations
 import torch
 from torch._decomp import decomposition_table
 
+from tvk_kernels.kernels import index_check as index_check_kernels
 from tvk_kernels.kernels import loss as loss_kernels
 
 from ..op_registry import register, register_decomposition
-from .._tensor import new_tensor
+from .._repeat import mark, offer
+from .._storage import alloc_storage
+from .._tensor import TVKTensor, new_tensor
 from ._index_check import check_index_range
 from ._util import addr, dev
 from .copies import cast, contig_dtype, fill
@@ -30,6 +33,7 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
     if self.dim() > 2:
         raise NotImplementedError("TorchVK: aten.nll_loss_forward takes [N, C] or [C] input; use nll_loss2d shapes "
                                   "by flattening (N*H*W, C) first")
+    begun = mark()
     x, t, w = _prep(self, target, weight)
     N, C = x.shape
     check_index_range(t, C, "nll_loss", "target", ignore=ignore_index)  # the kernel would skip such a row
@@ -40,11 +44,16 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
                         weight=addr(w) if w is not None else None, reduction=red, ignore_index=ignore_index)
     if red == "none":
         fill(total, 0.0)
+    elif begun is not None and _in_place(self, target, weight):
+        result = (out, total)
+        offer(begun, result, (self, target, weight), _Again(self, (out, total), red, ignore_index))
+        return result
     return cast(out, self.dtype), cast(total, self.dtype)
 
 
 @register(aten.nll_loss_backward.default)
 def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    begun = mark()
     x, t, w = _prep(self, target, weight)
     N, C = x.shape
     g = contig_dtype(grad_output, torch.float32)
@@ -53,7 +62,50 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     loss_kernels.nll_loss_backward(dev(self), addr(g), addr(t), addr(tw), addr(gi), N, C,
                          weight=addr(w) if w is not None else None, reduction=_RED[reduction],
                          ignore_index=ignore_index)
+    if begun is not None and _in_place(self, target, weight) and g is grad_output and tw is total_weight:
+        offer(begun, gi, (self, target, weight, grad_output, total_weight),
+              _Again(self, (gi,), _RED[reduction], ignore_index))
+        return gi
     return cast(gi.view(self.shape), self.dtype)
+
+
+def _in_place(self, target, weight) -> bool:
+    """Whether the kernels read the loss's operands as they are: 2-d contiguous float32 input, contiguous int64
+    targets and float32 class weights (no copy a repeat would skip)."""
+    return self.dim() == 2 and self.dtype == torch.float32 and self.is_contiguous() and \
+        target.dtype == torch.int64 and target.is_contiguous() and \
+        (weight is None or (weight.dtype == torch.float32 and weight.is_contiguous()))
+
+
+class _Again:
+    """The repeat of nll_loss (reduced, with its target check) or of its backward: fresh outputs of the first
+    call's geometry and the same kernel calls."""
+
+    __slots__ = ("device", "outputs", "reduction", "ignore_index", "site")
+
+    def __init__(self, x, outputs, reduction, ignore_index):
+        self.device, self.reduction, self.ignore_index = dev(x), reduction, ignore_index
+        self.outputs = [(t._tvk.nbytes, tuple(t.shape), t.stride()) for t in outputs]  # not the tensors themselves
+        self.site = index_check_kernels.site(self.device, "nll_loss", "target")
+
+    def __call__(self, operands):
+        d = self.device
+        fresh = [TVKTensor(alloc_storage(nbytes, d), shape, stride, 0, torch.float32)
+                 for nbytes, shape, stride in self.outputs]
+        x, target, weight = operands[:3]
+        N, C = x.shape
+        w = addr(weight) if weight is not None else None
+        if len(fresh) == 1:  # the backward
+            grad_output, total_weight = operands[3:]
+            loss_kernels.nll_loss_backward(d, addr(grad_output), addr(target), addr(total_weight), addr(fresh[0]), N,
+                                           C, weight=w, reduction=self.reduction, ignore_index=self.ignore_index)
+            return fresh[0]
+        if N:
+            index_check_kernels.check_indices(d, addr(target), N, C, self.site, ignore=self.ignore_index)
+        out, total = fresh
+        loss_kernels.nll_loss_forward(d, addr(x), addr(target), addr(out), addr(total), N, C, weight=w,
+                                      reduction=self.reduction, ignore_index=self.ignore_index)
+        return out, total
 
 
 def cross_entropy_backward_from_log_probs(grad_output, log_probs, target, weight, reduction, ignore_index,
