@@ -165,8 +165,9 @@ def test_cat_repeats_its_copies_into_a_fresh_output():
         _same(torch.cat([te, ta, te]), torch.cat([e, a, e]), tol=0)  # empty 1-d tensors are skipped
         _same(torch.cat([ta[:, :0], tb], 1), torch.cat([a[:, :0], b], 1), tol=0)
         _same(torch.cat([ta, ta]), torch.cat([a, a]), tol=0)  # one tensor twice: not mapped, run again
+        _same(torch.cat([ta[:0], tb[:0].view(0, 4)]), torch.cat([a[:0], b[:0].view(0, 4)]), tol=0)  # nothing to copy
     kinds = [type(r) for r in _entry(aten.cat.default)]
-    assert kinds.count(Repeat) == 4 and kinds.count(Direct) == 1
+    assert kinds.count(Repeat) == 5 and kinds.count(Direct) == 1
 
 
 def test_norms_softmax_and_reductions_repeat_like_cpu_in_float32_and_half():

@@ -163,6 +163,8 @@ def _picker(sources, n_args: int):
         places = [place for _, place in sources]
         if places == list(range(n_args)):
             return None
+        if not places:  # nothing to pick: a call whose pieces are all empty (cat of empty tensors)
+            return lambda args, kwargs: ()
         if len(places) == 1:
             only = places[0]
             return lambda args, kwargs: (args[only],)
