@@ -328,18 +328,28 @@ def eager_host_stages(r) -> list[str]:
 
 
 def eager_step_ab(r) -> list[str]:
-    this, other = r["trees"]
+    this, other = r["trees"][:2]
+    cuda = "torch cuda" in r["trees"]  # --cuda: torch CUDA's eager step in each round too
+
+    def run(x):  # a run's step, and the SM clock over its steps where --clocks sampled it
+        return _fmt(x["median_ms"]) + (f" ({x['sm_mhz']:.0f} MHz)" if x.get("sm_mhz") else "")
+
     lines = [f"Eager training steps (`python benchmarks/eager_step_ab.py`: {r['rounds']} runs per tree, the trees "
              f"alternating, each run a fresh process and the median of its steps 5 to {r['steps']}), {this} beside "
-             f"{other}: {r['unit']}", "",
-             f"| model | {this} runs | {other} runs | {this} median (min) | {other} median (min) | median ratio |",
-             "|---|---|---|---|---|---|"]
+             f"{other}{' and torch CUDA' if cuda else ''}: {r['unit']}", "",
+             f"| model | {this} runs | {other} runs |{' torch cuda runs |' if cuda else ''} {this} median (min) | "
+             f"{other} median (min) | median ratio |{' median / torch cuda |' if cuda else ''}",
+             "|---|---|---|---|---|---|" + ("---|---|" if cuda else "")]
     for model in r["runs"][this]:
-        runs = [", ".join(_fmt(x["median_ms"]) for x in r["runs"][tree][model]) for tree in (this, other)]
+        trees = (this, other, "torch cuda") if cuda else (this, other)
+        runs = [", ".join(run(x) for x in r["runs"][tree][model]) for tree in trees]
         med = [f"{_fmt(r['summary'][t][model]['median_ms'])} ({_fmt(r['summary'][t][model]['min_ms'])})"
                for t in (this, other)]
         ratio = r["summary"][this][model]["median_ms"] / r["summary"][other][model]["median_ms"]
-        lines.append(f"| {model} | {runs[0]} | {runs[1]} | {med[0]} | {med[1]} | {_fmt(ratio)}x |")
+        row = f"| {model} | {' | '.join(runs)} | {med[0]} | {med[1]} | {_fmt(ratio)}x |"
+        if cuda:
+            row += f" {_fmt(r['summary'][this][model]['median_ms'] / r['summary']['torch cuda'][model]['median_ms'])}x |"
+        lines.append(row)
     return lines
 
 
