@@ -17,7 +17,7 @@ same geometry). The dispatcher keeps the offer as a Repeat when it is exact:
   repeat; numbers are constants, which
   is exact because the key holds every argument number's value;
 - it read no device data back and drew no random numbers (a value from either would be
-  frozen too);
+  frozen too), unless the offer draws them itself on every repeat (fused attention's dropout);
 - no CPU tensor is among the arguments (their values are not in the key).
 
 A call that offers nothing exact is repeated by calling its implementation directly (`Direct`),
@@ -82,12 +82,13 @@ def mark():
     return None if _listening[0] is None else commands_recorded()
 
 
-def offer(mark, out, operands, again):
+def offer(mark, out, operands, again, draws=False):
     """From an implementation, after the work begun at `mark`: `again(operands)` makes what this call
     returns (`out`), recording that same work, for any later call of the same key, given that call's
-    operands from the places these came from."""
+    operands from the places these came from. draws: the work draws random numbers, and `again` draws
+    its own the same way (a dropout mask), so the repeat is not frozen to this call's."""
     if mark is not None:
-        _listening[0].append((mark, commands_recorded(), out, operands, again))
+        _listening[0].append((mark, commands_recorded(), out, operands, again, draws))
 
 
 class Listening:
@@ -108,9 +109,11 @@ class Listening:
     def repeat(self, name, out, args, kwargs, writes) -> Repeat | None:
         """The Repeat this call offered, or None where it offered none or none that is exact: the offer
         must account for all the GPU work the call recorded, before and after it."""
-        if len(self.offers) != 1 or self.readbacks != readback_count() or self.rng_offset != _rng.offset():
+        if len(self.offers) != 1 or self.readbacks != readback_count():
             return None
-        begun, ended, offered, operands, again = self.offers[0]
+        begun, ended, offered, operands, again, draws = self.offers[0]
+        if self.rng_offset != _rng.offset() and not draws:
+            return None
         if offered is not out or begun != self.commands or ended != commands_recorded():
             return None
         places = list(enumerate(args)) + list(kwargs.items())

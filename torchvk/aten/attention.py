@@ -177,14 +177,15 @@ def fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=
     rng, rng_out = (0, 0, None), None
     if dropout_p > 0:
         rng, rng_out = _rng.kernel_seed(b * hq * lq * lk), (addr(seed_t), addr(offset_t))
-    call = dict(dtype=_DT[q.dtype], scale=_scale(scale, hd), causal=is_causal, strides=_strides(q, k, v, out))
+    call = dict(dtype=_DT[q.dtype], scale=_scale(scale, hd), causal=is_causal, dropout_p=float(dropout_p),
+                strides=_strides(q, k, v, out))
     if lse.numel():
         attention_kernels.attention_forward(d, addr(q), addr(k), addr(v), addr(out), addr(lse), shape,
-                                            mask=_mask(attn_bias, q, lk), dropout_p=float(dropout_p), rng=rng,
-                                            rng_out=rng_out, **call)
+                                            mask=_mask(attn_bias, q, lk), rng=rng, rng_out=rng_out, **call)
     result = (_in_layout(out, query), lse, None, None, lq, lk, seed_t, offset_t, None)
-    if dropout_p == 0 and lse.numel() and _same((q, k, v, result[0]), (query, key, value, out)):
-        offer(begun, result, (query, key, value, attn_bias), _Again(d, shape, call, attn_bias, q, (out, lse)))
+    if lse.numel() and _same((q, k, v, result[0]), (query, key, value, out)):
+        offer(begun, result, (query, key, value, attn_bias), _Again(d, shape, call, attn_bias, q, (out, lse)),
+              draws=dropout_p > 0)  # a repeat draws its own dropout mask
     return result
 
 
@@ -217,17 +218,24 @@ class _Again:
         return None if self.mask is None else (addr(attn_bias),) + self.mask  # expand() keeps the address
 
     def __call__(self, operands):
-        d = self.device
+        d, dropout = self.device, self.call["dropout_p"] > 0
         if len(operands) == 4:  # forward: query, key, value, attn_bias
             query, key, value, attn_bias = operands
             out, lse = (_fresh(d, g) for g in self.outputs)
+            seed_t, offset_t = _int64_scalar(d), _int64_scalar(d)
+            rng, rng_out = (0, 0, None), None
+            if dropout:  # a new mask, drawn as the first call drew its own
+                b, hq, _, lq, lk, _ = self.shape
+                rng, rng_out = _rng.kernel_seed(b * hq * lq * lk), (addr(seed_t), addr(offset_t))
             attention_kernels.attention_forward(d, addr(query), addr(key), addr(value), addr(out), addr(lse), self.shape,
-                                                mask=self._mask(attn_bias), **self.call)
-            return (out, lse, None, None, self.shape[3], self.shape[4], _int64_scalar(d), _int64_scalar(d), None)
-        grad_out, query, key, value, attn_bias, out, lse = operands
+                                                mask=self._mask(attn_bias), rng=rng, rng_out=rng_out, **self.call)
+            return (out, lse, None, None, self.shape[3], self.shape[4], seed_t, offset_t, None)
+        grad_out, query, key, value, attn_bias, out, lse, philox_seed, philox_offset = operands
         dq, dk, dv, delta = (_fresh(d, g) for g in self.outputs)
+        rng_state = _rng_state(d, philox_seed, philox_offset) if dropout else None
         attention_kernels.attention_backward(d, addr(query), addr(key), addr(value), addr(out), addr(grad_out), addr(lse),
                                              addr(dq), addr(dk), addr(dv), self.shape, mask=self._mask(attn_bias),
+                                             rng_state=None if rng_state is None else addr(rng_state),
                                              delta=addr(delta), **self.call)
         return dq, dk, dv, None
 
@@ -257,29 +265,36 @@ def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_
     want_bias = attn_bias is not None and attn_bias.dtype != torch.bool and len(grad_input_mask) > 3 \
         and grad_input_mask[3]
     ds = new_tensor((b, hq, lq, lk), torch.float32, d) if want_bias else None
-    rng_state = None
-    if dropout_p > 0:  # the kernel reads {seed, offset} as 16 contiguous bytes
-        rng_state = new_tensor((2,), torch.int64, d)
-        device_copy(alias(rng_state, (), (), 0), philox_seed)
-        device_copy(alias(rng_state, (), (), 1), philox_offset)
+    rng_state = _rng_state(d, philox_seed, philox_offset) if dropout_p > 0 else None
     delta = None
     if lk == 0 or lq == 0:
         for t in (dq, dk, dv) + ((ds,) if ds is not None else ()):
             fill(t, 0.0)
     else:
         delta = new_tensor((b, hq, lq), torch.float32, d)
-        call = dict(dtype=_DT[q.dtype], scale=_scale(scale, hd), causal=is_causal, strides=_strides(q, k, v, o, g, dq, dk, dv))
+        call = dict(dtype=_DT[q.dtype], scale=_scale(scale, hd), causal=is_causal, dropout_p=float(dropout_p),
+                    strides=_strides(q, k, v, o, g, dq, dk, dv))
         attention_kernels.attention_backward(d, addr(q), addr(k), addr(v), addr(o), addr(g), addr(lse), addr(dq),
-                              addr(dk), addr(dv), shape, mask=_mask(attn_bias, q, lk), dropout_p=float(dropout_p),
+                              addr(dk), addr(dv), shape, mask=_mask(attn_bias, q, lk),
                               rng_state=None if rng_state is None else addr(rng_state),
                               ds=None if ds is None else addr(ds), delta=addr(delta), **call)
     grad_bias = _bias_grad(ds, attn_bias) if want_bias else None
     result = _in_layout(dq, query), _in_layout(dk, key), _in_layout(dv, value), grad_bias
-    if delta is not None and dropout_p == 0 and not want_bias and \
+    if delta is not None and not want_bias and \
             _same((q, k, v, o, g, lse) + result[:3], (query, key, value, out, grad_out, logsumexp, dq, dk, dv)):
-        offer(begun, result, (grad_out, query, key, value, attn_bias, out, logsumexp),
+        offer(begun, result, (grad_out, query, key, value, attn_bias, out, logsumexp, philox_seed, philox_offset),
               _Again(d, shape, call, attn_bias, q, (dq, dk, dv, delta)))
     return result
+
+
+def _rng_state(device, philox_seed, philox_offset) -> TVKTensor:
+    """The forward's dropout seed and offset side by side, as the backward kernel reads them (16 contiguous
+    bytes). The caller holds it until the kernel is recorded: freed sooner, its memory could be the kernel's
+    own scratch."""
+    rng_state = new_tensor((2,), torch.int64, device)
+    device_copy(alias(rng_state, (), (), 0), philox_seed)
+    device_copy(alias(rng_state, (), (), 1), philox_offset)
+    return rng_state
 
 
 def _bias_grad(ds, attn_bias):
