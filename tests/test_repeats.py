@@ -289,6 +289,23 @@ def test_fused_attention_with_dropout_repeats_with_a_new_mask_each_call():
     assert not torch.equal(outs[0], full[0]) and not torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_slice_and_select_backward_repeat_as_a_fill_and_a_copy(dtype):
+    """The gradient of a slice or select (a rotary embedding's halves) repeats as zeros and one copy into the
+    view: CPU's gradients with fresh data every step."""
+    _dispatch._repeats.clear()
+    views = [lambda t: t[..., :4] * 2, lambda t: t[:, 1:5:2] * 3, lambda t: t.select(1, 2) * 5, lambda t: t[:, :, 1::3]]
+    for step in range(3):
+        x = torch.randn(4, 6, 8) * (step + 1)
+        for view in views:
+            cx, tx = x.to(dtype).requires_grad_(), x.to("tvk", dtype).requires_grad_()
+            view(cx).sum().backward()
+            view(tx).sum().backward()
+            _same(tx.grad, cx.grad, tol=0)
+    for func in (aten.slice_backward.default, aten.select_backward.default):
+        assert _entry(func) and all(type(r) is Repeat for r in _entry(func)), func
+
+
 def test_a_composite_op_inside_an_implementation_repeats_its_decomposition_uncounted(monkeypatch):
     """nll_loss (unreduced: it offers no repeat of its own) reshapes its target inside its implementation, where
     torch hands the composite reshape to the dispatcher: later calls run its decomposition directly, without the

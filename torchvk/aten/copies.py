@@ -73,17 +73,20 @@ class KeptCopy:
 
 class FreshCopies:
     """The repeat of a call whose result is one fresh tensor filled by copies of its operands (a cast, a
-    clone, cat): a new tensor of the first call's geometry, each operand copied into its place."""
+    clone, cat), zeroed first where `zeroed` (a view's backward: zeros, the gradient copied into the view):
+    a new tensor of the first call's geometry, each operand copied into its place."""
 
-    __slots__ = ("device", "nbytes", "shape", "stride", "dtype", "copies")
+    __slots__ = ("device", "nbytes", "shape", "stride", "dtype", "copies", "zeroed")
 
-    def __init__(self, out: TVKTensor, copies: list):
-        self.device, self.nbytes, self.copies = out._tvk.device, out._tvk.nbytes, copies
+    def __init__(self, out: TVKTensor, copies: list, zeroed: bool = False):
+        self.device, self.nbytes, self.copies, self.zeroed = out._tvk.device, out._tvk.nbytes, copies, zeroed
         self.shape, self.stride, self.dtype = tuple(out.shape), out.stride(), out.dtype
 
     def __call__(self, operands):
         out = TVKTensor(alloc_storage(self.nbytes, self.device), self.shape, self.stride, 0, self.dtype)
         buffer = out._tvk.buffer
+        if self.zeroed:  # as fill() zeroes a fresh contiguous tensor of 4-byte multiples: one buffer fill
+            self.device.stream.fill(buffer, 0, out.numel() * itemsize(self.dtype))
         for src, copy in zip(operands, self.copies):
             copy(src, buffer)
         return out

@@ -4,8 +4,9 @@ from __future__ import annotations
 import torch
 
 from ..op_registry import register
-from .._tensor import from_cpu, new_tensor
-from .copies import device_copy, fill
+from .._repeat import mark, offer
+from .._tensor import from_cpu, itemsize, new_tensor
+from .copies import FreshCopies, KeptCopy, device_copy, fill
 from .elementwise import run
 
 aten = torch.ops.aten
@@ -57,18 +58,28 @@ def _zeros(sizes, like):
     return fill(new_tensor(list(sizes), like.dtype, like._tvk.device), 0)
 
 
+def _into_zeros(grad_output, input_sizes, view):
+    """Zeros of input_sizes with grad_output copied into view(zeros), offered as the call's repeat (one fill, one
+    copy) where the zeros were one buffer fill."""
+    begun = mark()
+    out = _zeros(input_sizes, grad_output)
+    target = view(out)
+    if begun is None or target.numel() == 0 or (out.numel() * itemsize(out.dtype)) % 4 or \
+            grad_output._tvk.device is not out._tvk.device:
+        device_copy(target, grad_output)
+        return out
+    offer(begun, out, (grad_output,), FreshCopies(out, [KeptCopy(target, grad_output)], zeroed=True))
+    return out
+
+
 @register(aten.select_backward.default)
 def select_backward(grad_output, input_sizes, dim, index):
-    out = _zeros(input_sizes, grad_output)
-    device_copy(out.select(dim, index), grad_output)
-    return out
+    return _into_zeros(grad_output, input_sizes, lambda out: out.select(dim, index))
 
 
 @register(aten.slice_backward.default)
 def slice_backward(grad_output, input_sizes, dim, start, end, step):
-    out = _zeros(input_sizes, grad_output)
-    device_copy(aten.slice.Tensor(out, dim, start, end, step), grad_output)
-    return out
+    return _into_zeros(grad_output, input_sizes, lambda out: aten.slice.Tensor(out, dim, start, end, step))
 
 
 @register(aten.diagonal_backward.default)
