@@ -306,6 +306,31 @@ def test_slice_and_select_backward_repeat_as_a_fill_and_a_copy(dtype):
         assert _entry(func) and all(type(r) is Repeat for r in _entry(func)), func
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_pools_and_their_backward_repeat_their_kernels(dtype):
+    """Max, average and adaptive average pooling, forward and backward, repeat as their kernel calls into
+    fresh outputs: CPU's results and gradients with fresh data every step, 3-d inputs included."""
+    F = torch.nn.functional
+    _dispatch._repeats.clear()
+    pools = [lambda t: F.max_pool2d(t, 3, 2, 1), lambda t: F.avg_pool2d(t, 2, ceil_mode=True),
+             lambda t: F.adaptive_avg_pool2d(t, (2, 3)), lambda t: F.max_pool2d(t, 2)]
+    for step in range(3):
+        for shape in ((2, 3, 7, 9), (3, 7, 9)):
+            x = torch.randn(shape) * (step + 1)
+            for pool in pools:
+                cx, tx = x.to(dtype).clone().requires_grad_(), x.to("tvk", dtype).requires_grad_()
+                want, got = pool(cx.float()), pool(tx)
+                _same(got.float(), want, tol=1e-5 if dtype == torch.float32 else 3e-3)
+                grad = torch.randn(want.shape)
+                want.backward(grad)
+                got.backward(grad.to("tvk", dtype))
+                torch.testing.assert_close(tx.grad.cpu().float(), cx.grad.float(), rtol=3e-3, atol=3e-3)
+    for func in (aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default,
+                 aten.avg_pool2d.default, aten.avg_pool2d_backward.default, aten._adaptive_avg_pool2d.default,
+                 aten._adaptive_avg_pool2d_backward.default):
+        assert any(type(r) is Repeat for r in _entry(func)), func
+
+
 def test_a_composite_op_inside_an_implementation_repeats_its_decomposition_uncounted(monkeypatch):
     """nll_loss (unreduced: it offers no repeat of its own) reshapes its target inside its implementation, where
     torch hands the composite reshape to the dispatcher: later calls run its decomposition directly, without the

@@ -43,7 +43,7 @@ from tvk_kernels.runtime.stream import commands_recorded
 
 from . import _rng
 from ._checks import check_overlap, keep_op
-from ._storage import readback_count
+from ._storage import alloc_storage, readback_count
 from ._tensor import TVKTensor
 
 _Tensor = torch.Tensor
@@ -156,6 +156,25 @@ class Direct:
 
     def __call__(self, args, kwargs):
         return self.impl(*args, **kwargs)
+
+
+class FreshOutputs:
+    """An offer's `again` for an op that writes its kernels' results into fresh tensors: new tensors of the
+    first call's outputs' geometry, and `record(operands, outputs)`, the call's kernel work on them. Returns
+    the one output, or the tuple of them."""
+
+    __slots__ = ("geometry", "record")
+
+    def __init__(self, outputs, record):
+        # the geometry, not the tensors: the first call's outputs are not kept alive
+        self.geometry = [(t._tvk.device, t._tvk.nbytes, tuple(t.shape), t.stride(), t.dtype) for t in outputs]
+        self.record = record
+
+    def __call__(self, operands):
+        outputs = [TVKTensor(alloc_storage(nbytes, device), shape, stride, 0, dtype)
+                   for device, nbytes, shape, stride, dtype in self.geometry]
+        self.record(operands, outputs)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
 def _picker(sources, n_args: int):

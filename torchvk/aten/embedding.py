@@ -7,9 +7,8 @@ from tvk_kernels.kernels import embedding as embedding_kernels
 from tvk_kernels.kernels import index_check as index_check_kernels
 
 from ..op_registry import register
-from .._repeat import mark, offer
-from .._storage import alloc_storage
-from .._tensor import TVKTensor, new_tensor
+from .._repeat import FreshOutputs, mark, offer
+from .._tensor import new_tensor
 from ._index_check import check_index_range
 from ._util import addr, dev
 from .copies import cast, contig, contig_dtype
@@ -34,7 +33,17 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     check_index_range(indices, weight.shape[0], "embedding", "rows")
     out = _lookup(weight, indices)
     if begun is not None and _in_place(indices) and (weight.stride(1) == 1 or weight.shape[1] <= 1):
-        offer(begun, out, (weight, indices), _Again(weight, out, "embedding"))
+        device, (rows, width), weight_stride = dev(weight), weight.shape, weight.stride(0)
+        site = index_check_kernels.site(device, "embedding", "rows")
+
+        def record(operands, outputs):  # the index check and the lookup
+            (weight, indices), n = operands, operands[1].numel()
+            if n:
+                index_check_kernels.check_indices(device, addr(indices), n, rows, site)
+            embedding_kernels.embedding_forward(device, addr(weight), addr(indices), addr(outputs[0]), n, rows, width,
+                                                weight_stride=weight_stride)
+
+        offer(begun, out, (weight, indices), FreshOutputs((out,), record))
     return out
 
 
@@ -68,40 +77,15 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     embedding_kernels.embedding_backward(dev(grad_output), addr(g), addr(idx), addr(gw), idx.numel(), num_weights, D,
                                          padding_idx=padding)
     if begun is not None and g is grad_output and idx is indices:
-        offer(begun, gw, (grad_output, indices), _Again(grad_output, gw, padding))
+        device = dev(grad_output)
+
+        def record(operands, outputs):
+            grad_output, indices = operands
+            embedding_kernels.embedding_backward(device, addr(grad_output), addr(indices), addr(outputs[0]),
+                                                 indices.numel(), num_weights, D, padding_idx=padding)
+
+        offer(begun, gw, (grad_output, indices), FreshOutputs((gw,), record))
     return cast(gw, grad_output.dtype)
-
-
-class _Again:
-    """The repeat of an embedding lookup (with its index check) or of its backward that read its operands in
-    place: a fresh output of the first call's geometry and the same kernel calls."""
-
-    __slots__ = ("device", "shape", "stride", "nbytes", "rows", "width", "weight_stride", "site", "padding")
-
-    def __init__(self, first, out, padding):
-        """first: the lookup's weight, or the backward's grad_output; padding: the backward's padding index, or
-        "embedding" for the lookup."""
-        self.device, self.shape, self.stride, self.nbytes = dev(first), tuple(out.shape), out.stride(), out._tvk.nbytes
-        self.padding = padding
-        if padding == "embedding":
-            (self.rows, self.width), self.weight_stride = first.shape, first.stride(0)
-            self.site = index_check_kernels.site(self.device, "embedding", "rows")
-        else:
-            self.rows, self.width = out.shape
-
-    def __call__(self, operands):
-        first, indices = operands
-        d, n = self.device, indices.numel()
-        out = TVKTensor(alloc_storage(self.nbytes, d), self.shape, self.stride, 0, torch.float32)
-        if self.padding == "embedding":
-            if n:
-                index_check_kernels.check_indices(d, addr(indices), n, self.rows, self.site)
-            embedding_kernels.embedding_forward(d, addr(first), addr(indices), addr(out), n, self.rows, self.width,
-                                                weight_stride=self.weight_stride)
-        else:
-            embedding_kernels.embedding_backward(d, addr(first), addr(indices), addr(out), n, self.rows, self.width,
-                                                 padding_idx=self.padding)
-        return out
 
 
 @register(aten.index_select.default)

@@ -8,9 +8,8 @@ from tvk_kernels.kernels import index_check as index_check_kernels
 from tvk_kernels.kernels import loss as loss_kernels
 
 from ..op_registry import register, register_decomposition
-from .._repeat import mark, offer
-from .._storage import alloc_storage
-from .._tensor import TVKTensor, new_tensor
+from .._repeat import FreshOutputs, mark, offer
+from .._tensor import new_tensor
 from ._index_check import check_index_range
 from ._util import addr, dev
 from .copies import cast, contig_dtype, fill
@@ -45,8 +44,18 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
     if red == "none":
         fill(total, 0.0)
     elif begun is not None and _in_place(self, target, weight):
+        device, site = dev(self), index_check_kernels.site(dev(self), "nll_loss", "target")
+
+        def record(operands, outputs):  # the target check and the loss
+            (x, target, weight), (out, total) = operands, outputs
+            if N:
+                index_check_kernels.check_indices(device, addr(target), N, C, site, ignore=ignore_index)
+            loss_kernels.nll_loss_forward(device, addr(x), addr(target), addr(out), addr(total), N, C,
+                                          weight=None if weight is None else addr(weight), reduction=red,
+                                          ignore_index=ignore_index)
+
         result = (out, total)
-        offer(begun, result, (self, target, weight), _Again(self, (out, total), red, ignore_index))
+        offer(begun, result, (self, target, weight), FreshOutputs(result, record))
         return result
     return cast(out, self.dtype), cast(total, self.dtype)
 
@@ -63,8 +72,15 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
                          weight=addr(w) if w is not None else None, reduction=_RED[reduction],
                          ignore_index=ignore_index)
     if begun is not None and _in_place(self, target, weight) and g is grad_output and tw is total_weight:
-        offer(begun, gi, (self, target, weight, grad_output, total_weight),
-              _Again(self, (gi,), _RED[reduction], ignore_index))
+        device, red = dev(self), _RED[reduction]
+
+        def record(operands, outputs):
+            x, target, weight, grad_output, total_weight = operands
+            loss_kernels.nll_loss_backward(device, addr(grad_output), addr(target), addr(total_weight), addr(outputs[0]),
+                                           N, C, weight=None if weight is None else addr(weight), reduction=red,
+                                           ignore_index=ignore_index)
+
+        offer(begun, gi, (self, target, weight, grad_output, total_weight), FreshOutputs((gi,), record))
         return gi
     return cast(gi.view(self.shape), self.dtype)
 
@@ -75,37 +91,6 @@ def _in_place(self, target, weight) -> bool:
     return self.dim() == 2 and self.dtype == torch.float32 and self.is_contiguous() and \
         target.dtype == torch.int64 and target.is_contiguous() and \
         (weight is None or (weight.dtype == torch.float32 and weight.is_contiguous()))
-
-
-class _Again:
-    """The repeat of nll_loss (reduced, with its target check) or of its backward: fresh outputs of the first
-    call's geometry and the same kernel calls."""
-
-    __slots__ = ("device", "outputs", "reduction", "ignore_index", "site")
-
-    def __init__(self, x, outputs, reduction, ignore_index):
-        self.device, self.reduction, self.ignore_index = dev(x), reduction, ignore_index
-        self.outputs = [(t._tvk.nbytes, tuple(t.shape), t.stride()) for t in outputs]  # not the tensors themselves
-        self.site = index_check_kernels.site(self.device, "nll_loss", "target")
-
-    def __call__(self, operands):
-        d = self.device
-        fresh = [TVKTensor(alloc_storage(nbytes, d), shape, stride, 0, torch.float32)
-                 for nbytes, shape, stride in self.outputs]
-        x, target, weight = operands[:3]
-        N, C = x.shape
-        w = addr(weight) if weight is not None else None
-        if len(fresh) == 1:  # the backward
-            grad_output, total_weight = operands[3:]
-            loss_kernels.nll_loss_backward(d, addr(grad_output), addr(target), addr(total_weight), addr(fresh[0]), N,
-                                           C, weight=w, reduction=self.reduction, ignore_index=self.ignore_index)
-            return fresh[0]
-        if N:
-            index_check_kernels.check_indices(d, addr(target), N, C, self.site, ignore=self.ignore_index)
-        out, total = fresh
-        loss_kernels.nll_loss_forward(d, addr(x), addr(target), addr(out), addr(total), N, C, weight=w,
-                                      reduction=self.reduction, ignore_index=self.ignore_index)
-        return out, total
 
 
 def cross_entropy_backward_from_log_probs(grad_output, log_probs, target, weight, reduction, ignore_index,
