@@ -331,6 +331,20 @@ def test_pools_and_their_backward_repeat_their_kernels(dtype):
         assert any(type(r) is Repeat for r in _entry(func)), func
 
 
+def test_work_a_dry_run_discards_still_counts_against_an_offer():
+    """A compiled program's first run is a dry run (commands discarded). scatter's implementation clones its
+    input (an offer) and then scatters into the clone: a key first seen in a dry run must not repeat as the
+    clone alone, so later eager calls give torch's result."""
+    _dispatch._repeats.clear()
+    stream = torchvk._storage.get_device().stream
+    x, index = torch.randn(2, 3, 4, 4), torch.randint(0, 3, (2, 1, 4, 4))
+    with stream.dry_run():
+        torch.scatter(x.to("tvk"), 1, index.to("tvk"), -1.0)
+    for step in range(2):
+        x = torch.randn(2, 3, 4, 4) + step
+        _same(torch.scatter(x.to("tvk"), 1, index.to("tvk"), -1.0), torch.scatter(x, 1, index, -1.0), tol=0)
+
+
 def test_a_composite_op_inside_an_implementation_repeats_its_decomposition_uncounted(monkeypatch):
     """nll_loss (unreduced: it offers no repeat of its own) reshapes its target inside its implementation, where
     torch hands the composite reshape to the dispatcher: later calls run its decomposition directly, without the

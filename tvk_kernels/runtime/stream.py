@@ -46,12 +46,12 @@ _vkCmdPushConstants = lib.vkCmdPushConstants
 _vkCmdDispatch = lib.vkCmdDispatch
 _vkCmdPipelineBarrier = lib.vkCmdPipelineBarrier
 _vkCmdWriteTimestamp = lib.vkCmdWriteTimestamp
-_recorded = [0]  # commands (dispatches, copies, fills) recorded by every stream of the process
+_recorded = [0]  # commands (dispatches, copies, fills) recorded by every stream of the process, or discarded by a dry run
 
 
 def commands_recorded() -> int:
-    """How many commands every stream has recorded so far: a caller tells from it whether a piece of
-    code recorded GPU work (torchvk/_repeat.py)."""
+    """How many commands every stream has recorded so far (a dry run's discarded ones included): a caller
+    tells from it whether a piece of code issued GPU work (torchvk/_repeat.py), dry run or not."""
     return _recorded[0]
 
 
@@ -189,6 +189,7 @@ class Stream:
                 self.call_capture.dispatches.append((pipeline, tuple(groups), bytes(push), label))
                 return
             if self.dry:
+                _recorded[0] += 1  # discarded, but issued: a repeat must account for it (_repeat.py)
                 return
             limit = self.max_groups
             if groups[0] > limit[0] or groups[1] > limit[1] or groups[2] > limit[2]:
@@ -242,6 +243,7 @@ class Stream:
             if src.block.mapped is None:
                 return
         elif self.dry and src.block.mapped is None:
+            _recorded[0] += 1  # discarded, but issued
             return  # a device-to-device copy (uploads come from mapped staging memory and still run)
         cmd = self.cmd if self.recording else self._begin()
         _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
@@ -260,6 +262,7 @@ class Stream:
             self.call_capture.other = True
             return
         if self.dry:
+            _recorded[0] += 1  # discarded, but issued
             return
         cmd = self.cmd if self.recording else self._begin()
         size = dst.size if nbytes is None else (nbytes + 3) // 4 * 4
