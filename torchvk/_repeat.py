@@ -181,12 +181,10 @@ def _picker(sources, n_args: int):
     """A function (args, kwargs) -> the operands, from where each came: a position, a keyword, an item
     of a list argument or a constant; None where the operands are the n_args positional arguments as
     they stand."""
-    if all(kind == "argument" and isinstance(place, int) for kind, place in sources):
+    if sources and all(kind == "argument" and isinstance(place, int) for kind, place in sources):
         places = [place for _, place in sources]
         if places == list(range(n_args)):
             return None
-        if not places:  # nothing to pick: a call whose pieces are all empty (cat of empty tensors)
-            return lambda args, kwargs: ()
         if len(places) == 1:
             only = places[0]
             return lambda args, kwargs: (args[only],)

@@ -9,7 +9,7 @@ import torch
 from tvk_kernels.kernels import elementwise as elementwise_kernels
 
 from ..op_registry import register, register_backend
-from .._repeat import mark, offer
+from .._repeat import FreshOutputs, mark, offer
 from .._storage import alloc_storage, check_dtype, get_device, span_elements
 from .._tensor import (is_dense, TVKTensor, contiguous_strides, from_cpu, itemsize, new_tensor, to_cpu,
                        upload_into)
@@ -71,25 +71,19 @@ class KeptCopy:
                                        self.values)
 
 
-class FreshCopies:
-    """The repeat of a call whose result is one fresh tensor filled by copies of its operands (a cast, a
-    clone, cat), zeroed first where `zeroed` (a view's backward: zeros, the gradient copied into the view):
-    a new tensor of the first call's geometry, each operand copied into its place."""
+def copies_into_fresh(copies: list, zeroed: bool = False):
+    """The kernel work of a repeat (FreshOutputs) whose one output is filled by copies of its operands (a cast,
+    a clone, cat), zeroed first where `zeroed` (a view's backward: zeros, the gradient copied into the view)."""
 
-    __slots__ = ("device", "nbytes", "shape", "stride", "dtype", "copies", "zeroed")
-
-    def __init__(self, out: TVKTensor, copies: list, zeroed: bool = False):
-        self.device, self.nbytes, self.copies, self.zeroed = out._tvk.device, out._tvk.nbytes, copies, zeroed
-        self.shape, self.stride, self.dtype = tuple(out.shape), out.stride(), out.dtype
-
-    def __call__(self, operands):
-        out = TVKTensor(alloc_storage(self.nbytes, self.device), self.shape, self.stride, 0, self.dtype)
+    def record(operands, outputs):
+        out = outputs[0]
         buffer = out._tvk.buffer
-        if self.zeroed:  # as fill() zeroes a fresh contiguous tensor of 4-byte multiples: one buffer fill
-            self.device.stream.fill(buffer, 0, out.numel() * itemsize(self.dtype))
-        for src, copy in zip(operands, self.copies):
+        if zeroed:  # as fill() zeroes a fresh contiguous tensor of 4-byte multiples: one buffer fill
+            out._tvk.device.stream.fill(buffer, 0, out.numel() * itemsize(out.dtype))
+        for src, copy in zip(operands, copies):
             copy(src, buffer)
-        return out
+
+    return record
 
 
 def copy_offered(out: TVKTensor, src: TVKTensor) -> TVKTensor:
@@ -97,7 +91,7 @@ def copy_offered(out: TVKTensor, src: TVKTensor) -> TVKTensor:
     begun = mark()
     if begun is None or out.numel() == 0 or src._tvk.device is not out._tvk.device:
         return device_copy(out, src)  # no dispatch listening (compiled programs), nothing to copy, or refused
-    offer(begun, out, (src,), FreshCopies(out, [KeptCopy(out, src)]))
+    offer(begun, out, (src,), FreshOutputs((out,), copies_into_fresh([KeptCopy(out, src)])))
     return out
 
 

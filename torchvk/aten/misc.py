@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 
 from ..op_registry import register
-from .._repeat import mark, offer
+from .._repeat import FreshOutputs, mark, offer
 from .._tensor import from_cpu, itemsize, new_tensor
-from .copies import FreshCopies, KeptCopy, device_copy, fill
+from .copies import KeptCopy, copies_into_fresh, device_copy, fill
 from .elementwise import run
 
 aten = torch.ops.aten
@@ -68,7 +68,8 @@ def _into_zeros(grad_output, input_sizes, view):
             grad_output._tvk.device is not out._tvk.device:
         device_copy(target, grad_output)
         return out
-    offer(begun, out, (grad_output,), FreshCopies(out, [KeptCopy(target, grad_output)], zeroed=True))
+    record = copies_into_fresh([KeptCopy(target, grad_output)], zeroed=True)
+    offer(begun, out, (grad_output,), FreshOutputs((out,), record))
     return out
 
 

@@ -35,11 +35,10 @@ def _grad4(grad_output, x, sq):
     return contig(cast(grad_output.unsqueeze(0) if sq else grad_output, x.dtype))
 
 
-def _offer(begun, result, operands, used, record):
-    """Offer the call's kernel work as its repeat where the kernels read the call's own tensors (`used`, the
-    ones they read, against `operands`: no copy or 3-d view in between) and wrote the results as returned."""
-    if begun is not None and all(a is b for a, b in zip(used, operands)):
-        offer(begun, result, operands, FreshOutputs(result if isinstance(result, tuple) else (result,), record))
+def _offer(begun, result, used, record):
+    """Offer the call's kernel work as its repeat. `used`: the tensors the kernels read; the dispatcher keeps
+    the offer only where they are the call's own arguments (no copy or 3-d view in between)."""
+    offer(begun, result, used, FreshOutputs(result if isinstance(result, tuple) else (result,), record))
     return result
 
 
@@ -60,7 +59,7 @@ def max_pool2d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1,
     record((x,), (out, idx))
     if sq:
         return out.squeeze(0), idx.squeeze(0)
-    return _offer(begun, (out, idx), (self,), (x,), record)
+    return _offer(begun, (out, idx), (x,), record)
 
 
 @register(aten.max_pool2d_with_indices_backward.default)
@@ -80,7 +79,7 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
     record((g, x, idx), (gi,))
     if sq:
         return gi.squeeze(0)
-    return _offer(begun, gi, (grad_output, self, indices), (g, x, idx), record)
+    return _offer(begun, gi, (g, x, idx), record)
 
 
 @register(aten.avg_pool2d.default)
@@ -100,7 +99,7 @@ def avg_pool2d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_i
     record((x,), (out,))
     if sq:
         return out.squeeze(0)
-    return _offer(begun, out, (self,), (x,), record)
+    return _offer(begun, out, (x,), record)
 
 
 @register(aten.avg_pool2d_backward.default)
@@ -120,7 +119,7 @@ def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
     record((g,), (gi,))
     if sq:
         return gi.squeeze(0)
-    return _offer(begun, gi, (grad_output,), (g,), record)
+    return _offer(begun, gi, (g,), record)
 
 
 @register(aten._adaptive_avg_pool2d.default)
@@ -137,7 +136,7 @@ def _adaptive_avg_pool2d(self, output_size):
     record((x,), (out,))
     if sq:
         return out.squeeze(0)
-    return _offer(begun, out, (self,), (x,), record)
+    return _offer(begun, out, (x,), record)
 
 
 @register(aten._adaptive_avg_pool2d_backward.default)
@@ -155,4 +154,4 @@ def _adaptive_avg_pool2d_backward(grad_output, self):
     record((g,), (gi,))
     if sq:
         return gi.squeeze(0)
-    return _offer(begun, gi, (grad_output,), (g,), record)
+    return _offer(begun, gi, (g,), record)

@@ -8,10 +8,10 @@ from tvk_kernels.kernels import reduce as reduce_kernels
 from tvk_kernels.kernels import scan as scan_kernels
 
 from ..op_registry import register, register_decomposition
-from .._repeat import mark, offer
+from .._repeat import FreshOutputs, mark, offer
 from .._tensor import TVKTensor, alias, new_tensor
 from ._util import addr, dev, norm_dims
-from .copies import FreshCopies, KeptCopy, cast, contig, device_copy, fill
+from .copies import KeptCopy, cast, contig, copies_into_fresh, device_copy, fill
 from .elementwise import ew, ne
 
 aten = torch.ops.aten
@@ -323,7 +323,7 @@ def cat(tensors, dim=0):
             copies.append(KeptCopy(alias(out, t.shape, stride, off * step), t))
         off += n
     if begun is not None:
-        offer(begun, out, tuple(pieces), FreshCopies(out, copies))
+        offer(begun, out, tuple(pieces), FreshOutputs((out,), copies_into_fresh(copies)))
     return out
 
 
