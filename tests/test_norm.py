@@ -74,6 +74,9 @@ def test_layer_norm_param_grads_split(device, rng):
     """Few columns, many rows: column sums in chunks of rows, finished by the reduce kernel."""
     layer_norm_case(device, rng, (3000, 6), 1, True, {"TARGET_GROUPS": 16, "SPLIT_ROWS": 64})
     layer_norm_case(device, rng, (700, 3, 5), 2, True, {"TARGET_GROUPS": 16, "SPLIT_ROWS": 64})
+    # the finest chunks a tuned config may ask for: 8 rows, a last chunk shorter, more chunks than columns
+    layer_norm_case(device, rng, (1001, 37), 1, True, {"TARGET_GROUPS": 2048, "SPLIT_ROWS": 8})
+    layer_norm_case(device, rng, (45, 7), 1, True, {"TARGET_GROUPS": 2048, "SPLIT_ROWS": 8, "ITEMS": 4})
 
 
 def batch_norm_case(device, rng, shape, training, params=None, affine=True, momentum=0.1, eps=1e-5):
