@@ -6,7 +6,10 @@
 #   K: tuning of conv2d, pool, norm, then kernel benchmarks vs cuDNN/torch CUDA (tvk-bench kernels)
 #   C: compiled-mode tests under the machine's torch   M: mnist, cifar10   L: low-vram, ablations (M + L = B)
 #   P: host-time profile of a compiled and an eager MNIST CNN step (printed only)
-#   N: tuning of norm into the shipped file (after a norm.comp change)   G: per-kernel GPU profile vs CUDA
+#   N: tuning of norm into the shipped file (after a norm.comp change), then layer norm backward's row splits
+#      (benchmarks/layer_norm_split.py)   G: per-kernel GPU profile vs CUDA
+#   rank: the static cost model's order against measured times (python -m tvk_kernels.tune.rank_check;
+#      TVK_RANK_FAMILIES, TVK_RANK_TRIALS)
 #   V: tuning of conv2d alone, longer (40 trials a bucket; TVK_TUNE_BUDGET seconds)   W: kernel benchmarks only
 #   H: the cooperative-matrix kernel: its device tests, its tuning (fp16), the matmul table, and the A/B of its split-K
 #   F: the A/B of the tiled matmul's PREFETCH (each config run with it off and on, interleaved); TVK_AB_PARTS names
@@ -54,7 +57,10 @@ for phase in "$@"; do
     Q) step python3 -m tvk_kernels.bench.cli ablations --out $R --no-progress ;;
     L) for e in low-vram ablations; do step python3 -m tvk_kernels.bench.cli $e --out $R --no-progress; done ;;
     N) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/
-       step python3 -m tvk_kernels.tune.cli --device 0 --ops norm --trials 20 --time-budget 90 --out $TVK_CONFIG_DIR --no-progress ;;
+       step python3 -m tvk_kernels.tune.cli --device 0 --ops norm --trials 20 --time-budget 90 --out $TVK_CONFIG_DIR --no-progress
+       step python3 benchmarks/layer_norm_split.py --out $R ;;
+    rank) step python3 -m tvk_kernels.tune.rank_check --out $R ${TVK_RANK_FAMILIES:+--families $TVK_RANK_FAMILIES} \
+         --trials ${TVK_RANK_TRIALS:-16} ;;
     G) step python3 benchmarks/kernel_profile.py --out $R ;;
     V) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/
        step python3 -m tvk_kernels.tune.cli --device 0 --ops conv2d --trials 40 --time-budget ${TVK_TUNE_BUDGET:-360} --out $TVK_CONFIG_DIR --no-progress ;;

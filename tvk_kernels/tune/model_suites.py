@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .cost_model import machine
+
 SUITES = Path(__file__).with_name("suites")
-PEAK_FLOPS = 7.19e12  # RX 5600 XT: 2304 lanes x 2 x 1.56 GHz boost
-PEAK_BYTES = 288e9  # its 12 Gbps x 192-bit GDDR6
+RX_5600_XT = machine("rx5600xt")  # the card the weights estimate seconds on
 
 
 def load(folder: Path = SUITES) -> dict:
@@ -27,7 +28,8 @@ def weight(launch: dict) -> float:
     no target gave its work."""
     if launch.get("flops") is None and launch.get("bytes") is None:
         return float(launch["count"])
-    return launch["count"] * max((launch.get("flops") or 0) / PEAK_FLOPS, (launch.get("bytes") or 0) / PEAK_BYTES)
+    return launch["count"] * max((launch.get("flops") or 0) / RX_5600_XT.peak_flops,
+                                  (launch.get("bytes") or 0) / RX_5600_XT.dram_bytes_per_s)
 
 
 def heaviest(family: str, limit: int, suites: dict | None = None) -> list[dict]:

@@ -2,16 +2,9 @@
 (ACO, through Mesa's null RADV device), read its registers, spills, LDS and occupancy, drop
 what cannot run well, and rank the rest with a cost model of the Radeon RX 5600 XT.
 
-Cost model (documented, deliberately simple; replace with measurements by running
-`tvk-tune --device 0` on the card):
-  - 36 CUs x 2 SIMD32 = 72 SIMDs at 1.56 GHz: 7.19 TFLOP/s fp32 (FMA = 2 FLOP)
-  - LDS: 128 B/clock per CU -> 7.2 TB/s; DRAM: 288 GB/s (12 Gbps GDDR6, 192-bit)
-  - occupancy (waves per SIMD) = min(ACO's "Subgroups per SIMD" (register-limited),
-    LDS-limited: floor(64 KiB / LDS per workgroup) workgroups per CU, 20)
-  - efficiency = (fraction of SIMDs with work) x min(1, resident waves per SIMD / 4):
-    fewer than 4 waves per SIMD leave latency exposed
-  - time = max(FLOPs / peak, LDS bytes / LDS bandwidth, DRAM bytes / DRAM bandwidth) / efficiency
-           x wave-quantization tail (last partial round) + 4 us launch
+Cost model: tune/cost_model.py with the RX 5600 XT's numbers (tuning/machines.json:
+36 CUs x 2 SIMD32 at 1.56 GHz, 7.19 TFLOP/s fp32, LDS 7.2 TB/s, DRAM 288 GB/s); replace its
+ranking with measurements by running `tvk-tune --device 0` on the card.
 Rejected outright: any spilled VGPR/SGPR, any scratch, LDS above the driver's limit
 (32 KiB on AMD's Windows driver for Navi 10, 64 KiB on RADV).
 
@@ -34,43 +27,16 @@ from ..env_flags import env_flag
 from ..errors import InvalidConfigError, ShaderCompileError
 from ..kernels.launch import subgroup_size_params
 from ..search_space import bucket_of, candidates, search_space, violations
+from .cost_model import machine, predict_seconds
 from .driver import write_config
 from .targets import load_targets, unavailable
 
-SIMDS = 72
-CLOCK_HZ = 1.56e9
-PEAK_FLOPS = SIMDS * 32 * 2 * CLOCK_HZ
-LDS_BW = 36 * 128 * CLOCK_HZ
-DRAM_BW = 288e9
-LDS_PER_CU = 65536
-LAUNCH_S = 4e-6
+RX_5600_XT = machine("rx5600xt")
 RADV_COMPUTE_WAVE = 64  # the wave size RADV gives a compute pipeline that requires none (on Navi 10)
 DRIVERS = {  # key name -> (VkDriverId, shared memory per workgroup the driver reports)
     "amd-proprietary": (1, 32768),
     "radv": (3, 65536),
 }
-
-
-def predict_seconds(work: dict, stats: dict, wave: int = 64) -> dict:
-    inv = work["invocations"]
-    waves_per_group = -(-inv // wave)
-    occ = stats.get("Subgroups per SIMD", 20) or 1
-    lds = stats.get("LDS size", work.get("lds_per_group", 0)) or 0
-    if lds:
-        groups_per_cu = max(LDS_PER_CU // lds, 0)
-        occ = min(occ, max(groups_per_cu * waves_per_group // 2, 0))
-    occ = max(min(occ, 20), 1)
-    total_waves = work["groups"] * waves_per_group
-    spread = min(1.0, total_waves / SIMDS)  # fraction of SIMDs with work at all
-    resident = max(1.0, min(occ, total_waves / SIMDS))  # waves per busy SIMD
-    eff = spread * min(1.0, resident / 4)
-    slots = SIMDS * occ
-    tail = math.ceil(total_waves / slots) * slots / total_waves if total_waves > slots else 1.0
-    t_alu = work["flops"] / PEAK_FLOPS
-    t_lds = work["lds_bytes"] / LDS_BW
-    t_mem = work["dram_bytes"] / DRAM_BW
-    bound, t = max(("alu", t_alu), ("lds", t_lds), ("dram", t_mem), key=lambda x: x[1])
-    return {"seconds": t / eff * tail + LAUNCH_S, "occupancy_waves_per_simd": occ, "bound": bound}
 
 
 def radv_icd() -> str | None:
@@ -108,18 +74,20 @@ def reexec_on_null_navi10(argv, module: str = "tvk_kernels.tune.cli", what: str 
     return subprocess.call([sys.executable, "-m", module, *argv], env=null_navi10_env(icd, TVK_ON_NULL_NAVI10="1"))
 
 
-def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
-    """Compile up to `trials` candidates (the default first), keep those that fit, rank by the model."""
+def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0, machine=RX_5600_XT,
+         wave: int = RADV_COMPUTE_WAVE):
+    """Compile up to `trials` candidates (the default first), keep those that fit, rank by the model
+    of `machine` (`wave`: the subgroup size of a pipeline that requires none)."""
     facts = dataclasses.replace(device.facts, max_shared_memory=shared_limit)
     bucket = bucket_of(target.family, shapes[0])
     default = default_params(target.family, facts, bucket)
-    wave = wave_param(target.family)
+    wave_name = wave_param(target.family)
     pool = candidates(target.family, facts)
-    if wave:  # sample the other parameters; each sample is then ranked at every wave size (below)
-        pool = [c for c in pool if c[wave] == 0]
+    if wave_name:  # sample the other parameters; each sample is then ranked at every wave size (below)
+        pool = [c for c in pool if c[wave_name] == 0]
     random.Random(seed).shuffle(pool)
     chosen = [default] + [c for c in pool if c != default][: max(trials - 1, 0)]
-    if wave:
+    if wave_name:
         chosen = [default] + [v for c in chosen for v in wave_variants(target.family, c, facts)]
     scored, rejected = [], []
     for params in chosen:
@@ -139,12 +107,12 @@ def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0):
         if stats.get("LDS size", 0) > shared_limit:
             rejected.append((params, f"LDS {stats['LDS size']} B > {shared_limit} B"))
             continue
-        preds = [predict_seconds(target.work(s, params), stats, subgroup or RADV_COMPUTE_WAVE) for s in shapes]
+        preds = [predict_seconds(target.work(s, params), stats, machine, subgroup or wave) for s in shapes]
         score = math.exp(sum(math.log(p["seconds"]) for p in preds) / len(preds))
         scored.append((score, params, stats, preds))
     scored.sort(key=lambda x: x[0])
-    if wave:  # the winner names its wave size: the default (the driver's choice) only sets the baseline
-        scored = [s for s in scored if s[1][wave]] + [s for s in scored if not s[1][wave]]
+    if wave_name:  # the winner names its wave size: the default (the driver's choice) only sets the baseline
+        scored = [s for s in scored if s[1][wave_name]] + [s for s in scored if not s[1][wave_name]]
     return scored, rejected, default
 
 
