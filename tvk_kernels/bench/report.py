@@ -618,8 +618,10 @@ def build(results: Path, configs: Path) -> str:
     if table:
         out += ["### RDNA1 (RX 5600 XT) configs shipped, statically tuned and model-ranked", "",
                 "Compiled for Navi 10 by ACO on Mesa's null RADV device, ranked by the cost model in "
-                "`tvk_kernels/tune/rdna1.py`; never run on the card. An owner replaces them with measured ones: "
-                "`tvk-tune --device 0`.", ""] + table + [""]
+                "`tvk_kernels/tune/cost_model.py` with the card's numbers (`tuning/machines.json`); never run on the "
+                "card. An owner replaces them with measured ones: `tvk-tune --device 0`. "
+                "`python -m tvk_kernels.tune.rank_check` checks the model's order against measured times on a GPU "
+                "at hand.", ""] + table + [""]
     out.append(END)
     return "\n".join(out)
 
