@@ -109,6 +109,9 @@ def test_kernels_experiment(tmp_path):
     fractions = [r["tvk_of_peak"] for r in result["conv2d"] + result["bandwidth"] + result["gemm_sweep"]["rows"]]
     assert all(f is not None and f > 0 for f in fractions)
     assert "fp32 FMA" in (tmp_path / "kernels.md").read_text()
+    # layer norm's backward with its weight and bias gradients, checked against numpy
+    (backward,) = [r for r in result["bandwidth"] if r["op"].startswith("layer norm backward")]
+    assert backward["max_rel_err"] < 1e-4 and backward["tvk_gbps"] > 0
     # the real-model section: recorded shapes (the lightest under --quick), each checked against the reference
     real = result["model_shapes"]
     assert real["gemm"]["rows"] and real["conv"]["rows"]

@@ -3,7 +3,8 @@
   conv2d       the CIFAR-10 CNN's layer shapes at batch 128: forward, grad-input, grad-weight,
                GPU time vs cuDNN (fp32, TF32 off); each result checked against torch CPU
   bandwidth    reductions (sum, row sum), softmax, layer norm and N-d elementwise (broadcast
-               mul, transposed copy) at 16M floats: GB/s vs torch CUDA's on the same op
+               mul, transposed copy) at 16M floats, and layer norm's backward (weight and bias
+               gradients too) there and at real models' shapes: GB/s vs torch CUDA's on the same op
   gemm sweep   a seeded sample of ~60 GEMMs (all layouts, batched and not, fp32 and fp16) vs
                cuBLAS: geometric mean time ratio and the worst 5 (gemm_sweep.py)
   real shapes  the GEMMs and convs real models' training steps spend their time in (model_shapes.py:
@@ -133,12 +134,53 @@ def bandwidth(device, n_rows, n_cols, has_cuda, quick=False):
     for name, (run, nbytes, torch_fn) in ops.items():
         t = _gpu(device, run, quick)
         tc, method = time_cuda(lambda: torch_fn(ct)) if has_cuda else (None, None)
-        rows.append({"op": name, "n": n, "tvk_s": t, "tvk_gbps": nbytes / t / 1e9, "cuda_s": tc,
-                     "cuda_timing": method, "cuda_gbps": nbytes / tc / 1e9 if tc else None,
-                     "tvk_over_cuda_bandwidth": (tc / t) if tc else None})
+        rows.append(_bandwidth_row(name, n, nbytes, t, tc, method))
     for b in (X, Y, R, row):
         b.free()
-    return rows
+    shapes = [(n_rows, n_cols)] + ([] if quick else LAYER_NORM_SHAPES)
+    return rows + [layer_norm_backward(device, r, c, has_cuda, quick) for r, c in shapes]
+
+
+# (rows, cols) of real models' layer norms beside the section's square: the zoo transformer (16 x 128
+# tokens, d 128), GPT-2 small (8 x 1024 tokens, d 768), ViT-S (64 x 197 tokens, d 384), odd sizes; the
+# norm tuner's suite holds none of them
+LAYER_NORM_SHAPES = [(2048, 128), (8192, 768), (12608, 384), (1000, 300)]
+
+
+def _bandwidth_row(op, n, nbytes, t, tc, method) -> dict:
+    return {"op": op, "n": n, "tvk_s": t, "tvk_gbps": nbytes / t / 1e9, "cuda_s": tc, "cuda_timing": method,
+            "cuda_gbps": nbytes / tc / 1e9 if tc else None, "tvk_over_cuda_bandwidth": (tc / t) if tc else None}
+
+
+def layer_norm_backward(device, n_rows, n_cols, has_cuda, quick=False) -> dict:
+    """layer_norm's backward with its weight and bias gradients (a model's LayerNorm), rows x cols; the
+    bytes are the least any backward moves: grad and x read, grad_in written (12 per element)."""
+    n = n_rows * n_cols
+    gen = np.random.default_rng(1)
+    x, g = (gen.standard_normal((n_rows, n_cols), dtype=np.float32) for _ in range(2))
+    w = np.ones(n_cols, np.float32)
+    X, G, W = device.upload(x), device.upload(g), device.upload(w)
+    alloc = device.allocator.alloc
+    Y, DX, stats, DW = alloc(4 * n), alloc(4 * n), alloc(8 * n_rows), alloc(8 * n_cols)
+    mean, rstd = stats.address, stats.address + 4 * n_rows
+    shape = (n_rows, n_cols)
+    norm.layer_norm(device, X.address, Y.address, shape, 1, W.address, 0, 1e-5, mean, rstd)
+    t = _gpu(device, lambda: norm.layer_norm_backward(device, G.address, X.address, mean, rstd, shape, 1, W.address,
+                                                      DX.address, DW.address, DW.address + 4 * n_cols), quick)
+    xhat = (x - x.mean(1, keepdims=True, dtype=np.float64)) / np.sqrt(x.var(1, keepdims=True, dtype=np.float64) + 1e-5)
+    want = np.stack([(g * xhat).sum(0), g.sum(0, dtype=np.float64)])  # grad_weight, grad_bias
+    got = device.download(DW, np.float32, (2, n_cols))
+    error = float(np.abs(got - want).max() / np.abs(want).max())
+    tc = method = None
+    if has_cuda:
+        cx, cg, cw = (torch.from_numpy(a).cuda() for a in (x, g, w))
+        cb = torch.zeros_like(cw)
+        _, cmean, crstd = torch.ops.aten.native_layer_norm(cx, [n_cols], cw, cb, 1e-5)
+        tc, method = time_cuda(lambda: torch.ops.aten.native_layer_norm_backward(
+            cg, cx, [n_cols], cmean, crstd, cw, cb, [True, True, True]))
+    for b in (X, G, W, Y, DX, stats, DW):
+        b.free()
+    return _bandwidth_row(f"layer norm backward, {n_rows} x {n_cols}", n, 12 * n, t, tc, method) | {"max_rel_err": error}
 
 
 _CUDA_OVERHEAD = r"""
