@@ -33,12 +33,33 @@
 // (common/activation.glsl; compiled mode's act(conv2d)); absent: none. DTYPE (common/storage.glsl;
 // absent: float32): the storage of x, weight, bias, grad_out and C; C_F32 1: C is float32 whatever
 // DTYPE (split-K partials, summed and rounded to DTYPE by conv2d_reduce.comp).
+// PACKED 1 (DTYPE float16, TN even; kernels/conv.py routes it where matmul's packed-fp16 kernel is
+// verified: GPUs without cooperative matrices, RDNA1 first): the tiles are staged in fp16 and
+// multiplied on packed fp16 arithmetic, one f16vec2 FMA for two adjacent columns; each fp16 partial
+// sums CHAIN = min(BK, 16) products, then folds into the fp32 accumulator, so the bound is
+// matmul_packed_f16.comp's: |C - exact| <= (CHAIN + 1) u sum_k |a_k b_k| (u = 2^-11) plus products
+// under fp16's normal range. An output whose fp16 partials overflowed (non-finite accumulator) is
+// summed again in fp32 from global memory over its K range, so it is what the fp32 kernel gives.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_GOOGLE_include_directive : require
 #include "common/storage.glsl"
 #include "common/activation.glsl"
+#ifndef PACKED
+#define PACKED 0
+#endif
+#if PACKED == 1
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#if DTYPE != TVK_DT_FLOAT16
+#error "conv2d.comp: PACKED needs DTYPE float16"
+#endif
+#define SH float16_t  // the shared tiles' element
+#define TO_SH(f) float16_t(f)
+#else
+#define SH float
+#define TO_SH(f) (f)
+#endif
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
@@ -54,6 +75,9 @@ layout(constant_id = 8) const uint PAD = 1u;
 layout(constant_id = 9) const uint WG = 256u;  // (BM / TM) * (BN / TN)
 layout(constant_id = 10) const uint FRAG = 0u;
 
+#if PACKED == 1
+const uint CHAIN = BK < 16u ? BK : 16u;  // fp16 products per partial
+#endif
 const uint BMT = BM / TM;  // threads along M
 const uint BNT = BN / TN;  // threads along N
 #define FAR 0x10000000 // a tap offset that lands outside every image: marks invalid rows/taps
@@ -103,8 +127,8 @@ layout(push_constant) uniform Params {
 } p;
 #endif
 
-shared float As[BK][BM + PAD];
-shared float Bs[BK][BN + PAD];
+shared SH As[BK][BM + PAD];
+shared SH Bs[BK][BN + PAD];
 #if DIR == 0
 shared ivec3 mtab[BM];  // (x plane base of row's image, oh*sh - ph, ow*sw - pw)
 shared ivec3 ktab[BK];  // (ic*H*W, kh*dh, kw*dw)
@@ -114,6 +138,55 @@ shared ivec4 ktab[BK];  // (oc*OH*OW, b_h*step_h, b_w*step_w, weight offset oc*I
 #else
 shared ivec3 ntab[BN];  // (ic*H*W, kh*dh, kw*dw)
 shared ivec4 ktab[BK];  // (grad_out offset n*OC*OHW + oh*OW + ow or -1, x image base n*IC*HW, oh*sh - ph, ow*sw - pw)
+#endif
+
+#if PACKED == 1
+// sum_k A[m, k] B[k, col] over [kbeg, kend) of group g in fp32, read from global memory: the index
+// mappings of the staged tiles (main's tables), one element at a time
+float exact_sum(uint m, uint col, uint g, uint kbeg, uint kend) {
+    const uint icg = p.ic / p.groups, ocg = p.oc / p.groups;
+    const uint khw = p.kh * p.kw, hw = p.h * p.w, ohw = p.oh * p.ow;
+    RBuf A = RBuf(p.a), B = RBuf(p.b);
+    float s = 0.0;
+#if DIR == 0
+    const uint K = icg * khw;
+    const uint nn = m / ohw, r = m - nn * ohw, y = r / p.ow, x = r - y * p.ow;
+    const int base = int((nn * p.ic + g * icg) * hw), y0 = int(y * p.sh) - int(p.ph), x0 = int(x * p.sw) - int(p.pw);
+    for (uint k = kbeg; k < kend; ++k) {
+        const uint cc = k / khw, rk = k - cc * khw, ky = rk / p.kw, kx = rk - ky * p.kw;
+        const int yy = y0 + int(ky * p.dh), xx = x0 + int(kx * p.dw);
+        if (uint(yy) < p.h && uint(xx) < p.w) {
+            s = fma(TVK_LOAD(A.v[uint(base + int(cc * hw) + yy * int(p.w) + xx)]),
+                    TVK_LOAD(B.v[(g * ocg + col) * K + k]), s);
+        }
+    }
+#elif DIR == 1
+    const uint hwc = p.hc * p.wc, khwc = p.khc * p.kwc;
+    const uint nn = m / hwc, r = m - nn * hwc, y = r / p.wc, x = r - y * p.wc;
+    const int base = int((nn * p.oc + g * ocg) * ohw), y0 = p.base_h + int(y), x0 = p.base_w + int(x);
+    const uint wbase = g * ocg * icg * khw;
+    for (uint k = kbeg; k < kend; ++k) {
+        const uint o = k / khwc, rk = k - o * khwc, by = rk / p.kwc, bx = rk - by * p.kwc;
+        const int yy = y0 - int(by * p.step_h), xx = x0 - int(bx * p.step_w);
+        if (uint(yy) < p.oh && uint(xx) < p.ow) {
+            s = fma(TVK_LOAD(A.v[uint(base + int(o * ohw) + yy * int(p.ow) + xx)]),
+                    TVK_LOAD(B.v[wbase + o * icg * khw + p.wtap0 + by * p.wtap_h + bx * p.wtap_w + col * khw]), s);
+        }
+    }
+#else
+    const uint cc = col / khw, rc = col - cc * khw, ky = rc / p.kw, kx = rc - ky * p.kw;
+    const int xbase = int((g * icg + cc) * hw), dy = int(ky * p.dh), dx = int(kx * p.dw);
+    for (uint k = kbeg; k < kend; ++k) {
+        const uint nn = k / ohw, r = k - nn * ohw, y = r / p.ow, x = r - y * p.ow;
+        const int yy = int(y * p.sh) - int(p.ph) + dy, xx = int(x * p.sw) - int(p.pw) + dx;
+        if (uint(yy) < p.h && uint(xx) < p.w) {
+            s = fma(TVK_LOAD(A.v[nn * p.oc * ohw + r + (g * ocg + m) * ohw]),
+                    TVK_LOAD(B.v[uint(int(nn * p.ic * hw) + xbase + yy * int(p.w) + xx)]), s);
+        }
+    }
+#endif
+    return s;
+}
 #endif
 
 void main() {
@@ -257,7 +330,7 @@ void main() {
                 }
 #endif
 #endif
-                As[kl][ml] = v;
+                As[kl][ml] = TO_SH(v);
             }
         }
         [[unroll]] for (uint l = 0; l < (BK * BN + WG - 1) / WG; ++l) {
@@ -283,11 +356,42 @@ void main() {
                     v = TVK_LOAD(B.v[uint(kt.y + nt.x + y * int(p.w) + x)]);
                 }
 #endif
-                Bs[kl][nl] = v;
+                Bs[kl][nl] = TO_SH(v);
             }
         }
         barrier();
 
+#if PACKED == 1
+        [[unroll]] for (uint k1 = 0; k1 < BK; k1 += CHAIN) {
+            f16vec2 part[TM][TN / 2u];
+            [[unroll]] for (uint i = 0; i < TM; ++i) {
+                [[unroll]] for (uint j = 0; j < TN / 2u; ++j) {
+                    part[i][j] = f16vec2(0.0hf);
+                }
+            }
+            [[unroll]] for (uint kk = k1; kk < k1 + CHAIN; ++kk) {
+                float16_t av[TM];
+                f16vec2 bv[TN / 2u];
+                [[unroll]] for (uint i = 0; i < TM; ++i) {
+                    av[i] = As[kk][TILE_ROW(i)];
+                }
+                [[unroll]] for (uint j = 0; j < TN / 2u; ++j) {
+                    bv[j] = f16vec2(Bs[kk][TILE_COL(2u * j)], Bs[kk][TILE_COL(2u * j + 1u)]);
+                }
+                [[unroll]] for (uint i = 0; i < TM; ++i) {
+                    [[unroll]] for (uint j = 0; j < TN / 2u; ++j) {
+                        part[i][j] = fma(f16vec2(av[i]), bv[j], part[i][j]);
+                    }
+                }
+            }
+            [[unroll]] for (uint i = 0; i < TM; ++i) {  // fold: the sum over K stays fp32
+                [[unroll]] for (uint j = 0; j < TN / 2u; ++j) {
+                    acc[i][2u * j] += float(part[i][j].x);
+                    acc[i][2u * j + 1u] += float(part[i][j].y);
+                }
+            }
+        }
+#else
         [[unroll]] for (uint kk = 0; kk < BK; ++kk) {
             float av[TM], bv[TN];
             [[unroll]] for (uint i = 0; i < TM; ++i) {
@@ -302,8 +406,20 @@ void main() {
                 }
             }
         }
+#endif
         barrier();
     }
+#if PACKED == 1
+    // an output whose fp16 partials overflowed: its K range again, in fp32 from global memory
+    [[unroll]] for (uint i = 0; i < TM; ++i) {
+        [[unroll]] for (uint j = 0; j < TN; ++j) {
+            const uint m = m0 + TILE_ROW(i), col = n0 + TILE_COL(j);
+            if (m < M && col < N && (isinf(acc[i][j]) || isnan(acc[i][j]))) {
+                acc[i][j] = exact_sum(m, col, g, kbeg, kend);
+            }
+        }
+    }
+#endif
 
     WBuf C = WBuf(p.c);
 #if DIR == 0

@@ -1,8 +1,13 @@
 """2-D convolution (NCHW): forward, grad wrt input, grad wrt weight, grad wrt bias.
 
 Storage (`dtype=`): float32, or float16/bfloat16 where the device has 16-bit storage; the
-arithmetic is float32 in every case (each output is rounded once to the storage type, as a
-16-bit GEMM's fp32-accumulated output), and split-K partials stay float32 until they are summed.
+arithmetic is float32 (each output is rounded once to the storage type, as a 16-bit GEMM's
+fp32-accumulated output), and split-K partials stay float32 until they are summed. One exception,
+float16 on a GPU without cooperative matrices (RDNA1, most Intel and older GPUs) where matmul's
+packed-fp16 kernel passed its check: there the implicit GEMMs multiply on packed fp16 arithmetic
+(conv2d.comp PACKED: two fp16 FMAs an instruction, fp16 partials of at most 16 products folded into
+fp32, matmul_packed_f16's error bound; overflowed outputs summed again in fp32). TVK_PACKED_F16=0
+keeps fp32 arithmetic there.
 
 All three directions are one implicit-GEMM template (templates/conv2d.comp, `DIR` 0/1/2)
 with the tile shape as defines; each can split its reduction K over workgroups when its
@@ -21,13 +26,14 @@ from __future__ import annotations
 import math
 import struct
 
-from . import activations, conv_depthwise, dtypes
+from . import activations, conv_depthwise, dtypes, matmul_packed_f16
 from .conv_geometry import checked_split_k, conv2d_output_shape, geometry, storage_defines
 from .kept_calls import kept_call
 from .launch import Family, address, family, grid_1d, positive, record_shape, recording
 from .reduce import reduce
 from .. import benchmark_mode
 from ..config import by_class
+from ..env_flags import env_flag
 from ..errors import InvalidConfigError
 from ..search_space import candidates as space_candidates, search_space
 
@@ -69,14 +75,20 @@ def gemm_dims(direction: str, g: dict) -> tuple[int, int, int]:
 
 
 def gemm_defines(dir_id: int, params: dict, wg: int, act: str | None = None, dtype: str = "float32",
-                 partials: bool = False) -> dict:
-    """The template's defines for one direction and parameter set. ACT is absent unless asked for,
-    and float32 has no DTYPE or C_F32, so the tuned kernels' SPIR-V stays what was tuned
+                 partials: bool = False, packed: bool = False) -> dict:
+    """The template's defines for one direction and parameter set. ACT and PACKED are absent unless
+    asked for, and float32 has no DTYPE or C_F32, so the tuned kernels' SPIR-V stays what was tuned
     (tune/carry_over.py relies on it). FRAG is a specialization constant: 0 for a config tuned
-    before it existed. partials: the output is split-K's float32 partial sums."""
+    before it existed. partials: the output is split-K's float32 partial sums; packed: float16 on
+    packed fp16 arithmetic (the module docstring)."""
     defines = {"DIR": dir_id, "WG": wg, "FRAG": params.get("FRAG", 0), **{k: params[k] for k in _GEMM_KEYS}}
     if act is not None:
         defines.update(activations.act_define(ACTIVATIONS[act]))
+    if packed:
+        if dtype != "float16" or params["TN"] % 2:
+            raise InvalidConfigError(f"conv2d: packed fp16 arithmetic needs float16 storage and an even TN, not "
+                                     f"{dtype} with TN={params['TN']}")
+        defines["PACKED"] = 1
     return {**defines, **storage_defines(dtype, partials)}
 
 
@@ -92,8 +104,19 @@ class Conv2d(Family):
                       partials: bool = False):
         """`params` as resolve gives them (WG and shared_bytes included)."""
         push_size = _PUSH_BI.size if dir_id == 1 else _PUSH.size
-        return self.variant(gemm_defines(dir_id, params, params["WG"], act, dtype, partials), params["WG"], push_size,
-                            shared_bytes=params["shared_bytes"])
+        defines = gemm_defines(dir_id, params, params["WG"], act, dtype, partials, self.packed(params, dtype))
+        return self.variant(defines, params["WG"], push_size, shared_bytes=params["shared_bytes"])
+
+    def packed(self, params: dict, dtype: str) -> bool:
+        """Whether a GEMM of this config and storage runs on packed fp16 arithmetic (module docstring):
+        float16, an even TN (columns multiply in pairs), no cooperative matrices on the device
+        (TVK_COOPMAT=0 counts as none: the H200's stand-in for RDNA1), and matmul's packed-fp16
+        kernel verified here (a GPU with shaderFloat16, TVK_PACKED_F16 not 0)."""
+        if dtype != "float16" or params["TN"] % 2:
+            return False
+        if self.device.facts.features.get("cooperative_matrix") and env_flag("TVK_COOPMAT", default=True):
+            return False
+        return matmul_packed_f16.verified(self.device) is not None
 
     def reduce_pipeline(self, per_thread: bool, wg: int, act: str | None = None, dtype: str = "float32"):
         """act: the forward's epilogue activation, applied to each finished sum (split-K); dtype: the
