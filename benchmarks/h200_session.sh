@@ -8,6 +8,7 @@
 #   P: host-time profile of a compiled and an eager MNIST CNN step (printed only)
 #   N: tuning of norm into the shipped file (after a norm.comp change), then layer norm backward's row splits
 #      (benchmarks/layer_norm_split.py)   G: per-kernel GPU profile vs CUDA
+#   pconv: fp16 convs on packed fp16 arithmetic against fp32 arithmetic, cooperative matrices off (RDNA1's stand-in)
 #   rank: the static cost model's order against measured times (python -m tvk_kernels.tune.rank_check;
 #      TVK_RANK_FAMILIES, TVK_RANK_TRIALS)
 #   V: tuning of conv2d alone, longer (40 trials a bucket; TVK_TUNE_BUDGET seconds)   W: kernel benchmarks only
@@ -59,6 +60,7 @@ for phase in "$@"; do
     N) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/
        step python3 -m tvk_kernels.tune.cli --device 0 --ops norm --trials 20 --time-budget 90 --out $TVK_CONFIG_DIR --no-progress
        step python3 benchmarks/layer_norm_split.py --out $R ;;
+    pconv) step python3 benchmarks/packed_conv_ab.py --out $R ;;
     rank) step python3 -m tvk_kernels.tune.rank_check --out $R ${TVK_RANK_FAMILIES:+--families $TVK_RANK_FAMILIES} \
          --trials ${TVK_RANK_TRIALS:-16} ;;
     G) step python3 benchmarks/kernel_profile.py --out $R ;;

@@ -33,13 +33,14 @@
 // (common/activation.glsl; compiled mode's act(conv2d)); absent: none. DTYPE (common/storage.glsl;
 // absent: float32): the storage of x, weight, bias, grad_out and C; C_F32 1: C is float32 whatever
 // DTYPE (split-K partials, summed and rounded to DTYPE by conv2d_reduce.comp).
-// PACKED 1 (DTYPE float16, TN even; kernels/conv.py routes it where matmul's packed-fp16 kernel is
-// verified: GPUs without cooperative matrices, RDNA1 first): the tiles are staged in fp16 and
+// PACKED 1 (DTYPE float16, TN even; kernels/conv.py routes it, with TVK_PACKED_CONV=1, where matmul's
+// packed-fp16 kernel is verified: GPUs without cooperative matrices, RDNA1 first): the tiles are staged in fp16 and
 // multiplied on packed fp16 arithmetic, one f16vec2 FMA for two adjacent columns; each fp16 partial
 // sums CHAIN = min(BK, 16) products, then folds into the fp32 accumulator, so the bound is
 // matmul_packed_f16.comp's: |C - exact| <= (CHAIN + 1) u sum_k |a_k b_k| (u = 2^-11) plus products
 // under fp16's normal range. An output whose fp16 partials overflowed (non-finite accumulator) is
-// summed again in fp32 from global memory over its K range, so it is what the fp32 kernel gives.
+// stored, then summed again in fp32 from global memory over its K range and stored again, so it is
+// what the fp32 kernel gives.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -186,6 +187,26 @@ float exact_sum(uint m, uint col, uint g, uint kbeg, uint kend) {
     }
 #endif
     return s;
+}
+
+// main's epilogue for one output (m, col) of group g and split-K slice `split`
+void store_exact(uint m, uint col, uint g, uint split, float v) {
+    const uint icg = p.ic / p.groups, ocg = p.oc / p.groups;
+    const uint hw = p.h * p.w, ohw = p.oh * p.ow;
+    WBuf C = WBuf(p.c);
+#if DIR == 0
+    const uint nn = m / ohw, r = m - nn * ohw;
+    if (((p.flags & uint(split == 0u)) & 1u) != 0u) {
+        v += TVK_LOAD(RBuf(p.bias).v[g * ocg + col]);
+    }
+    C.v[split * p.n * p.oc * ohw + (nn * p.oc + g * ocg) * ohw + r + col * ohw] = STORE_C(activation(v));
+#elif DIR == 1
+    const uint hwc = p.hc * p.wc, nn = m / hwc, r = m - nn * hwc, y = r / p.wc, x = r - y * p.wc;
+    C.v[((split * p.n + nn) * p.ic + g * icg) * hw + p.pix0 + y * p.pix_h + x * p.pix_w + col * hw] = STORE_C(v);
+#else
+    const uint N = icg * p.kh * p.kw;
+    C.v[split * p.oc * N + (g * ocg + m) * N + col] = STORE_C(v);
+#endif
 }
 #endif
 
@@ -410,12 +431,18 @@ void main() {
         barrier();
     }
 #if PACKED == 1
-    // an output whose fp16 partials overflowed: its K range again, in fp32 from global memory
+    // outputs whose fp16 partials left fp16's range (bit i * TN + j; TM * TN <= 64): stored as they are
+    // below, then summed again in fp32 and stored again, in one loop (the fp32 path is not unrolled)
+    uvec2 bad = uvec2(0u);
     [[unroll]] for (uint i = 0; i < TM; ++i) {
         [[unroll]] for (uint j = 0; j < TN; ++j) {
-            const uint m = m0 + TILE_ROW(i), col = n0 + TILE_COL(j);
-            if (m < M && col < N && (isinf(acc[i][j]) || isnan(acc[i][j]))) {
-                acc[i][j] = exact_sum(m, col, g, kbeg, kend);
+            if (isinf(acc[i][j]) || isnan(acc[i][j])) {
+                const uint e = i * TN + j;
+                if (e < 32u) {
+                    bad.x |= 1u << e;
+                } else {
+                    bad.y |= 1u << (e - 32u);
+                }
             }
         }
     }
@@ -469,6 +496,18 @@ void main() {
                 uint col = n0 + TILE_COL(j);
                 if (col < N) {
                     C.v[base + col] = STORE_C(acc[i][j]);
+                }
+            }
+        }
+    }
+#endif
+#if PACKED == 1
+    if (bad.x != 0u || bad.y != 0u) {
+        [[dont_unroll]] for (uint e = 0; e < TM * TN; ++e) {
+            if ((((e < 32u) ? bad.x >> e : bad.y >> (e - 32u)) & 1u) != 0u) {
+                const uint m = m0 + TILE_ROW(e / TN), col = n0 + TILE_COL(e % TN);
+                if (m < M && col < N) {
+                    store_exact(m, col, g, split, exact_sum(m, col, g, kbeg, kend));
                 }
             }
         }

@@ -2,12 +2,12 @@
 
 Storage (`dtype=`): float32, or float16/bfloat16 where the device has 16-bit storage; the
 arithmetic is float32 (each output is rounded once to the storage type, as a 16-bit GEMM's
-fp32-accumulated output), and split-K partials stay float32 until they are summed. One exception,
-float16 on a GPU without cooperative matrices (RDNA1, most Intel and older GPUs) where matmul's
-packed-fp16 kernel passed its check: there the implicit GEMMs multiply on packed fp16 arithmetic
-(conv2d.comp PACKED: two fp16 FMAs an instruction, fp16 partials of at most 16 products folded into
-fp32, matmul_packed_f16's error bound; overflowed outputs summed again in fp32). TVK_PACKED_F16=0
-keeps fp32 arithmetic there.
+fp32-accumulated output), and split-K partials stay float32 until they are summed. The exception,
+opt-in with TVK_PACKED_CONV=1 until it is measured faster (design note 47): float16 on a GPU without
+cooperative matrices (RDNA1, most Intel and older GPUs) where matmul's packed-fp16 kernel passed its
+check multiplies on packed fp16 arithmetic (conv2d.comp PACKED: two fp16 FMAs an instruction, fp16
+partials of at most 16 products folded into fp32, matmul_packed_f16's error bound; overflowed
+outputs summed again in fp32).
 
 All three directions are one implicit-GEMM template (templates/conv2d.comp, `DIR` 0/1/2)
 with the tile shape as defines; each can split its reduction K over workgroups when its
@@ -109,10 +109,10 @@ class Conv2d(Family):
 
     def packed(self, params: dict, dtype: str) -> bool:
         """Whether a GEMM of this config and storage runs on packed fp16 arithmetic (module docstring):
-        float16, an even TN (columns multiply in pairs), no cooperative matrices on the device
-        (TVK_COOPMAT=0 counts as none: the H200's stand-in for RDNA1), and matmul's packed-fp16
-        kernel verified here (a GPU with shaderFloat16, TVK_PACKED_F16 not 0)."""
-        if dtype != "float16" or params["TN"] % 2:
+        TVK_PACKED_CONV=1, float16, an even TN (columns multiply in pairs), no cooperative matrices on
+        the device (TVK_COOPMAT=0 counts as none: the H200's stand-in for RDNA1), and matmul's
+        packed-fp16 kernel verified here (a GPU with shaderFloat16, TVK_PACKED_F16 not 0)."""
+        if dtype != "float16" or params["TN"] % 2 or not env_flag("TVK_PACKED_CONV", default=False):
             return False
         if self.device.facts.features.get("cooperative_matrix") and env_flag("TVK_COOPMAT", default=True):
             return False
