@@ -34,8 +34,10 @@ def main():
     from tvk_kernels.tune.measure import time_candidate
     from torchvk.experiments.conv_sweep import DIRECTIONS, LAYERS, QUICK_LAYERS, flops
 
-    if args.quick:  # lavapipe is a CPU device, which keeps fp32 arithmetic: route it as a GPU
-        matmul_packed_f16.PackedMatmul.routed = lambda self: True
+    tile = None  # the tuned tiles
+    if args.quick:  # lavapipe is a CPU device, which keeps fp32 arithmetic: route it as a GPU, with a tile
+        matmul_packed_f16.PackedMatmul.routed = lambda self: True  # whose TN is even (its tuned ones have TN 1)
+        tile = {"BM": 16, "BN": 8, "BK": 8, "TM": 2, "TN": 2, "PAD": 1, "FRAG": 0}
     device = get_device(0)
     seen = []
     original = conv.gemm_defines
@@ -61,9 +63,10 @@ def main():
         args_of = (layer["x"], layer["w"], geo["stride"], geo["padding"], geo["dilation"], geo["groups"])
         for direction in DIRECTIONS:
             out = device.allocator.alloc(2 * int(np.prod(result[direction])))
-            call = {"fwd": lambda: conv.conv2d_forward(device, X, W, 0, out, *args_of, dtype="float16"),
-                    "bwd_input": lambda: conv.conv2d_backward_input(device, GO, W, out, *args_of, dtype="float16"),
-                    "bwd_weight": lambda: conv.conv2d_backward_weight(device, GO, X, out, *args_of,
+            call = {"fwd": lambda: conv.conv2d_forward(device, X, W, 0, out, *args_of, tile, dtype="float16"),
+                    "bwd_input": lambda: conv.conv2d_backward_input(device, GO, W, out, *args_of, tile,
+                                                                    dtype="float16"),
+                    "bwd_weight": lambda: conv.conv2d_backward_weight(device, GO, X, out, *args_of, tile,
                                                                       dtype="float16")}[direction]
             times, kernels = {}, {}
             for packed in ("0", "1"):

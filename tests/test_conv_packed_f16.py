@@ -238,3 +238,20 @@ def test_rdna1_configs_compile_on_packed_instructions_without_spills(tmp_path):
         assert s["Spilled VGPRs"] == 0 and s["Spilled SGPRs"] == 0 and s.get("Scratch size", 0) == 0, name
         assert 0 < s.get("LDS size", 0) <= LDS_LIMIT, name
     assert (out.stdout + out.stderr).count("v_pk_fma_f16") >= 4 * len(stats)
+
+
+def test_the_stand_in_ab_runs_both_routes_and_checks_the_packed_one(tmp_path):
+    """benchmarks/packed_conv_ab.py --quick: every row ran packed with the flag and fp32 arithmetic without,
+    and the packed result was within the bound (the timings on lavapipe say nothing of a GPU)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "benchmarks/packed_conv_ab.py", "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "packed_conv_ab.json").read_text())
+    assert len(result["rows"]) == 6  # two non-depthwise quick layers, three directions
+    for row in result["rows"]:
+        assert row["packed_ran"] and row["fp32_ran"] and row["within_bound"], row
+        assert row["packed_s"] > 0 and row["fp32_arith_s"] > 0
+    assert result["geomean_packed_over_fp32_time"] > 0
