@@ -13,8 +13,6 @@ Run:   python benchmarks/rdna1_frag.py [config.json]   (needs Mesa's RADV)
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -56,15 +54,7 @@ def main(path: Path) -> int:
 
     device = get_device(0)
     if not rdna1.on_null_navi10(device):
-        if os.environ.get("TVK_ON_NULL_NAVI10"):
-            print(f"expected the null Navi 10 device, got {device.facts.name!r}", file=sys.stderr)
-            return 1
-        icd = rdna1.radv_icd()
-        if icd is None:
-            print("needs Mesa's RADV driver (apt-get install mesa-vulkan-drivers)", file=sys.stderr)
-            return 1
-        return subprocess.call([sys.executable, __file__, str(path)],
-                               env=rdna1.null_navi10_env(icd, TVK_ON_NULL_NAVI10="1"))
+        return rdna1.reexec_on_null_navi10([str(path)], script=__file__, what="benchmarks/rdna1_frag.py")
     print(f"{'family':7s} {'config':16s} {'dir':10s} {'tile BMxBNxBK TMxTN':20s} {'FRAG':>4s} {'PAD':>3s} "
           + " ".join(f"{c:>6s}" for c in SHOWN.values()) + "  fits")
     bad = 0

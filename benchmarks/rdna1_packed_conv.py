@@ -86,15 +86,8 @@ def main(argv=None) -> int:
 
     device = get_device(0)
     if not rdna1.on_null_navi10(device):
-        if os.environ.get("TVK_ON_NULL_NAVI10"):
-            print(f"expected the null Navi 10 device, got {device.facts.name!r}", file=sys.stderr)
-            return 1
-        icd = rdna1.radv_icd()
-        if icd is None:
-            print("needs Mesa's RADV driver (apt-get install mesa-vulkan-drivers)", file=sys.stderr)
-            return 1
-        return subprocess.call([sys.executable, __file__, *(argv if argv is not None else sys.argv[1:])],
-                               env=rdna1.null_navi10_env(icd, TVK_ON_NULL_NAVI10="1"))
+        return rdna1.reexec_on_null_navi10(argv if argv is not None else sys.argv[1:], script=__file__,
+                                           what="benchmarks/rdna1_packed_conv.py")
     commit = os.environ.get("TVK_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                                             capture_output=True, text=True).stdout.strip()
     lines = [f"{device.facts.name} ({device.facts.driver_info}), {args.config.name}, commit {commit}, "

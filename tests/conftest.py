@@ -58,6 +58,27 @@ def rng():
 
 
 @pytest.fixture
+def as_gpu(device, monkeypatch, request):
+    """This device treated as a GPU without cooperative matrices, as RDNA1 is: fp16 GEMMs routed to the
+    packed-fp16 kernel once its check passed, fp16 convolutions on packed arithmetic (TVK_PACKED_CONV=1).
+    GEMM plans and kept launches made before are dropped, and those made under it go with it. Returns the
+    matmul family (its plans)."""
+    from tvk_kernels import config
+    from tvk_kernels.kernels import matmul as matmul_kernels, matmul_packed_f16
+
+    plans = matmul_kernels.family(device, matmul_kernels.Matmul)
+    monkeypatch.setattr(matmul_packed_f16.PackedMatmul, "routed", lambda self: True)
+    monkeypatch.setattr(plans, "packed", None)
+    monkeypatch.setenv("TVK_COOPMAT", "0")
+    monkeypatch.setenv("TVK_PACKED_CONV", "1")
+    plans.forget_plans()
+    config.reload()
+    request.addfinalizer(config.reload)
+    request.addfinalizer(plans.forget_plans)
+    return plans
+
+
+@pytest.fixture
 def config_dir(tmp_path, monkeypatch):
     """A user config folder of the test's own, and no shipped configs: lookups see only what the test
     writes (families forget the parameters they looked up, before and after)."""

@@ -2,8 +2,8 @@
 what RDNA1 runs: every direction against float64 within the stated bound, overflowed partials summed again in
 fp32, the routing, AMP training through it, and RDNA1's compiler on every shipped config.
 
-lavapipe is a CPU device, which conv.py (as matmul) keeps on fp32 arithmetic; `as_gpu` treats it as a GPU
-without cooperative matrices, as tests/test_matmul_packed_f16.py does."""
+lavapipe is a CPU device, which conv.py (as matmul) keeps on fp32 arithmetic; `as_gpu` (conftest.py) treats
+it as a GPU without cooperative matrices."""
 import json
 import subprocess
 import sys
@@ -11,26 +11,12 @@ import sys
 import numpy as np
 import pytest
 
-from tvk_kernels import config
-from tvk_kernels.kernels import conv, matmul as matmul_kernels, matmul_packed_f16 as packed
+from tvk_kernels.kernels import conv
 from tvk_kernels.kernels.launch import family
 
 from rdna1_check import LDS_LIMIT
 
 U = 2.0 ** -11  # fp16's unit roundoff
-
-
-@pytest.fixture
-def as_gpu(device, monkeypatch, request):
-    """This device treated as a GPU without cooperative matrices; kept launches made otherwise dropped."""
-    plans = matmul_kernels.family(device, matmul_kernels.Matmul)
-    monkeypatch.setattr(packed.PackedMatmul, "routed", lambda self: True)
-    monkeypatch.setattr(plans, "packed", None)
-    monkeypatch.setenv("TVK_COOPMAT", "0")
-    monkeypatch.setenv("TVK_PACKED_CONV", "1")
-    config.reload()
-    request.addfinalizer(config.reload)
-    return device
 
 
 @pytest.fixture

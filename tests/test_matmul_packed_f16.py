@@ -133,18 +133,6 @@ def test_a_cpu_device_keeps_the_tiled_kernel(device, rng):
         assert info["kernel"] == "tiled", info
 
 
-@pytest.fixture
-def as_gpu(device, monkeypatch, request):
-    """This device treated as a GPU without cooperative matrices: fp16 GEMMs routed to the packed kernel."""
-    plans = matmul_kernels.family(device, matmul_kernels.Matmul)
-    monkeypatch.setattr(packed.PackedMatmul, "routed", lambda self: True)
-    monkeypatch.setattr(plans, "packed", None)
-    monkeypatch.setenv("TVK_COOPMAT", "0")
-    plans.forget_plans()
-    request.addfinalizer(plans.forget_plans)  # plans made with the patch go with it
-    return plans
-
-
 def test_gpus_without_cooperative_matrices_route_fp16_here_after_a_check(device, rng, as_gpu):
     runner = packed.verified(device)
     assert runner is not None and 0 < runner.verified_error <= packed.error_bound(16)

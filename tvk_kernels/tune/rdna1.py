@@ -60,9 +60,10 @@ def null_navi10_env(icd: str, **extra) -> dict:
     return env
 
 
-def reexec_on_null_navi10(argv, module: str = "tvk_kernels.tune.cli", what: str = "tvk-tune --target rdna1") -> int:
-    """Run this command (python -m `module` argv) again with only the null Navi 10 device visible;
-    once: a run that still does not see it (an older RADV) stops with a message."""
+def reexec_on_null_navi10(argv, module: str = "tvk_kernels.tune.cli", what: str = "tvk-tune --target rdna1",
+                          script: str | None = None) -> int:
+    """Run this command (python -m `module` argv, or python `script` argv) again with only the null Navi 10
+    device visible; once: a run that still does not see it (an older RADV) stops with a message."""
     if env_flag("TVK_ON_NULL_NAVI10"):
         print(f"{what}: Mesa's RADV driver shows no null Navi 10 device (RADV_FORCE_FAMILY=navi10); "
               "it needs Mesa 22 or later", file=sys.stderr)
@@ -71,7 +72,8 @@ def reexec_on_null_navi10(argv, module: str = "tvk_kernels.tune.cli", what: str 
     if icd is None:
         print(f"{what} needs Mesa's RADV driver (Debian: apt-get install mesa-vulkan-drivers)", file=sys.stderr)
         return 1
-    return subprocess.call([sys.executable, "-m", module, *argv], env=null_navi10_env(icd, TVK_ON_NULL_NAVI10="1"))
+    command = [script] if script else ["-m", module]
+    return subprocess.call([sys.executable, *command, *argv], env=null_navi10_env(icd, TVK_ON_NULL_NAVI10="1"))
 
 
 def rank(device, target, shapes, trials: int, shared_limit: int, seed: int = 0, machine=RX_5600_XT,
