@@ -21,7 +21,15 @@ import math
 import sys
 import time
 
+from .. import get_device
+from ..bench.common import environment, md_table, write_result
+from ..bench.roofline import copy_bandwidth, fma_rate
 from ..errors import TVKError
+from ..search_space import bucket_of
+from .cost_model import machine, machine_for
+from .driver import _prepare, _Rejected, evaluate_params
+from .rdna1 import rank
+from .targets import load_targets, unavailable
 
 FAMILIES = ("elementwise", "reduce", "softmax", "norm", "matmul", "conv2d", "pool", "attention")
 
@@ -61,9 +69,6 @@ def geomean(values) -> float:
 
 def check_bucket(device, target, bucket: str, shapes, trials: int, machine, seed: int = 0) -> dict:
     """Rank, measure and compare the candidates of one bucket; see the module docstring."""
-    from .driver import _prepare, _Rejected, evaluate_params
-    from .rdna1 import rank
-
     scored, rejected, default = rank(device, target, shapes, trials, device.facts.max_shared_memory, seed=seed,
                                      machine=machine, wave=device.facts.subgroup_size)
     cases = [_prepare(device, target, s) for s in shapes]
@@ -97,9 +102,6 @@ def check_bucket(device, target, bucket: str, shapes, trials: int, machine, seed
 
 
 def run(device, families, trials: int, suite: str, machine, seed: int = 0, progress: bool = True) -> list[dict]:
-    from ..search_space import bucket_of
-    from .targets import load_targets, unavailable
-
     targets = load_targets()
     results = []
     for family in families:
@@ -147,11 +149,6 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a short roofline probe (lavapipe, CI)")
     ap.add_argument("--out", default=None, help="write rank_check.json and .md here")
     args = ap.parse_args(argv)
-    from .. import get_device
-    from ..bench.common import environment, md_table, write_result
-    from ..bench.roofline import copy_bandwidth, fma_rate
-    from .cost_model import machine, machine_for
-
     device = get_device(0)
     found = machine(args.machine) if args.machine else machine_for(device.facts.name)
     if found is None:
