@@ -7,15 +7,20 @@ it as a GPU without cooperative matrices."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
+import torchvk  # noqa: F401  (the tvk device)
 from tvk_kernels.kernels import conv
 from tvk_kernels.kernels.launch import family
+from tvk_kernels.tune import rdna1
 
 from rdna1_check import LDS_LIMIT
 
+ROOT = Path(__file__).resolve().parents[1]
 U = 2.0 ** -11  # fp16's unit roundoff
 
 
@@ -160,10 +165,6 @@ def test_overflow_in_every_direction_and_split(device, rng, as_gpu, packed_defin
 def test_amp_conv_training_runs_packed_and_matches_the_cpu(as_gpu, packed_defines):
     """A conv layer under fp16 autocast on tvk: forward and both gradients on the packed kernel, within fp16
     tolerance of the CPU in float32."""
-    import torch
-
-    import torchvk  # noqa: F401
-
     torch.manual_seed(0)
     layer = torch.nn.Conv2d(8, 16, 3, padding=1)
     x = torch.randn(4, 8, 12, 12)
@@ -207,15 +208,10 @@ print(json.dumps(stats))
 def test_rdna1_configs_compile_on_packed_instructions_without_spills(tmp_path):
     """Each shipped RDNA1 conv2d config with an even TN, in its direction, wave32 and wave64, packed, on RDNA1's
     compiler: 0 spills, <= 32 KiB of shared memory, and the products are v_pk_fma_f16."""
-    from pathlib import Path
-
-    from tvk_kernels.tune import rdna1
-
     icd = rdna1.radv_icd()
     if icd is None:
         pytest.skip("Mesa RADV driver not installed")
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", _RDNA1], capture_output=True, text=True, cwd=root,
+    out = subprocess.run([sys.executable, "-c", _RDNA1], capture_output=True, text=True, cwd=ROOT,
                          env=rdna1.null_navi10_env(icd, TVK_CACHE_DIR=str(tmp_path), RADV_DEBUG="shaders,nocache"))
     assert out.returncode == 0, out.stderr[-2000:]
     stats = json.loads(out.stdout.strip().splitlines()[-1])
@@ -229,11 +225,8 @@ def test_rdna1_configs_compile_on_packed_instructions_without_spills(tmp_path):
 def test_the_stand_in_ab_runs_both_routes_and_checks_the_packed_one(tmp_path):
     """benchmarks/packed_conv_ab.py --quick: every row ran packed with the flag and fp32 arithmetic without,
     and the packed result was within the bound (the timings on lavapipe say nothing of a GPU)."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "benchmarks/packed_conv_ab.py", "--quick", "--out", str(tmp_path)],
-                          capture_output=True, text=True, cwd=root)
+                          capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((tmp_path / "packed_conv_ab.json").read_text())
     assert len(result["rows"]) == 6  # two non-depthwise quick layers, three directions

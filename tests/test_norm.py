@@ -3,6 +3,11 @@
 Error bound: every output and gradient |got - ref| <= 2e-5 * max|ref| + 1e-6 (float64 reference);
 running statistics the same.
 """
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -10,6 +15,7 @@ import torch.nn.functional as F
 
 from tvk_kernels.kernels import norm
 from tvk_kernels.kernels.launch import family
+from tvk_kernels.search_space import search_space
 
 
 def up(device, a):
@@ -254,3 +260,16 @@ def test_one_spirv_module_serves_every_items_value_and_the_fused_relu():
             specs.add(tuple(sorted(spec.items())))
     assert modules == {(("PHASE", norm.BN_FWD), ("SUBGROUP", 0))}, modules
     assert len(specs) == 4 * 2
+
+
+def test_the_split_benchmark_checks_and_times_every_candidate(tmp_path):
+    """benchmarks/layer_norm_split.py --quick: each candidate split's gradients checked, then timed."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "benchmarks/layer_norm_split.py", "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads((tmp_path / "layer_norm_split.json").read_text())["rows"]
+    allowed = search_space("norm")["params"]["SPLIT_ROWS"]["values"]
+    assert len(rows) == 2 * 6 and sum(r["own_config"] for r in rows) == 2
+    for r in rows:
+        assert r["max_rel_error"] < 1e-4 and r["tvk_s"] > 0 and r["params"]["SPLIT_ROWS"] in allowed
