@@ -131,18 +131,8 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
                     dtype=dtype)
     if not (grad_weight_addr or grad_bias_addr):
         return
-    # column sums over rows: adjacent threads on adjacent columns, T threads down the rows
-    wg, items = int(prm["WG"]), int(prm["ITEMS"])
-    g_cols = min(wg, pow2ceil(n))
-    t = wg // g_cols
-    groups = -(-n // g_cols)
-    nsplit = 1
-    target, split_rows = int(prm.get("TARGET_GROUPS", 1)), max(int(prm.get("SPLIT_ROWS", 1 << 30)), 1)
-    if groups < target and rows >= 2 * split_rows:
-        nsplit = min(-(-target // groups), rows // split_rows, 65535)
-    chunk = -(-max(rows, 1) // nsplit)
-    nsplit = max(1, -(-rows // chunk))
-    pipe = family(device, Norm).kernel(prm, LN_GWB, items, False, dtype=dtype)
+    t, groups, nsplit, chunk = ln_column_split(prm, rows, n)
+    pipe = family(device, Norm).kernel(prm, LN_GWB, int(prm["ITEMS"]), False, dtype=dtype)
     gx, gy, _ = grid_1d(groups, device.facts.max_workgroup_count[0])
     if nsplit == 1:
         aux0, aux1, parts = grad_weight_addr, grad_bias_addr, []
@@ -156,6 +146,22 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
         if part is not None:
             reduce(device, "sum", part.address, dst, (nsplit, n), (n, 1), (0,))
             device.stream.keep_alive(part)
+
+
+def ln_column_split(prm: dict, rows: int, n: int) -> tuple[int, int, int, int]:
+    """How layer_norm_backward sums grad_weight and grad_bias over the rows: (T threads down the rows
+    of each column, workgroups across the columns, row chunks, rows per chunk). Adjacent threads take
+    adjacent columns; the rows split into chunks of at least SPLIT_ROWS when fewer than TARGET_GROUPS
+    workgroups would run, and the reduce kernel then adds the chunks' partial sums."""
+    wg = int(prm["WG"])
+    g_cols = min(wg, pow2ceil(n))
+    groups = -(-n // g_cols)
+    nsplit = 1
+    target, split_rows = int(prm.get("TARGET_GROUPS", 1)), max(int(prm.get("SPLIT_ROWS", 1 << 30)), 1)
+    if groups < target and rows >= 2 * split_rows:
+        nsplit = min(-(-target // groups), rows // split_rows, 65535)
+    chunk = -(-max(rows, 1) // nsplit)
+    return wg // g_cols, groups, max(1, -(-rows // chunk)), chunk
 
 
 def _split_bn(shape):

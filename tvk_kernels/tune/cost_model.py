@@ -86,9 +86,20 @@ def occupancy_limit(stats: dict, machine: Machine, wave: int) -> int:
     return machine.max_waves
 
 
-def predict_seconds(work: dict, stats: dict, machine: Machine, wave: int) -> dict:
-    """{"seconds", "occupancy_waves_per_simd", "bound"} of one launch of `work` (a target's counts:
-    flops, dram_bytes, lds_bytes, groups, invocations per group, lds_per_group)."""
+def launches(work: dict | list) -> list[dict]:
+    """A target's `work`: one launch's counts, or a list of launches (an op of several kernels)."""
+    return work if isinstance(work, list) else [work]
+
+
+def predict_seconds(work: dict | list, stats: dict, machine: Machine, wave: int) -> dict:
+    """{"seconds", "occupancy_waves_per_simd", "bound"} of `work` (a target's counts per launch: flops,
+    dram_bytes, lds_bytes, groups, invocations per group, lds_per_group; a list: launches one after
+    another, each predicted with the compiled kernel's statistics, their seconds summed, the first
+    one's occupancy and the longest one's bound)."""
+    if isinstance(work, list):
+        each = [predict_seconds(w, stats, machine, wave) for w in work]
+        return {"seconds": sum(p["seconds"] for p in each), "occupancy_waves_per_simd": each[0]["occupancy_waves_per_simd"],
+                "bound": max(each, key=lambda p: p["seconds"])["bound"]}
     waves_per_group = -(-work["invocations"] // wave)
     occ = occupancy_limit(stats, machine, wave)
     lds = stats.get("LDS size", work.get("lds_per_group", 0)) or 0

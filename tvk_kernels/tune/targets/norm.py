@@ -5,7 +5,8 @@ import numpy as np
 
 from ...kernels.launch import pow2ceil
 from ...kernels.norm import (BN_APPLY, BN_BWD, BN_COMBINE, BN_FWD, BN_PART_BWD, BN_PART_FWD, LN_BWD, LN_FWD,
-                             LN_GWB, batch_norm, batch_norm_backward, defines, layer_norm, layer_norm_backward)
+                             LN_GWB, _bn_chunks, batch_norm, batch_norm_backward, defines, layer_norm,
+                             layer_norm_backward, ln_column_split)
 from ...kernels.reduce import required_subgroup_size
 from . import Case
 
@@ -72,14 +73,39 @@ class NormTarget:
         return Case(device, shape, run, check, [bufs, grad, w, y, dx, stats, pgrads])
 
     @staticmethod
-    def work(shape, params) -> dict:
+    def work(shape, params) -> list[dict]:
+        """The launches of one forward + backward, as the runtime plans them (cost_model.py predicts
+        each with the layer norm forward's statistics): layer norm's row kernels, then its weight and
+        bias sums over the rows (split into chunks by TARGET_GROUPS / SPLIT_ROWS, finished by two reduce
+        passes); batch norm's row kernels, or where it splits, per-chunk partials, a per-channel combine
+        and an elementwise pass, each way."""
         ln = shape.get("kind", "ln") == "ln"
         rows, n = (shape["rows"], shape["cols"]) if ln else (shape["C"], shape["N"] * shape["HW"])
         wg, items = params["WG"], params["ITEMS"]
+
+        def launch(flops, dram_bytes, groups, lds_per_thread=4):
+            return {"flops": flops, "dram_bytes": dram_bytes, "lds_bytes": groups * wg * 8 * lds_per_thread,
+                    "groups": max(groups, 1), "invocations": wg, "lds_per_group": 4 * wg}
+
         t = min(wg, pow2ceil(-(-n // items)))
-        groups = -(-rows // (wg // t))
-        return {"flops": 20 * rows * n, "dram_bytes": 4 * rows * n * 9, "lds_bytes": groups * wg * 32,
-                "groups": groups, "invocations": wg, "lds_per_group": 4 * wg}
+        row_groups = -(-rows // (wg // t))
+        if ln:  # forward x -> y, backward grad, x -> grad_in: 20 bytes an element
+            _, col_groups, nsplit, _ = ln_column_split(params, rows, n)
+            out = [launch(16 * rows * n, 20 * rows * n, row_groups),
+                   launch(4 * rows * n, 8 * rows * n + 8 * nsplit * n, col_groups * nsplit, 1)]
+            if nsplit > 1:  # grad_weight and grad_bias: a column sum of the chunks' partials each
+                out += [launch(nsplit * n, 4 * nsplit * n + 4 * n, -(-n // wg), 1)] * 2
+            return out
+        split = _bn_chunks(params, rows, n)
+        if split is None:  # a workgroup per channel, each way: statistics, then the output (36 bytes an element)
+            return [launch(20 * rows * n, 36 * rows * n, row_groups)]
+        nsplit, _ = split
+        apply_groups = -(-rows * n // (wg * items))
+        combine = launch(8 * rows * nsplit, 8 * rows * nsplit + 16 * rows, -(-rows // wg), 1)
+        return [launch(3 * rows * n, 4 * rows * n, rows * nsplit), combine,  # forward: partials,
+                launch(2 * rows * n, 8 * rows * n, apply_groups, 0),           # normalize x -> y
+                launch(4 * rows * n, 8 * rows * n, rows * nsplit), combine,   # backward: partials,
+                launch(4 * rows * n, 12 * rows * n, apply_groups, 0)]         # grad_in
 
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
