@@ -199,10 +199,12 @@ def _column_splits(groups: int, target: int, n_red: int, t: int) -> int:
     return max(1, min(-(-target // groups), n_red // (t * rule["per_thread_chunk"]), rule["max_splits"]))
 
 
-def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, red, n_out, n_red, scale, in_code,
-            allow_split, idx64=True, out_code=0):
+def plan(prm: dict, n_out: int, n_red: int, cols: bool, allow_split: bool = True) -> tuple[int, int, int, int, int]:
+    """How one reduction runs: (T threads per output, outputs per workgroup, workgroups, pass-1 chunks of
+    the reduced range (1: one pass), chunk length). cols: adjacent threads own adjacent outputs (a strided
+    column sum), else T adjacent threads share one output. The range splits when fewer than TARGET_GROUPS
+    workgroups would run and it is at least SPLIT_MIN long, or by the column-sum rule (_column_splits)."""
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
-    cols = bool(kept) and (red[-1][1] == 0 or kept[-1][1] < red[-1][1])
 
     def layout(length):
         if cols:
@@ -224,6 +226,14 @@ def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, re
         chunk = -(-n_red // nsplit)
         nsplit = -(-n_red // chunk)
         t, g = layout(chunk)
+    return t, g, groups, nsplit, chunk
+
+
+def _launch(device, fam, prm, opc, in_addr, in_idx, out_addr, idx_addr, kept, red, n_out, n_red, scale, in_code,
+            allow_split, idx64=True, out_code=0):
+    wg = int(prm["WG"])
+    cols = bool(kept) and (red[-1][1] == 0 or kept[-1][1] < red[-1][1])
+    t, g, groups, nsplit, chunk = plan(prm, n_out, n_red, cols, allow_split)
     pair = opc >= 4
 
     kernel = defines(prm, opc, len(red), cols, not cols and use_subgroups(device, prm), in_code, in_idx != 0,

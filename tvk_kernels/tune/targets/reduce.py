@@ -5,8 +5,7 @@ import math
 
 import numpy as np
 
-from ...kernels.launch import pow2ceil
-from ...kernels.reduce import INPUT_DTYPE_CODES, defines, output_shape, reduce, required_subgroup_size
+from ...kernels.reduce import INPUT_DTYPE_CODES, defines, output_shape, plan, reduce, required_subgroup_size
 from . import Case
 
 
@@ -54,19 +53,22 @@ class ReduceTarget:
         return Case(device, shape, run, check, [bufs, out])
 
     @staticmethod
-    def work(shape, params) -> dict:
+    def work(shape, params) -> list[dict]:
+        """The launches of one sum as the runtime plans them (kernels/reduce.py plan): one pass, or a
+        first pass over chunks of the reduced range writing partials and a second pass over those."""
         rows, cols, dim = shape["rows"], shape["cols"], shape.get("dim", 1)
-        wg, items = params["WG"], params["ITEMS"]
-        n = rows * cols
-        if dim == 1:
-            t = min(wg, pow2ceil(-(-cols // items)))
-            groups = -(-rows // (wg // t))
-        elif dim == 0:
-            groups = -(-cols // min(wg, pow2ceil(cols)))
-        else:
-            groups = max(1, min(params.get("TARGET_GROUPS", 1), n // max(params.get("SPLIT_MIN", n) // 4, 1)))
-        return {"flops": n, "dram_bytes": 4 * n, "lds_bytes": groups * wg * 8, "groups": groups,
-                "invocations": wg, "lds_per_group": 4 * wg}
+        wg = params["WG"]
+        n_out, n_red, strided = {1: (rows, cols, False), 0: (cols, rows, True)}.get(dim, (1, rows * cols, False))
+
+        def launch(n_in, n_written, groups):
+            return {"flops": n_in, "dram_bytes": 4 * (n_in + n_written), "lds_bytes": groups * wg * 8,
+                    "groups": max(groups, 1), "invocations": wg, "lds_per_group": 4 * wg}
+
+        _, _, groups, nsplit, _ = plan(params, n_out, n_red, strided)
+        if nsplit == 1:
+            return [launch(n_out * n_red, n_out, groups)]
+        _, _, groups2, _, _ = plan(params, n_out, nsplit, n_out > 1, allow_split=False)  # partials [nsplit, n_out]
+        return [launch(n_out * n_red, nsplit * n_out, groups * nsplit), launch(nsplit * n_out, n_out, groups2)]
 
     @staticmethod
     def static_defines(params) -> tuple[dict, tuple, int | None]:
