@@ -21,6 +21,7 @@ import torch
 from tvk_kernels.bench.common import environment, md_table
 from tvk_kernels.config import default_params
 from tvk_kernels.search_space import bucket_of
+from tvk_kernels.tune.cost_model import totals
 from tvk_kernels.tune.model import record_step, record_training_step
 from tvk_kernels.tune.targets import load_targets
 
@@ -37,7 +38,7 @@ def _work(device, launch: dict) -> tuple:
         work = target.work(launch["shape"], params)
     except (KeyError, TypeError, ValueError, ZeroDivisionError):  # a launch the target's format does not fit
         return None, None
-    return work.get("flops"), work.get("dram_bytes")
+    return totals(work)
 
 
 def _payload(device, recorder, about: dict) -> dict:

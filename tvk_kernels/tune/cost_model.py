@@ -91,6 +91,14 @@ def launches(work: dict | list) -> list[dict]:
     return work if isinstance(work, list) else [work]
 
 
+def totals(work: dict | list) -> tuple:
+    """(FLOPs, DRAM bytes) of a target's `work`, its launches summed (None where no launch counts one)."""
+    each = launches(work)
+    flops = [w["flops"] for w in each if w.get("flops") is not None]
+    moved = [w["dram_bytes"] for w in each if w.get("dram_bytes") is not None]
+    return (sum(flops) if flops else None), (sum(moved) if moved else None)
+
+
 def predict_seconds(work: dict | list, stats: dict, machine: Machine, wave: int) -> dict:
     """{"seconds", "occupancy_waves_per_simd", "bound"} of `work` (a target's counts per launch: flops,
     dram_bytes, lds_bytes, groups, invocations per group, lds_per_group; a list: launches one after

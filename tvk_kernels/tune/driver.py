@@ -44,7 +44,7 @@ from .. import __version__
 from ..config import SCHEMA_VERSION, default_params, device_key, device_key_name, reload, search_space, user_config_dir
 from ..errors import InvalidConfigError, ShaderCompileError, VulkanError
 from ..runtime.compiler import template_checksum
-from .cost_model import launches
+from .cost_model import totals
 from .measure import MIN_REPEATS, OutOfTime, time_candidate
 from ..search_space import bucket_of, param_values, violations
 from .storage import HEARTBEAT_SECONDS, default_storage, open_storage, shown
@@ -362,10 +362,11 @@ def _unreadable_shape(target, shape, e) -> ValueError:
 def _work(device, target, shape) -> tuple:
     """(flops, bytes moved) of one run of the default on `shape`."""
     try:
-        work = launches(target.work(shape, default_params(target.family, device.facts, bucket_of(target.family, shape))))
+        flops, moved = totals(target.work(shape, default_params(target.family, device.facts,
+                                                                  bucket_of(target.family, shape))))
     except (KeyError, TypeError) as e:
         raise _unreadable_shape(target, shape, e) from e
-    return sum(w.get("flops", 0) for w in work), sum(w.get("dram_bytes", 0) for w in work)
+    return flops or 0, moved or 0
 
 
 def _probe(device, target, shape) -> tuple[float, float]:
