@@ -101,13 +101,15 @@ def totals(work: dict | list) -> tuple:
 
 def predict_seconds(work: dict | list, stats: dict, machine: Machine, wave: int) -> dict:
     """{"seconds", "occupancy_waves_per_simd", "bound"} of `work` (a target's counts per launch: flops,
-    dram_bytes, lds_bytes, groups, invocations per group, lds_per_group; a list: launches one after
-    another, each predicted with the compiled kernel's statistics, their seconds summed, the first
-    one's occupancy and the longest one's bound)."""
-    if isinstance(work, list):
-        each = [predict_seconds(w, stats, machine, wave) for w in work]
-        return {"seconds": sum(p["seconds"] for p in each), "occupancy_waves_per_simd": each[0]["occupancy_waves_per_simd"],
-                "bound": max(each, key=lambda p: p["seconds"])["bound"]}
+    dram_bytes, lds_bytes, groups, invocations per group, lds_per_group): its launches one after another,
+    each predicted with the compiled kernel's statistics, their seconds summed, the first one's occupancy
+    and the longest one's bound."""
+    each = [_launch_seconds(w, stats, machine, wave) for w in launches(work)]
+    return {"seconds": sum(p["seconds"] for p in each), "occupancy_waves_per_simd": each[0]["occupancy_waves_per_simd"],
+            "bound": max(each, key=lambda p: p["seconds"])["bound"]}
+
+
+def _launch_seconds(work: dict, stats: dict, machine: Machine, wave: int) -> dict:
     waves_per_group = -(-work["invocations"] // wave)
     occ = occupancy_limit(stats, machine, wave)
     lds = stats.get("LDS size", work.get("lds_per_group", 0)) or 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 import time
 
@@ -63,10 +64,6 @@ def spearman(xs, ys) -> float | None:
     return sxy / math.sqrt(sxx * syy) if sxx and syy else None
 
 
-def geomean(values) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def check_bucket(device, target, bucket: str, shapes, trials: int, machine, seed: int = 0) -> dict:
     """Rank, measure and compare the candidates of one bucket; see the module docstring."""
     scored, rejected, default = rank(device, target, shapes, trials, device.facts.max_shared_memory, seed=seed,
@@ -80,7 +77,7 @@ def check_bucket(device, target, bucket: str, shapes, trials: int, machine, seed
             except _Rejected as e:  # a wrong result or a constraint the model's compile did not see
                 wrong.append({"params": params, "why": str(e)})
                 continue
-            rows.append({"params": params, "predicted_s": predicted, "measured_s": geomean(times),
+            rows.append({"params": params, "predicted_s": predicted, "measured_s": statistics.geometric_mean(times),
                          "measured_per_shape_s": times, "bound": [p["bound"] for p in preds],
                          "stats": {k: v for k, v in stats.items() if isinstance(v, (int, float))},
                          "is_default": params == default})

@@ -83,8 +83,8 @@ class NormTarget:
         rows, n = (shape["rows"], shape["cols"]) if ln else (shape["C"], shape["N"] * shape["HW"])
         wg, items = params["WG"], params["ITEMS"]
 
-        def launch(flops, dram_bytes, groups, lds_per_thread=4):
-            return {"flops": flops, "dram_bytes": dram_bytes, "lds_bytes": groups * wg * 8 * lds_per_thread,
+        def launch(flops, dram_bytes, groups, lds_bytes_per_thread=32):
+            return {"flops": flops, "dram_bytes": dram_bytes, "lds_bytes": groups * wg * lds_bytes_per_thread,
                     "groups": max(groups, 1), "invocations": wg, "lds_per_group": 4 * wg}
 
         t = min(wg, pow2ceil(-(-n // items)))
@@ -92,16 +92,16 @@ class NormTarget:
         if ln:  # forward x -> y, backward grad, x -> grad_in: 20 bytes an element
             _, col_groups, nsplit, _ = ln_column_split(params, rows, n)
             out = [launch(16 * rows * n, 20 * rows * n, row_groups),
-                   launch(4 * rows * n, 8 * rows * n + 8 * nsplit * n, col_groups * nsplit, 1)]
+                   launch(4 * rows * n, 8 * rows * n + 8 * nsplit * n, col_groups * nsplit, 8)]
             if nsplit > 1:  # grad_weight and grad_bias: a column sum of the chunks' partials each
-                out += [launch(nsplit * n, 4 * nsplit * n + 4 * n, -(-n // wg), 1)] * 2
+                out += [launch(nsplit * n, 4 * nsplit * n + 4 * n, -(-n // wg), 8)] * 2
             return out
         split = _bn_chunks(params, rows, n)
         if split is None:  # a workgroup per channel, each way: statistics, then the output (36 bytes an element)
             return [launch(20 * rows * n, 36 * rows * n, row_groups)]
         nsplit, _ = split
         apply_groups = -(-rows * n // (wg * items))
-        combine = launch(8 * rows * nsplit, 8 * rows * nsplit + 16 * rows, -(-rows // wg), 1)
+        combine = launch(8 * rows * nsplit, 8 * rows * nsplit + 16 * rows, -(-rows // wg), 8)
         return [launch(3 * rows * n, 4 * rows * n, rows * nsplit), combine,  # forward: partials,
                 launch(2 * rows * n, 8 * rows * n, apply_groups, 0),           # normalize x -> y
                 launch(4 * rows * n, 8 * rows * n, rows * nsplit), combine,   # backward: partials,
