@@ -10,7 +10,7 @@
 #      (benchmarks/layer_norm_split.py)   G: per-kernel GPU profile vs CUDA
 #   pconv: fp16 convs on packed fp16 arithmetic against fp32 arithmetic, cooperative matrices off (RDNA1's stand-in)
 #   rank: the static cost model's order against measured times (python -m tvk_kernels.tune.rank_check;
-#      TVK_RANK_FAMILIES, TVK_RANK_TRIALS)
+#      TVK_RANK_FAMILIES, TVK_RANK_TRIALS, TVK_RANK_BUDGET: seconds after which no bucket starts, default 240)
 #   V: tuning of conv2d alone, longer (40 trials a bucket; TVK_TUNE_BUDGET seconds)   W: kernel benchmarks only
 #   H: the cooperative-matrix kernel: its device tests, its tuning (fp16), the matmul table, and the A/B of its split-K
 #   F: the A/B of the tiled matmul's PREFETCH (each config run with it off and on, interleaved); TVK_AB_PARTS names
@@ -62,7 +62,7 @@ for phase in "$@"; do
        step python3 benchmarks/layer_norm_split.py --out $R ;;
     pconv) step python3 benchmarks/packed_conv_ab.py --out $R ;;
     rank) step python3 -m tvk_kernels.tune.rank_check --out $R ${TVK_RANK_FAMILIES:+--families $TVK_RANK_FAMILIES} \
-         --trials ${TVK_RANK_TRIALS:-16} ;;
+         --trials ${TVK_RANK_TRIALS:-16} --time-budget ${TVK_RANK_BUDGET:-240} ;;
     G) step python3 benchmarks/kernel_profile.py --out $R ;;
     V) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/
        step python3 -m tvk_kernels.tune.cli --device 0 --ops conv2d --trials 40 --time-budget ${TVK_TUNE_BUDGET:-360} --out $TVK_CONFIG_DIR --no-progress ;;

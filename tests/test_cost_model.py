@@ -97,3 +97,12 @@ def test_rank_check_says_which_machine_it_lacks():
     done = subprocess.run([sys.executable, "-m", "tvk_kernels.tune.rank_check", "--families", "nope", "--quick",
                            "--machine", "h200"], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2 and "no tuning target 'nope'" in done.stderr
+
+
+def test_rank_check_starts_no_bucket_past_its_time_budget(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "tvk_kernels.tune.rank_check", "--families", "norm", "--trials", "3",
+                           "--suite", "tiny", "--machine", "h200", "--quick", "--time-budget", "0",
+                           "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "time budget of 0 s spent; norm/" in done.stderr
+    assert json.loads((tmp_path / "rank_check.json").read_text())["results"] == []

@@ -98,9 +98,13 @@ def check_bucket(device, target, bucket: str, shapes, trials: int, machine, seed
     return result
 
 
-def run(device, families, trials: int, suite: str, machine, seed: int = 0, progress: bool = True) -> list[dict]:
+def run(device, families, trials: int, suite: str, machine, seed: int = 0, progress: bool = True,
+        budget_s: float | None = None, on_bucket=None) -> list[dict]:
+    """Check every bucket of each family in turn; `on_bucket(results)` after each (a run cut short keeps what it
+    finished); past `budget_s` seconds no further bucket starts."""
     targets = load_targets()
     results = []
+    started_run = time.perf_counter()
     for family in families:
         target = targets.get(family)
         if target is None:
@@ -115,10 +119,16 @@ def run(device, families, trials: int, suite: str, machine, seed: int = 0, progr
         for shape in target.suites[suite]:
             by_bucket.setdefault(bucket_of(family, shape), []).append(shape)
         for bucket, shapes in by_bucket.items():
+            if budget_s is not None and time.perf_counter() - started_run > budget_s:
+                print(f"rank_check: time budget of {budget_s:.0f} s spent; {family}/{bucket} and later buckets "
+                      "not checked", file=sys.stderr)
+                return results
             started = time.perf_counter()
             result = check_bucket(device, target, bucket, shapes, trials, machine, seed)
             result["seconds"] = time.perf_counter() - started
             results.append(result)
+            if on_bucket is not None:
+                on_bucket(results)
             if progress:
                 print(f"{family}/{bucket}: {result['measured']} measured, rho {_fmt(result['rho'])}, "
                       f"regret {_fmt(result['regret'])}, default/best {_fmt(result['default_over_best'])} "
@@ -144,7 +154,8 @@ def main(argv=None) -> int:
                     help="the cost model's GPU (a name in tuning/machines.json); default: the one matching this device")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="a short roofline probe (lavapipe, CI)")
-    ap.add_argument("--out", default=None, help="write rank_check.json and .md here")
+    ap.add_argument("--out", default=None, help="write rank_check.json and .md here (again after every bucket)")
+    ap.add_argument("--time-budget", type=float, default=None, help="start no bucket after this many seconds")
     args = ap.parse_args(argv)
     device = get_device(0)
     found = machine(args.machine) if args.machine else machine_for(device.facts.name)
@@ -155,19 +166,24 @@ def main(argv=None) -> int:
     flops = fma_rate(device, fp16=False, quick=args.quick)
     bandwidth, _ = copy_bandwidth(device, quick=args.quick)
     model = found.measured(flops, bandwidth)
+    header = {"experiment": "rank_check", "environment": environment(device), "machine": vars(model) | {
+        "peak_flops": model.peak_flops, "shared_bytes_per_s": model.shared_bytes_per_s}, "trials": args.trials,
+        "suite": args.suite, "seed": args.seed}
+
+    def write(results):
+        table = md_table(["family", "bucket", "measured", "dropped by compile", "wrong or rejected", "Spearman rho",
+                          "regret (model pick / best)", "default / best"], markdown(results))
+        if args.out:
+            write_result(args.out, "rank_check", header | {"results": results}, table)
+        return table
+
     try:
-        results = run(device, [f for f in args.families.split(",") if f], args.trials, args.suite, model, args.seed)
+        results = run(device, [f for f in args.families.split(",") if f], args.trials, args.suite, model, args.seed,
+                      budget_s=args.time_budget, on_bucket=write)
     except (TVKError, ValueError) as e:
         print(f"rank_check: {e}", file=sys.stderr)
         return 2
-    payload = {"experiment": "rank_check", "environment": environment(device), "machine": vars(model) | {
-        "peak_flops": model.peak_flops, "shared_bytes_per_s": model.shared_bytes_per_s}, "trials": args.trials,
-        "suite": args.suite, "seed": args.seed, "results": results}
-    table = md_table(["family", "bucket", "measured", "dropped by compile", "wrong or rejected", "Spearman rho",
-                      "regret (model pick / best)", "default / best"], markdown(results))
-    print(table)
-    if args.out:
-        write_result(args.out, "rank_check", payload, table)
+    print(write(results))
     return 0
 
 
