@@ -25,8 +25,16 @@
 // {seed, offset} pair (16 bytes).
 // SEED_BUF (forward): `rng` is the address of {seed, base offset} (compiled mode's replays) and
 // `offset` is relative to that base.
+// PACKED (fp16 storage, HEAD a multiple of 2 TPR): packed fp16 arithmetic for GPUs without cooperative
+// matrices (RDNA1's v_pk_fma_f16): shared tiles hold f16vec2 pairs of adjacent head dims (half the
+// shared memory and half the shared loads), q is loaded unscaled and the scale multiplies the score.
+// A dot product over the head dim runs in chains of CHAIN pairs, each summed in fp16 by f16vec2 FMAs,
+// then added to an fp32 sum, so |s - exact| <= (CHAIN + 1) u sum_d |q_d k_d| (u = 2^-11; products
+// under fp16's normal range lose relative precision). A chain that overflowed (inf or nan in fp16) is
+// summed again in fp32 from the same values, so overflow is never silent. Accumulations over rows
+// (P v, dS k, P^T dO, dS^T q) stay fp32: each thread keeps pairs of output dims in vec2s.
 // Tunables (specialization constants: one SPIR-V module serves every config): BR (id 3), BC (4).
-// Defines: KERNEL (its own main), DT (storage type), MASK (bool: 8-bit storage), and HEAD, TPR,
+// Defines: KERNEL (its own main), DT (storage type), MASK (bool: 8-bit storage), PACKED, and HEAD, TPR,
 // CAUSAL, DROPOUT, SEED_BUF: as specialization constants these give other RDNA1 machine code (glslc
 // -O unrolls the DPT loops and folds the flags before the driver sees them), so they stay defines.
 #extension GL_EXT_buffer_reference : require
@@ -71,8 +79,31 @@ layout(constant_id = 4) const uint BC = 16u;
 #ifndef TPR
 #define TPR 4
 #endif
-#define DPT (HEAD / TPR)  // output dims per thread
-#define HS (HEAD + 1)      // shared row stride: the TPR threads of a row read different rows, other banks
+#ifndef PACKED
+#define PACKED 0
+#endif
+#if PACKED
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#if DT != TVK_DT_FLOAT16 || HEAD % (2 * TPR) != 0
+#error PACKED needs float16 storage and HEAD a multiple of 2 TPR
+#endif
+#define TILE f16vec2            // a shared tile's word: two adjacent head dims
+#define TW (HEAD / 2)           // words per tile row
+#define ACC vec2                // a thread's accumulator: the dims of one word
+#define ACC_ZERO vec2(0.0)
+#define CHAIN 4                 // pairs summed in fp16 before the fp32 sum (divides TW: HEAD is a multiple of 16)
+#define Q_LOAD_SCALE 1.0        // q stays unscaled in fp16 ...
+#define SCALED(x) ((x) * p.scale)  // ... and the scale multiplies the fp32 score (and dK)
+#else
+#define TILE float
+#define TW HEAD
+#define ACC float
+#define ACC_ZERO 0.0
+#define Q_LOAD_SCALE p.scale    // q is scaled as it is loaded
+#define SCALED(x) (x)
+#endif
+#define DPT (TW / TPR)  // accumulators (output dims, or pairs of them) per thread
+#define HS (TW + 1)     // shared row stride in words: the TPR threads of a row read different rows, other banks
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
@@ -157,10 +188,61 @@ float masked(float s, uint b, uint h, uint i, uint j) {
 }
 
 // load `rows` rows of HEAD from rows RS elements apart at row `first` (zero past d and past `count`)
+#if PACKED
+#define LOAD_TILE(DST, SRC, BASE, RS, FIRST, COUNT, ROWS, MUL)                              \
+    for (uint e = gl_LocalInvocationID.x; e < (ROWS) * TW; e += gl_WorkGroupSize.x) {       \
+        uint rr = e / TW, dd = 2u * (e % TW), row = (FIRST) + rr, at = (BASE) + row * (RS) + dd; \
+        bool live = row < (COUNT);                                                          \
+        DST[rr * HS + e % TW] = f16vec2(live && dd < p.d ? SRC.v[at] : float16_t(0.0),      \
+                                        live && dd + 1u < p.d ? SRC.v[at + 1u] : float16_t(0.0)); \
+    }
+// float OUT = the dot product of row RA of tile A and row RB of tile B: chains of CHAIN f16vec2 FMAs,
+// a chain that overflowed fp16 summed again in fp32; DOT2: two of them
+#define DOT(OUT, A, RA, B, RB)                                                              \
+    float OUT = 0.0;                                                                        \
+    [[unroll]] for (uint w0 = 0; w0 < TW; w0 += CHAIN) {                                    \
+        f16vec2 part = f16vec2(0.0);                                                        \
+        [[unroll]] for (uint u = 0; u < CHAIN; ++u)                                         \
+            part = fma(A[(RA) * HS + w0 + u], B[(RB) * HS + w0 + u], part);                 \
+        float chain = float(part.x) + float(part.y);                                        \
+        if (isinf(chain) || isnan(chain)) {                                                 \
+            chain = 0.0;                                                                    \
+            for (uint u = 0; u < CHAIN; ++u) {                                              \
+                vec2 a2 = vec2(A[(RA) * HS + w0 + u]), b2 = vec2(B[(RB) * HS + w0 + u]);    \
+                chain += a2.x * b2.x + a2.y * b2.y;                                         \
+            }                                                                               \
+        }                                                                                   \
+        OUT += chain;                                                                       \
+    }
+#define DOT2(OUT1, A1, RA1, B1, RB1, OUT2, A2, RA2, B2, RB2) \
+    DOT(OUT1, A1, RA1, B1, RB1)                               \
+    DOT(OUT2, A2, RA2, B2, RB2)
+#define TILE_AT(A, ROW, COL) vec2(A[ROW * HS + COL])  // ROW * HS + COL as written: the same SPIR-V as before
+#else
 #define LOAD_TILE(DST, SRC, BASE, RS, FIRST, COUNT, ROWS, MUL)                              \
     for (uint e = gl_LocalInvocationID.x; e < (ROWS) * HEAD; e += gl_WorkGroupSize.x) {     \
         uint rr = e / HEAD, dd = e % HEAD, row = (FIRST) + rr;                              \
         DST[rr * HS + dd] = (row < (COUNT) && dd < p.d) ? float(SRC.v[(BASE) + row * (RS) + dd]) * (MUL) : 0.0; \
+    }
+#define DOT(OUT, A, RA, B, RB) \
+    float OUT = 0.0;           \
+    for (uint dd = 0; dd < HEAD; ++dd) OUT += A[(RA) * HS + dd] * B[(RB) * HS + dd];
+#define DOT2(OUT1, A1, RA1, B1, RB1, OUT2, A2, RA2, B2, RB2) \
+    float OUT1 = 0.0, OUT2 = 0.0;                              \
+    for (uint dd = 0; dd < HEAD; ++dd) {                       \
+        OUT1 += A1[(RA1) * HS + dd] * B1[(RB1) * HS + dd];     \
+        OUT2 += A2[(RA2) * HS + dd] * B2[(RB2) * HS + dd];     \
+    }
+#define TILE_AT(A, ROW, COL) A[ROW * HS + COL]
+#endif
+
+// PACKED: accumulator e of this thread holds output dims 2 (t + e TPR) and the next
+#define PAIR_STORE(DST, BASE, VALUE, e)                                                     \
+    {                                                                                       \
+        uint dd = 2u * (t + (e) * TPR);                                                     \
+        vec2 pair = (VALUE);                                                                \
+        if (dd < p.d) DST.v[(BASE) + dd] = STYPE(pair.x);                                   \
+        if (dd + 1u < p.d) DST.v[(BASE) + dd + 1u] = STYPE(pair.y);                         \
     }
 
 #if KERNEL == 1
@@ -184,8 +266,8 @@ void main() {
 
 #if KERNEL == 0
 // ---------------------------------------------------------------- forward
-shared float sQ[BR * HS];
-shared float sKV[BC * HS];
+shared TILE sQ[BR * HS];
+shared TILE sKV[BC * HS];
 shared float sS[BR * BC];
 
 void main() {
@@ -210,9 +292,9 @@ void main() {
     }
     const uint nrow = ((b * p.hq + h) * p.lq + i) * p.lk;
 #endif
-    LOAD_TILE(sQ, Q, qbase, qrs, i0, p.lq, BR, p.scale)
-    float acc[DPT];
-    [[unroll]] for (uint c = 0; c < DPT; ++c) acc[c] = 0.0;
+    LOAD_TILE(sQ, Q, qbase, qrs, i0, p.lq, BR, Q_LOAD_SCALE)
+    ACC acc[DPT];
+    [[unroll]] for (uint c = 0; c < DPT; ++c) acc[c] = ACC_ZERO;
     float m = NEG_INF, lsum = 0.0;
 #if CAUSAL
     const uint jend = min(p.lk, i0 + BR);
@@ -224,9 +306,8 @@ void main() {
         LOAD_TILE(sKV, K, kbase, krs, j0, p.lk, BC, 1.0)
         barrier();
         for (uint c = t; c < BC; c += TPR) {
-            float s = 0.0;
-            for (uint dd = 0; dd < HEAD; ++dd) s += sQ[r * HS + dd] * sKV[c * HS + dd];
-            sS[r * BC + c] = masked(s, b, h, i, j0 + c);
+            DOT(s, sQ, r, sKV, c)
+            sS[r * BC + c] = masked(SCALED(s), b, h, i, j0 + c);
         }
         barrier();
         LOAD_TILE(sKV, V, vbase, vrs, j0, p.lk, BC, 1.0)
@@ -244,7 +325,7 @@ void main() {
 #if DROPOUT
                 if (pr != 0.0) pr *= keep_scale(nrow + j0 + c, seed, offset);
 #endif
-                [[unroll]] for (uint e = 0; e < DPT; ++e) acc[e] += pr * sKV[c * HS + t + e * TPR];
+                [[unroll]] for (uint e = 0; e < DPT; ++e) acc[e] += pr * TILE_AT(sKV, c, t + e * TPR);
             }
             m = mt;
         }
@@ -253,20 +334,24 @@ void main() {
         // a row with every score masked: O = 0 and lse = -inf (its gradients are 0)
         float inv = lsum > 0.0 ? 1.0 / lsum : 0.0;
         const uint obase = AT(G, SO, b, h, i);
+#if PACKED
+        [[unroll]] for (uint e = 0; e < DPT; ++e) PAIR_STORE(O, obase, acc[e] * inv, e)
+#else
         [[unroll]] for (uint e = 0; e < DPT; ++e) {
             uint dd = t + e * TPR;
             if (dd < p.d) O.v[obase + dd] = STYPE(acc[e] * inv);
         }
+#endif
         if (t == 0) FBuf(p.lse).v[(b * p.hq + h) * p.lq + i] = lsum > 0.0 ? m + log(lsum) : NEG_INF;
     }
 }
 
 #elif KERNEL == 2
 // ---------------------------------------------------------------- backward: dQ
-shared float sQ[BR * HS];
-shared float sdO[BR * HS];
-shared float sK[BC * HS];
-shared float sV[BC * HS];
+shared TILE sQ[BR * HS];
+shared TILE sdO[BR * HS];
+shared TILE sK[BC * HS];
+shared TILE sV[BC * HS];
 shared float sdS[BR * BC];
 
 void main() {
@@ -285,10 +370,10 @@ void main() {
     const float lse_i = i < p.lq ? FBuf(p.lse).v[row] : 0.0;
     const float delta_i = i < p.lq ? FBuf(p.x1).v[row] : 0.0;
     const bool write_ds = p.x2 != uvec2(0u);
-    LOAD_TILE(sQ, Q, qbase, qrs, i0, p.lq, BR, p.scale)
+    LOAD_TILE(sQ, Q, qbase, qrs, i0, p.lq, BR, Q_LOAD_SCALE)
     LOAD_TILE(sdO, dO, gbase, grs, i0, p.lq, BR, 1.0)
-    float acc[DPT];
-    [[unroll]] for (uint c = 0; c < DPT; ++c) acc[c] = 0.0;
+    ACC acc[DPT];
+    [[unroll]] for (uint c = 0; c < DPT; ++c) acc[c] = ACC_ZERO;
 #if CAUSAL
     const uint jend = write_ds ? p.lk : min(p.lk, i0 + BR);  // dS is written (as 0) past the diagonal too
 #else
@@ -301,12 +386,8 @@ void main() {
         barrier();
         for (uint c = t; c < BC; c += TPR) {
             const uint j = j0 + c;
-            float s = 0.0, dp = 0.0;
-            for (uint dd = 0; dd < HEAD; ++dd) {
-                s += sQ[r * HS + dd] * sK[c * HS + dd];
-                dp += sdO[r * HS + dd] * sV[c * HS + dd];
-            }
-            s = masked(s, b, h, i, j);
+            DOT2(s, sQ, r, sK, c, dp, sdO, r, sV, c)
+            s = masked(SCALED(s), b, h, i, j);
             float pr = s == NEG_INF ? 0.0 : exp(s - lse_i);
 #if DROPOUT
             if (pr != 0.0) dp *= keep_scale(row * p.lk + j, seed, offset);
@@ -318,24 +399,28 @@ void main() {
         barrier();
         for (uint c = 0; c < BC; ++c) {
             float ds = sdS[r * BC + c];
-            [[unroll]] for (uint e = 0; e < DPT; ++e) acc[e] += ds * sK[c * HS + t + e * TPR];
+            [[unroll]] for (uint e = 0; e < DPT; ++e) acc[e] += ds * TILE_AT(sK, c, t + e * TPR);
         }
     }
     if (i < p.lq) {
         const uint dqbase = AT(G, SDQ, b, h, i);
+#if PACKED
+        [[unroll]] for (uint e = 0; e < DPT; ++e) PAIR_STORE(dQ, dqbase, acc[e] * p.scale, e)
+#else
         [[unroll]] for (uint e = 0; e < DPT; ++e) {
             uint dd = t + e * TPR;
             if (dd < p.d) dQ.v[dqbase + dd] = STYPE(acc[e] * p.scale);
         }
+#endif
     }
 }
 
 #elif KERNEL == 3
 // ---------------------------------------------------------------- backward: dK, dV
-shared float sK[BR * HS];
-shared float sV[BR * HS];
-shared float sQ[BC * HS];
-shared float sdO[BC * HS];
+shared TILE sK[BR * HS];
+shared TILE sV[BR * HS];
+shared TILE sQ[BC * HS];
+shared TILE sdO[BC * HS];
 shared float sP[BR * BC];
 shared float sdS[BR * BC];
 
@@ -353,8 +438,8 @@ void main() {
 #endif
     LOAD_TILE(sK, K, kbase, krs, j0, p.lk, BR, 1.0)
     LOAD_TILE(sV, V, vbase, vrs, j0, p.lk, BR, 1.0)
-    float dk[DPT], dv[DPT];
-    [[unroll]] for (uint c = 0; c < DPT; ++c) { dk[c] = 0.0; dv[c] = 0.0; }
+    ACC dk[DPT], dv[DPT];
+    [[unroll]] for (uint c = 0; c < DPT; ++c) { dk[c] = ACC_ZERO; dv[c] = ACC_ZERO; }
 #if CAUSAL
     const uint istart = (j0 / BC) * BC;  // queries above the diagonal see none of these keys
 #else
@@ -365,17 +450,13 @@ void main() {
         const uint qbase = AT(G, SQ, b, h, 0), gbase = AT(G, SDO, b, h, 0), lbase = (b * p.hq + h) * p.lq;
         for (uint i0 = istart; i0 < p.lq; i0 += BC) {
             barrier();
-            LOAD_TILE(sQ, Q, qbase, qrs, i0, p.lq, BC, p.scale)
+            LOAD_TILE(sQ, Q, qbase, qrs, i0, p.lq, BC, Q_LOAD_SCALE)
             LOAD_TILE(sdO, dO, gbase, grs, i0, p.lq, BC, 1.0)
             barrier();
             for (uint c = t; c < BC; c += TPR) {
                 const uint i = i0 + c;
-                float s = 0.0, dp = 0.0;
-                for (uint dd = 0; dd < HEAD; ++dd) {
-                    s += sQ[c * HS + dd] * sK[r * HS + dd];
-                    dp += sdO[c * HS + dd] * sV[r * HS + dd];
-                }
-                s = masked(s, b, h, i, j);
+                DOT2(s, sQ, c, sK, r, dp, sdO, c, sV, r)
+                s = masked(SCALED(s), b, h, i, j);
                 float pr = s == NEG_INF ? 0.0 : exp(s - L.v[lbase + i]);
                 float pd = pr;
 #if DROPOUT
@@ -392,14 +473,20 @@ void main() {
             for (uint c = 0; c < BC; ++c) {
                 float pd = sP[r * BC + c], ds = sdS[r * BC + c];
                 [[unroll]] for (uint e = 0; e < DPT; ++e) {
-                    dv[e] += pd * sdO[c * HS + t + e * TPR];
-                    dk[e] += ds * sQ[c * HS + t + e * TPR];
+                    dv[e] += pd * TILE_AT(sdO, c, t + e * TPR);
+                    dk[e] += ds * TILE_AT(sQ, c, t + e * TPR);
                 }
             }
         }
     }
     if (j < p.lk) {
         const uint dkbase = AT(G, SDK, b, hk, j), dvbase = AT(G, SDV, b, hk, j);
+#if PACKED
+        [[unroll]] for (uint e = 0; e < DPT; ++e) {
+            PAIR_STORE(dK, dkbase, SCALED(dk[e]), e)  // q was loaded unscaled
+            PAIR_STORE(dV, dvbase, dv[e], e)
+        }
+#else
         [[unroll]] for (uint e = 0; e < DPT; ++e) {
             uint dd = t + e * TPR;
             if (dd < p.d) {
@@ -407,6 +494,7 @@ void main() {
                 dV.v[dvbase + dd] = STYPE(dv[e]);
             }
         }
+#endif
     }
 }
 #endif

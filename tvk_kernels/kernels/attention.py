@@ -16,13 +16,18 @@ forward writes the seed and offset it drew with to; the backward takes them as o
 {seed, offset} buffer (`rng_state`), so it regenerates the forward's mask.
 The backward writes the grad of the scores (float32 [batch, heads_q, lq, lk]) to `ds` when
 given (the additive mask's gradient).
+
+Packed fp16 (the template's PACKED: dot products on f16vec2 FMAs, shared tiles of fp16 pairs, fp32
+accumulation) is the route for float16 on a GPU without cooperative matrices, as RDNA1 runs it:
+opt-in with TVK_PACKED_ATTENTION=1 until it is measured faster (design note 48), as conv's is.
 """
 from __future__ import annotations
 
 import struct
 
+from ..env_flags import env_flag
 from ..errors import InvalidConfigError
-from . import dtypes
+from . import dtypes, matmul_packed_f16
 from .kept_calls import kept_call
 from .launch import Family, address, family, grid_1d, record_shape, recording
 
@@ -48,18 +53,34 @@ class Attention(Family):
                 raise InvalidConfigError(f"attention: {tpr}={params[tpr]} must divide 16 (the head-dim padding)")
         return params
 
+    def packed(self, dtype: str, head: int, tpr: int) -> bool:
+        """Whether a kernel of this storage, compiled head dim and threads per row runs on packed fp16
+        arithmetic (module docstring): TVK_PACKED_ATTENTION=1, float16, a head dim of whole word pairs per
+        thread, no cooperative matrices on the device (TVK_COOPMAT=0 counts as none: the H200's stand-in for
+        RDNA1), and matmul's packed-fp16 kernel verified here (a GPU with shaderFloat16, TVK_PACKED_F16 not 0)."""
+        if dtype != "float16" or head % (2 * tpr) or not env_flag("TVK_PACKED_ATTENTION", default=False):
+            return False
+        if self.device.facts.features.get("cooperative_matrix") and env_flag("TVK_COOPMAT", default=True):
+            return False
+        return matmul_packed_f16.verified(self.device) is not None
 
-def shared_bytes(kernel: int, br: int, bc: int, head: int) -> int:
-    """Shared memory of one kernel of the template (forward 0, dQ 2, dK/dV 3)."""
-    stride = head + 1  # rows padded by one float (bank conflicts)
+
+def shared_bytes(kernel: int, br: int, bc: int, head: int, packed: bool = False) -> int:
+    """Shared memory of one kernel of the template (forward 0, dQ 2, dK/dV 3); packed: tiles of fp16 pairs."""
+    stride = (head // 2 if packed else head) + 1  # 4-byte words per tile row, padded by one (bank conflicts)
     if kernel == 0:
         return ((br + bc) * stride + br * bc) * 4
     return (2 * (br + bc) * stride + (1 if kernel == 2 else 2) * br * bc) * 4
 
 
+def threads_per_row(kernel: int, params: dict) -> int:
+    return params["TPR"] if kernel in (0, 1) else params["BTPR"]
+
+
 def kernel_defines(kernel: int, params: dict, head: int, dtype: str = "float32", mask=None, causal=False,
-                   dropout=False, seed_buf=False) -> tuple[dict, int, int]:
-    """(defines, local size, shared bytes) of one kernel of the family."""
+                   dropout=False, seed_buf=False, packed: bool = False) -> tuple[dict, int, int]:
+    """(defines, local size, shared bytes) of one kernel of the family; packed: on packed fp16 arithmetic
+    (Attention.packed decides; the row sums of kernel 1 have no tiles and ignore it)."""
     fwd = kernel in (0, 1)
     br, bc, tpr = (params["BR"], params["BC"], params["TPR"]) if fwd else (params["BBR"], params["BBC"], params["BTPR"])
     defines = {"KERNEL": kernel, "DT": _DT[dtype], "HEAD": head, "BR": br, "BC": bc, "TPR": tpr,
@@ -67,7 +88,9 @@ def kernel_defines(kernel: int, params: dict, head: int, dtype: str = "float32",
                "SEED_BUF": int(bool(seed_buf))}
     if kernel == 1:
         return defines, br * tpr, 0
-    return defines, br * tpr, shared_bytes(kernel, br, bc, head)
+    if packed:
+        defines["PACKED"] = 1  # absent otherwise: the fp32-arithmetic modules stay as they were
+    return defines, br * tpr, shared_bytes(kernel, br, bc, head, packed)
 
 
 def _check(device, shape, dtype):
@@ -162,7 +185,9 @@ def attention_forward(device, q, k, v, o, lse, shape, *, dtype="float32", scale:
     seed, offset, seed_buffer = rng
     if seed_buffer is not None:
         seed = address(seed_buffer)
-    defines, wg, shared = kernel_defines(0, prm, head_pad(d), dtype, m_kind, causal, dropout, seed_buffer is not None)
+    head = head_pad(d)
+    defines, wg, shared = kernel_defines(0, prm, head, dtype, m_kind, causal, dropout, seed_buffer is not None,
+                                         fam.packed(dtype, head, threads_per_row(0, prm)))
     pipe = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared)
     seed_out, offset_out = map(address, rng_out if rng_out is not None else (0, 0))
     if dropout and not (seed_out and offset_out):
@@ -202,12 +227,13 @@ def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype
     pre = fam.variant(defines, wg, _PUSH.size)
     device.stream.dispatch(pre, grid_1d(-(-rows // wg), device.facts.max_workgroup_count[0]),
                            _PUSH.pack(0, 0, 0, o, 0, 0, 0, d_o, delta, 0, rows, lq, *common), "attention_backward_delta")
-    defines, wg, shared = kernel_defines(2, prm, head, dtype, m_kind, causal, dropout)
+    packed = fam.packed(dtype, head, threads_per_row(2, prm))
+    defines, wg, shared = kernel_defines(2, prm, head, dtype, m_kind, causal, dropout, packed=packed)
     pipe = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared)
     device.stream.dispatch(pipe, (-(-lq // defines["BR"]), hq, b),
                            _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dq, delta, ds, lq, lk, *common),
                            "attention_backward_dq")
-    defines, wg, shared = kernel_defines(3, prm, head, dtype, m_kind, causal, dropout)
+    defines, wg, shared = kernel_defines(3, prm, head, dtype, m_kind, causal, dropout, packed=packed)
     pipe = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared)
     device.stream.dispatch(pipe, (-(-lk // defines["BR"]), hkv, b),
                            _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dk, delta, dv, lq, lk, *common),
