@@ -10,6 +10,9 @@
 #      (benchmarks/layer_norm_split.py)   G: per-kernel GPU profile vs CUDA
 #   pconv: fp16 convs on packed fp16 arithmetic against fp32 arithmetic, cooperative matrices off (RDNA1's stand-in)
 #   pattn: the same for fp16 fused attention (benchmarks/packed_attention_ab.py)
+#   cold: the first compiled step with empty caches, split into Dynamo, AOTAutograd and ours (benchmarks/cold_compile.py;
+#      TVK_COLD_MODELS: some of tvk-bench models' models; needs their wheels in .whl)
+#   attn: tuning of fused attention (forward and backward tiles) into the shipped file (TVK_TUNE_BUDGET seconds)
 #   rank: the static cost model's order against measured times (python -m tvk_kernels.tune.rank_check;
 #      TVK_RANK_FAMILIES, TVK_RANK_TRIALS, TVK_RANK_BUDGET: seconds after which no bucket starts, default 240)
 #   V: tuning of conv2d alone, longer (40 trials a bucket; TVK_TUNE_BUDGET seconds)   W: kernel benchmarks only
@@ -63,6 +66,10 @@ for phase in "$@"; do
        step python3 benchmarks/layer_norm_split.py --out $R ;;
     pconv) step python3 benchmarks/packed_conv_ab.py --out $R ;;
     pattn) step python3 benchmarks/packed_attention_ab.py --out $R ;;
+    cold) step python3 benchmarks/cold_compile.py --timeout 150 --out $R ${TVK_COLD_MODELS:+--models $TVK_COLD_MODELS} ;;
+    attn) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/
+       step python3 -m tvk_kernels.tune.cli --device 0 --ops attention --trials 16 --time-budget ${TVK_TUNE_BUDGET:-150} \
+         --out $TVK_CONFIG_DIR --no-progress ;;
     rank) step python3 -m tvk_kernels.tune.rank_check --out $R ${TVK_RANK_FAMILIES:+--families $TVK_RANK_FAMILIES} \
          --trials ${TVK_RANK_TRIALS:-16} --time-budget ${TVK_RANK_BUDGET:-240} ;;
     G) step python3 benchmarks/kernel_profile.py --out $R ;;
