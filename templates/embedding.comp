@@ -3,14 +3,21 @@
 //
 // MODE 0  forward:   out[i, :] = weight[idx[i], :]            (zeros for an index outside [0, V))
 // MODE 1  backward, small n: one workgroup per index position i; the first position holding a
-//         row v sums grad_out over every later position holding v (in increasing order) and
-//         adds the sum into grad_weight[v, :]. Cost O(n^2 + n*D); no atomics, deterministic.
+//         row v sums grad_out over every later position holding v (in increasing order, in
+//         chunks: below) and adds the sum into grad_weight[v, :]. Cost O(n^2 + n*D); no atomics,
+//         deterministic.
 // MODE 2  backward, large n, step 1: sort keys key[i] = (v << 32) | i, padded to N = 2^k with ~0.
 // MODE 3  bitonic sort of every 2*WG-key block in shared memory (all stages k <= 2*WG).
 // MODE 4  one global bitonic compare-exchange step (k, j) with j >= 2*WG.
 // MODE 5  bitonic merge of every 2*WG-key block for stage k (all j < 2*WG).
-// MODE 6  segmented sum over the sorted keys: the first position of each row's run sums the run
-//         (increasing i, the same order as MODE 1, so both give identical bits).
+// MODE 6  segmented sum over the sorted keys, in parallel over chunks: the first position of each
+//         chunk of a row's run sums the chunk; a run of one chunk is added to grad_weight at once,
+//         a longer run's chunk sums go to the partials buffer (slot 2 (pos / CHUNK) + [pos is the
+//         run's start]: the chunks of runs longer than CHUNK never share a slot).
+// MODE 8  the runs longer than CHUNK: the run's first position adds its chunk sums in order.
+// Every strategy sums a row's occurrences in increasing position, in chunks of CHUNK (a sum each,
+// from 0), then the chunk sums from the first: the same order, so every strategy gives identical
+// bits, and no invocation walks a long run alone (a BERT's token types: one row, every position).
 // MODE 7  zero grad_weight[V, D] (row stride ws).
 // Rows equal to padding_idx (p.pad, -1 = none) and indices outside [0, V) get no gradient.
 // Tunables (specialization constants): local size (0), WG (3: the local size again, for the shared
@@ -50,6 +57,7 @@ layout(push_constant) uniform Params {
     uvec2 idx;   // int64 indices [n]
     uvec2 c;     // out (fwd) / grad_weight (bwd)
     uvec2 keys;  // uint64 sort keys [N] (sort path)
+    uvec2 parts; // float32 chunk sums [2 ceil(n / CHUNK), D] (sort path, runs longer than CHUNK)
     uint n;      // number of indices
     uint D;      // embedding dim
     uint V;      // number of rows
@@ -58,7 +66,9 @@ layout(push_constant) uniform Params {
     uint k;      // bitonic stage size
     uint j;      // bitonic step distance
     uint N;      // padded key count (power of two)
+    uint chunk;  // occurrences of a row summed apart before their sums are added (backward)
 } p;
+#define CHUNK p.chunk
 
 const uint64_t NONE = 0xFFFFFFFFFFFFFFFFUL;
 
@@ -67,6 +77,29 @@ uint group_id() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.
 bool valid_row(int64_t v) {
     return v >= 0 && v < int64_t(p.V) && v != int64_t(p.pad);
 }
+
+#if MODE == 6 || MODE == 8
+layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer SortedKeys { uint64_t v[]; };
+
+uint row_of(SortedKeys kb, uint pos) { return uint(kb.v[pos] >> 32); }
+
+// the first position of the run of row v that holds `pos` (keys sorted by row, then position)
+uint run_start(SortedKeys kb, uint pos, uint v) {
+    uint lo = 0u, hi = pos;
+    while (lo < hi) {
+        uint mid = (lo + hi) >> 1;
+        if (row_of(kb, mid) < v) lo = mid + 1u; else hi = mid;
+    }
+    return lo;
+}
+
+// whether the run starting at `start` holds more than CHUNK positions
+bool long_run(SortedKeys kb, uint start, uint v) {
+    return start + CHUNK < p.n && row_of(kb, start + CHUNK) == v;
+}
+
+uint slot(uint pos, bool is_start) { return 2u * (pos / CHUNK) + (is_start ? 1u : 0u); }
+#endif
 
 #if MODE == 3 || MODE == 5
 shared uint64_t sk[2 * WG];
@@ -111,10 +144,18 @@ void main() {
     FBuf g = FBuf(p.a), gw = FBuf(p.c);
     const uint rowbase = uint(v) * p.ws;
     for (uint d = lid; d < p.D; d += WG) {
-        float acc = 0.0;
-        for (uint q = i; q < p.n; ++q)
-            if (ix.v[q] == v) acc += g.v[q * p.D + d];
-        gw.v[rowbase + d] += acc;
+        float total = 0.0, part = 0.0;
+        uint count = 0u;
+        for (uint q = i; q < p.n; ++q) {
+            if (ix.v[q] != v) continue;
+            part += g.v[q * p.D + d];
+            if (++count % CHUNK == 0u) {  // a chunk's sum joins the total (the first is the total)
+                total = count == CHUNK ? part : total + part;
+                part = 0.0;
+            }
+        }
+        if (count % CHUNK != 0u) total = count < CHUNK ? part : total + part;
+        gw.v[rowbase + d] += total;
     }
 
 #elif MODE == 2
@@ -166,21 +207,40 @@ void main() {
 #elif MODE == 6
     const uint pos = group;
     if (pos >= p.n) return;
-    KBuf kb = KBuf(p.keys);
+    SortedKeys kb = SortedKeys(p.keys);
     const uint64_t key = kb.v[pos];
     if (key == NONE) return;
     const uint v = uint(key >> 32);
-    if (pos > 0u && uint(kb.v[pos - 1u] >> 32) == v) return;  // not the start of its run
-    FBuf g = FBuf(p.a), gw = FBuf(p.c);
-    const uint rowbase = v * p.ws;
+    const uint start = (pos > 0u && row_of(kb, pos - 1u) == v) ? run_start(kb, pos, v) : pos;
+    if ((pos - start) % CHUNK != 0u) return;  // not the first position of a chunk of its run
+    FBuf g = FBuf(p.a);
+    const bool whole = pos == start && !long_run(kb, start, v);
+    const uint to = slot(pos, pos == start) * p.D;
     for (uint d = lid; d < p.D; d += WG) {
-        float acc = 0.0;
-        for (uint q = pos; q < p.n; ++q) {
+        float part = 0.0;
+        for (uint q = pos; q < min(pos + CHUNK, p.n); ++q) {
             uint64_t kq = kb.v[q];
             if (uint(kq >> 32) != v) break;
-            acc += g.v[uint(kq & 0xFFFFFFFFUL) * p.D + d];
+            part += g.v[uint(kq & 0xFFFFFFFFUL) * p.D + d];
         }
-        gw.v[rowbase + d] += acc;
+        if (whole) FBuf(p.c).v[v * p.ws + d] += part;
+        else FBuf(p.parts).v[to + d] = part;
+    }
+
+#elif MODE == 8
+    const uint pos = group;
+    if (pos >= p.n) return;
+    SortedKeys kb = SortedKeys(p.keys);
+    const uint64_t key = kb.v[pos];
+    if (key == NONE) return;
+    const uint v = uint(key >> 32);
+    if ((pos > 0u && row_of(kb, pos - 1u) == v) || !long_run(kb, pos, v)) return;  // not a long run's start
+    FBuf parts = FBuf(p.parts);
+    for (uint d = lid; d < p.D; d += WG) {
+        float total = parts.v[slot(pos, true) * p.D + d];
+        for (uint q = pos + CHUNK; q < p.n && row_of(kb, q) == v; q += CHUNK)
+            total += parts.v[slot(q, false) * p.D + d];
+        FBuf(p.c).v[v * p.ws + d] += total;
     }
 
 #elif MODE == 7

@@ -116,3 +116,43 @@ def test_invalid_params(device):
         embedding_backward(device, buf, buf, buf, 4, 2, 1, strategy="sort", params=dict(SMALL_SORT, SORT_WG=48))
     with pytest.raises(InvalidConfigError):
         embedding_forward(device, buf, buf, buf, 4, 2, 1, params={"WG": 4096, "VEC": 1, "ITEMS": 1})
+
+
+def test_long_runs_sum_in_parallel_chunks_with_identical_bits(device, rng):
+    """Rows held by many positions (BERT's token types: one row everywhere) are summed in chunks of
+    chunk_length(n) in parallel; runs of every length around the chunk's, next to each other, give the
+    same bits on both strategies and the float64 sums within rounding."""
+    from tvk_kernels.kernels.embedding import chunk_length
+
+    n_target = 2500
+    chunk = chunk_length(n_target)
+    lengths = [1, chunk, chunk + 1, 3 * chunk + 5, 2, chunk - 1, 2 * chunk, 7, 4 * chunk + 1]
+    idx = np.concatenate([np.full(k, row, np.int64) for row, k in enumerate(lengths)])
+    idx = np.concatenate([idx, np.full(n_target - len(idx), len(lengths), np.int64)])  # one long run to finish
+    rng.shuffle(idx)
+    n, V, D = len(idx), len(lengths) + 1, 33
+    assert chunk_length(n) == chunk
+    g = rng.standard_normal((n, D)).astype(np.float32)
+    gb, ib = device.upload(g), device.upload(idx)
+    results = []
+    for strategy, params in [("scan", None), ("sort", SMALL_SORT), ("sort", None)]:
+        gw = device.allocator.alloc(4 * V * D)
+        embedding_backward(device, gb, ib, gw, n, V, D, strategy=strategy, params=params)
+        results.append(device.download(gw, np.float32, (V, D)))
+    ref = np.zeros((V, D), np.float64)
+    np.add.at(ref, idx, g.astype(np.float64))
+    np.testing.assert_allclose(results[0], ref, rtol=1e-5, atol=1e-4)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+
+
+def test_one_row_at_every_position(device, rng):
+    """A token-type embedding: every position holds row 0, far more positions than a chunk."""
+    n, V, D = 6000, 2, 16
+    idx = np.zeros(n, np.int64)
+    g = rng.standard_normal((n, D)).astype(np.float32)
+    gw = device.allocator.alloc(4 * V * D)
+    embedding_backward(device, device.upload(g), device.upload(idx), gw, n, V, D, strategy="sort")
+    got = device.download(gw, np.float32, (V, D))
+    np.testing.assert_allclose(got[0], g.astype(np.float64).sum(0), rtol=1e-5, atol=1e-3)
+    assert not got[1].any()

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from tvk_kernels.bench import roofline
 from tvk_kernels.bench.common import environment, md_table, median, write_result
 from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS, time_cuda
-from tvk_kernels.kernels import conv, norm, reduce, softmax
+from tvk_kernels.kernels import conv, embedding, norm, reduce, softmax
 from tvk_kernels.kernels import elementwise as elementwise_kernels
 from tvk_kernels.kernels.elementwise import add
 from tvk_kernels.runtime.graph import capture
@@ -138,13 +138,21 @@ def bandwidth(device, n_rows, n_cols, has_cuda, quick=False):
     for b in (X, Y, R, row):
         b.free()
     shapes = [(n_rows, n_cols)] + ([] if quick else LAYER_NORM_SHAPES)
-    return rows + [layer_norm_backward(device, r, c, has_cuda, quick) for r, c in shapes]
+    rows += [layer_norm_backward(device, r, c, has_cuda, quick) for r, c in shapes]
+    return rows + [embedding_backward(device, *shape, has_cuda, quick) for shape in EMBEDDING_SHAPES[:1 if quick else None]]
 
 
 # (rows, cols) of real models' layer norms beside the section's square: the zoo transformer (16 x 128
 # tokens, d 128), GPT-2 small (8 x 1024 tokens, d 768), ViT-S (64 x 197 tokens, d 384), odd sizes; the
 # norm tuner's suite holds none of them
 LAYER_NORM_SHAPES = [(2048, 128), (8192, 768), (12608, 384), (1000, 300)]
+
+
+# (tokens, rows, dim, name) of embedding backwards: BERT's token types (every position holds row 0) and
+# words, GPT-2 small's words, T5's relative position buckets (tokens: its L x L scores), a char-level
+# vocabulary; the embedding tuner's suite holds none of them
+EMBEDDING_SHAPES = [(4096, 2, 256, "token types"), (4096, 8192, 256, "words"), (8192, 50257, 768, "words"),
+                    (65536, 32, 8, "relative positions"), (16384, 96, 512, "characters")]
 
 
 def _bandwidth_row(op, n, nbytes, t, tc, method) -> dict:
@@ -181,6 +189,29 @@ def layer_norm_backward(device, n_rows, n_cols, has_cuda, quick=False) -> dict:
     for b in (X, G, W, Y, DX, stats, DW):
         b.free()
     return _bandwidth_row(f"layer norm backward, {n_rows} x {n_cols}", n, 12 * n, t, tc, method) | {"max_rel_err": error}
+
+
+def embedding_backward(device, tokens, rows, dim, name, has_cuda, quick=False) -> dict:
+    """F.embedding's weight gradient (zeroed, then summed over the positions holding each row), random rows
+    of `rows`; the bytes are the least any backward moves: grad_out and the indices read, the gradient
+    written (dense, as torch's)."""
+    gen = np.random.default_rng(2)
+    g = gen.standard_normal((tokens, dim), dtype=np.float32)
+    idx = np.zeros(tokens, np.int64) if rows == 2 else gen.integers(0, rows, tokens)  # token types: all row 0
+    G, I, W = device.upload(g), device.upload(idx), device.allocator.alloc(4 * rows * dim)
+    t = _gpu(device, lambda: embedding.embedding_backward(device, G, I, W, tokens, rows, dim), quick)
+    want = np.zeros((rows, dim))
+    np.add.at(want, idx, g.astype(np.float64))
+    error = float(np.abs(device.download(W, np.float32, (rows, dim)) - want).max() / np.abs(want).max())
+    tc = method = None
+    if has_cuda:
+        cg, ci = torch.from_numpy(g).cuda(), torch.from_numpy(idx).cuda()
+        tc, method = time_cuda(lambda: torch.ops.aten.embedding_dense_backward(cg, ci, rows, -1, False))
+    for b in (G, I, W):
+        b.free()
+    nbytes = 4 * tokens * dim + 8 * tokens + 4 * rows * dim
+    return _bandwidth_row(f"embedding backward, {name}: {tokens} tokens x {dim} into {rows} rows", tokens * dim,
+                          nbytes, t, tc, method) | {"max_rel_err": error}
 
 
 _CUDA_OVERHEAD = r"""

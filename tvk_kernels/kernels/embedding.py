@@ -6,10 +6,12 @@ out are contiguous [n, D].
 
 Backward is a race-free scatter-add without float atomics: every (row, column) of grad_weight
 is written by exactly one invocation, and the sum over repeated indices always runs in
-increasing index position, so results are bitwise reproducible and identical between the
-two strategies:
+increasing index position, in chunks of `chunk_length(n)` occurrences summed apart and then
+added in order, so results are bitwise reproducible and identical between the two strategies:
   "scan"  n <= SCAN_MAX: one workgroup per position, the first position of each row sums the row.
-  "sort"  otherwise: bitonic sort of (row, position) keys on the device, then a segmented sum.
+  "sort"  otherwise: bitonic sort of (row, position) keys on the device, then a segmented sum whose
+          chunks run in parallel (a row at every position, as BERT's token types, is not one
+          invocation's walk over n positions), and a pass adding the chunk sums of long runs.
 """
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ import struct
 
 from .launch import Family, address, family, grid_1d, positive, powers_of_two
 
-_PUSH = struct.Struct("<QQQQIIIIiIII")
-MODE_FWD, MODE_SCAN, MODE_KEYS, MODE_SORT, MODE_STEP, MODE_MERGE, MODE_SEGSUM, MODE_ZERO = range(8)
+_PUSH = struct.Struct("<QQQQQIIIIiIIII")
+MODE_FWD, MODE_SCAN, MODE_KEYS, MODE_SORT, MODE_STEP, MODE_MERGE, MODE_SEGSUM, MODE_ZERO, MODE_RUNS = range(9)
 
 
 class Embedding(Family):
@@ -36,8 +38,14 @@ class Embedding(Family):
                             shared_bytes=shared)
 
 
-def _push(a=0, idx=0, c=0, keys=0, n=0, D=0, V=0, ws=0, pad=-1, k=0, j=0, N=0) -> bytes:
-    return _PUSH.pack(a, idx, c, keys, n, D, V, ws, pad, k, j, N)
+def _push(a=0, idx=0, c=0, keys=0, parts=0, n=0, D=0, V=0, ws=0, pad=-1, k=0, j=0, N=0, chunk=1) -> bytes:
+    return _PUSH.pack(a, idx, c, keys, parts, n, D, V, ws, pad, k, j, N, chunk)
+
+
+def chunk_length(n: int) -> int:
+    """Occurrences of a row summed apart in the backward: about sqrt(n) (a power of two, at least 32), so
+    neither a chunk's sum nor the sum of a run's chunk sums is a long serial walk."""
+    return max(32, 1 << max(0, (n - 1).bit_length() + 1) // 2)
 
 
 def _max_x(device) -> int:
@@ -101,10 +109,12 @@ def embedding_backward(device, grad_out, indices, grad_weight, n: int, V: int, D
         strategy = "scan" if n <= config["SCAN_MAX"] else "sort"
     ga, ia, gwa = address(grad_out), address(indices), address(grad_weight)
     bwg = config["BWD_WG"]
+    chunk = chunk_length(n)
     if strategy == "scan":
         pipe = fam.mode_variant(MODE_SCAN, bwg)
         device.stream.dispatch(pipe, grid_1d(n, _max_x(device)),
-                               _push(a=ga, idx=ia, c=gwa, n=n, D=D, V=V, ws=ws, pad=pad), "embedding_bwd_scan")
+                               _push(a=ga, idx=ia, c=gwa, n=n, D=D, V=V, ws=ws, pad=pad, chunk=chunk),
+                               "embedding_bwd_scan")
         return
     if n >= 1 << 31 or V >= (1 << 32) - 1:
         raise ValueError("the sort path needs n < 2^31 and V < 2^32 - 1")
@@ -112,10 +122,12 @@ def embedding_backward(device, grad_out, indices, grad_weight, n: int, V: int, D
     B = 2 * swg
     N = max(B, 1 << (n - 1).bit_length())
     keys = device.allocator.alloc(8 * N)
+    parts = device.allocator.alloc(4 * 2 * -(-n // chunk) * D)  # chunk sums of the runs longer than a chunk
     device.stream.keep_alive(keys)
-    ka = keys.address
+    device.stream.keep_alive(parts)
     mx = _max_x(device)
-    base = dict(a=ga, idx=ia, c=gwa, keys=ka, n=n, D=D, V=V, ws=ws, pad=pad, N=N)
+    base = dict(a=ga, idx=ia, c=gwa, keys=keys.address, parts=parts.address, n=n, D=D, V=V, ws=ws, pad=pad, N=N,
+                chunk=chunk)
     device.stream.dispatch(fam.mode_variant(MODE_KEYS, swg), grid_1d(N // swg, mx),
                            _push(**base), "embedding_bwd_keys")
     device.stream.dispatch(fam.mode_variant(MODE_SORT, swg), grid_1d(N // B, mx),
@@ -132,3 +144,4 @@ def embedding_backward(device, grad_out, indices, grad_weight, n: int, V: int, D
         k *= 2
     device.stream.dispatch(fam.mode_variant(MODE_SEGSUM, bwg), grid_1d(n, mx),
                            _push(**base), "embedding_bwd_segsum")
+    device.stream.dispatch(fam.mode_variant(MODE_RUNS, bwg), grid_1d(n, mx), _push(**base), "embedding_bwd_runs")
