@@ -155,6 +155,33 @@ def test_column_split(device, rng, op):
         check(op, run(device, op, x, (0,), False, params=prm), x, (0,), False)
 
 
+def test_split_per_thread_grows_the_splits_with_the_data():
+    """SPLIT_PER_THREAD: where TARGET_GROUPS splits a long range, no thread walks more than that many elements
+    of it (a full sum of 16M floats: 2048 chunks, not TARGET_GROUPS' 512); the H200's tuned 4M plans stay."""
+    from tvk_kernels.kernels.reduce import plan
+
+    h200 = {"WG": 128, "ITEMS": 4, "TARGET_GROUPS": 512, "SPLIT_MIN": 16384}
+    assert plan(h200, 1, 1 << 24, False)[3] == 512  # off: TARGET_GROUPS alone
+    assert plan({**h200, "SPLIT_PER_THREAD": 64}, 1, 1 << 24, False)[3] == 2048
+    assert plan({**h200, "SPLIT_PER_THREAD": 64}, 1, 1 << 22, False)[3] == 512
+    assert plan({**h200, "SPLIT_PER_THREAD": 64}, 2, 1 << 24, False)[3] == 2048  # per output
+    assert plan({**h200, "SPLIT_PER_THREAD": 64}, 4096, 1 << 14, False)[3] == 1  # enough workgroups already
+    t, _, _, nsplit, chunk = plan({**h200, "SPLIT_PER_THREAD": 64}, 1, 10 ** 7 + 3, False)
+    assert nsplit * chunk >= 10 ** 7 + 3 and -(-chunk // t) <= 64
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "argmin"])
+def test_split_per_thread_results(device, rng, op):
+    """The finer split of a long range, finished by the second pass, against numpy."""
+    x = rng.standard_normal((3, 50001)).astype(np.float32)
+    prm = {"WG": 64, "ITEMS": 2, "TARGET_GROUPS": 4, "SPLIT_MIN": 4096, "SPLIT_PER_THREAD": 8}
+    stream = device.stream
+    before = stream.total_dispatches
+    for dims in ((1,), None):
+        check(op, run(device, op, x, dims, False, params=prm), x, dims, False)
+    assert stream.total_dispatches - before == 4  # two passes each
+
+
 @pytest.mark.parametrize("wg", [32, 256, 1024])
 @pytest.mark.parametrize("subgroup", [0, 1])
 def test_variants(device, rng, wg, subgroup):

@@ -128,7 +128,7 @@ def reduce(device, op: str, in_addr: int, out_addr: int, shape, strides=None, di
     keepdim), which is returned. index_addr (max/min only, float32 values): also write int64
     indices there. dtype: the input's storage, float32, float16 or bfloat16 (16-bit ones where
     device.facts.features['storage_16bit']). params: an explicit parameter set (WG, ITEMS,
-    SUBGROUP, TARGET_GROUPS, SPLIT_MIN), merged over the tuned/default one.
+    SUBGROUP, TARGET_GROUPS, SPLIT_MIN, SPLIT_PER_THREAD), merged over the tuned/default one.
     """
     if op not in OPS:
         raise ValueError(f"unknown reduction {op!r}; one of {sorted(OPS)}")
@@ -203,7 +203,9 @@ def plan(prm: dict, n_out: int, n_red: int, cols: bool, allow_split: bool = True
     """How one reduction runs: (T threads per output, outputs per workgroup, workgroups, pass-1 chunks of
     the reduced range (1: one pass), chunk length). cols: adjacent threads own adjacent outputs (a strided
     column sum), else T adjacent threads share one output. The range splits when fewer than TARGET_GROUPS
-    workgroups would run and it is at least SPLIT_MIN long, or by the column-sum rule (_column_splits)."""
+    workgroups would run and it is at least SPLIT_MIN long (then, unless cols, into chunks no thread walks
+    more than SPLIT_PER_THREAD elements of, where that is set: enough loads in flight as the data grows), or
+    by the column-sum rule (_column_splits)."""
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
 
     def layout(length):
@@ -217,8 +219,12 @@ def plan(prm: dict, n_out: int, n_red: int, cols: bool, allow_split: bool = True
     groups = -(-n_out // g)
     nsplit = 1
     target, split_min = int(prm.get("TARGET_GROUPS", 1)), int(prm.get("SPLIT_MIN", 1 << 30))
+    per_thread = int(prm.get("SPLIT_PER_THREAD", 0))
     if allow_split and groups < target and n_red >= split_min:
-        nsplit = min(-(-target // groups), max(1, n_red // max(split_min // 4, 1)), 65535)
+        nsplit = min(-(-target // groups), max(1, n_red // max(split_min // 4, 1)))
+        if per_thread and not cols:  # no thread walks more than per_thread elements: splits grow with the data
+            nsplit = max(nsplit, -(-n_red // (t * per_thread)))
+        nsplit = min(nsplit, 65535)
     elif allow_split and cols:
         nsplit = _column_splits(groups, target, n_red, t)
     chunk = n_red

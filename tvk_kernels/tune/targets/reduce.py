@@ -20,6 +20,7 @@ class ReduceTarget:
             {"rows": 4096, "cols": 1024, "dim": 1, "n": 4194304},
             {"rows": 4096, "cols": 1024, "dim": 0, "n": 4194304},
             {"rows": 1024, "cols": 4096, "dim": None, "n": 4194304},
+            {"rows": 4096, "cols": 4096, "dim": None, "n": 16777216},  # a full sum past the others' loads in flight
             {"rows": 65536, "cols": 32, "dim": 1, "n": 2097152},
             {"rows": 64, "cols": 512, "dim": 1, "n": 32768},
             {"rows": 8, "cols": 4096, "dim": 0, "n": 32768},
