@@ -34,8 +34,8 @@ def main():
     rows = kernels.bandwidth(device, *((64, 256) if args.quick else (4096, 4096)), has_cuda, args.quick)
     peak_gbps = bandwidth / 1e9
     for row in rows:
-        row["tvk_of_peak"] = row["tvk_gbps"] / peak_gbps
-        row["cuda_of_peak"] = row["cuda_gbps"] / peak_gbps if row["cuda_gbps"] else None
+        row["tvk_of_peak"] = roofline.fraction(row["tvk_gbps"], peak_gbps)
+        row["cuda_of_peak"] = roofline.fraction(row["cuda_gbps"], peak_gbps)
     table = md_table(["op", "floats", "tvk us", "tvk GB/s", "tvk of peak", "CUDA GB/s", "CUDA of peak",
                       "tvk/CUDA bandwidth"],
                      [[r["op"], r["n"], r["tvk_s"] * 1e6, r["tvk_gbps"], r["tvk_of_peak"], r["cuda_gbps"],

@@ -291,8 +291,7 @@ def main():
     # not before the child's branch: a child times its own imports
     from torchvk.experiments import zoo_models  # lazy: imports torch and torchvk; a child times them itself
 
-    default_models = [name for name, entry in zoo_models.ZOO.items() if entry.library]  # as model_bench.run()
-    names = args.models.split(",") if args.models else default_models
+    names = args.models.split(",") if args.models else zoo_models.third_party()  # tvk-bench models' list
     unknown = [n for n in names if n not in zoo_models.ZOO]
     if unknown:
         parser.error(f"--models: no zoo model {', '.join(unknown)}; choose from {', '.join(zoo_models.ZOO)}")

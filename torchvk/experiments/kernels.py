@@ -148,11 +148,12 @@ def bandwidth(device, n_rows, n_cols, has_cuda, quick=False):
 LAYER_NORM_SHAPES = [(2048, 128), (8192, 768), (12608, 384), (1000, 300)]
 
 
-# (tokens, rows, dim, name) of embedding backwards: BERT's token types (every position holds row 0) and
-# words, GPT-2 small's words, T5's relative position buckets (tokens: its L x L scores), a char-level
-# vocabulary; the embedding tuner's suite holds none of them
-EMBEDDING_SHAPES = [(4096, 2, 256, "token types"), (4096, 8192, 256, "words"), (8192, 50257, 768, "words"),
-                    (65536, 32, 8, "relative positions"), (16384, 96, 512, "characters")]
+# (tokens, rows, rows the tokens hold, dim, name) of embedding backwards: BERT's token types (every position
+# holds row 0 of 2) and words, GPT-2 small's words, T5's relative position buckets (tokens: its L x L scores),
+# a char-level vocabulary; the embedding tuner's suite holds none of them
+EMBEDDING_SHAPES = [(4096, 2, 1, 256, "token types"), (4096, 8192, 8192, 256, "words"),
+                    (8192, 50257, 50257, 768, "words"), (65536, 32, 32, 8, "relative positions"),
+                    (16384, 96, 96, 512, "characters")]
 
 
 def _bandwidth_row(op, n, nbytes, t, tc, method) -> dict:
@@ -191,13 +192,13 @@ def layer_norm_backward(device, n_rows, n_cols, has_cuda, quick=False) -> dict:
     return _bandwidth_row(f"layer norm backward, {n_rows} x {n_cols}", n, 12 * n, t, tc, method) | {"max_rel_err": error}
 
 
-def embedding_backward(device, tokens, rows, dim, name, has_cuda, quick=False) -> dict:
-    """F.embedding's weight gradient (zeroed, then summed over the positions holding each row), random rows
-    of `rows`; the bytes are the least any backward moves: grad_out and the indices read, the gradient
-    written (dense, as torch's)."""
+def embedding_backward(device, tokens, rows, held, dim, name, has_cuda, quick=False) -> dict:
+    """F.embedding's weight gradient (zeroed, then summed over the positions holding each row), the tokens
+    drawn from the first `held` of `rows`; the bytes are the least any backward moves: grad_out and the
+    indices read, the gradient written (dense, as torch's)."""
     gen = np.random.default_rng(2)
     g = gen.standard_normal((tokens, dim), dtype=np.float32)
-    idx = np.zeros(tokens, np.int64) if rows == 2 else gen.integers(0, rows, tokens)  # token types: all row 0
+    idx = gen.integers(0, held, tokens)
     G, I, W = device.upload(g), device.upload(idx), device.allocator.alloc(4 * rows * dim)
     t = _gpu(device, lambda: embedding.embedding_backward(device, G, I, W, tokens, rows, dim), quick)
     want = np.zeros((rows, dim))

@@ -179,7 +179,7 @@ def run(device, out_dir, quick=False, progress=True, names=None) -> dict:
     import torchvk  # lazy: this file also runs as a peer script, without torchvk
     from tvk_kernels.bench.common import environment, md_table, write_result  # lazy: as torchvk
 
-    third_party = [n for n, e in zoo_models.ZOO.items() if e.library]
+    third_party = zoo_models.third_party()
     unknown = sorted(set(names or ()) - set(third_party))
     if unknown:
         raise ValueError(f"tvk-bench models: no third-party zoo model {unknown}; choose from {', '.join(third_party)}")

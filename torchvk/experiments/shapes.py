@@ -75,7 +75,7 @@ def run(device, out_dir, quick=False, progress=True, model=None, input_shape=Non
         payloads = {model.replace(":", "."): _payload(device, recorder, {"model": model, "input": list(input_shape),
                                                                          "loss": loss, "optimizer": optimizer})}
     else:
-        names = [n for n, e in zoo_models.ZOO.items() if e.library]
+        names = zoo_models.third_party()
         payloads = {}
         for name in names:
             if progress:

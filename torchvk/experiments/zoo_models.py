@@ -681,6 +681,12 @@ ZOO = {m.name: m for m in [
 ]}
 
 
+def third_party() -> list[str]:
+    """The zoo's models from a third-party library (transformers, timm, torchvision, diffusers), in zoo order:
+    what `tvk-bench models` and `tvk-bench shapes` run."""
+    return [name for name, entry in ZOO.items() if entry.library]
+
+
 def build(name: str, size: str = "tiny", seed: int = 0) -> nn.Module:
     """The model `name` at `size` ("tiny" or "bench"), initialised from `seed` (same weights on any device)."""
     entry = ZOO[name]

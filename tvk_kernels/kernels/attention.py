@@ -74,6 +74,7 @@ def shared_bytes(kernel: int, br: int, bc: int, head: int, packed: bool = False)
 
 
 def threads_per_row(kernel: int, params: dict) -> int:
+    """TPR of the forward's kernels (0, 1), BTPR of the backward's (2, 3)."""
     return params["TPR"] if kernel in (0, 1) else params["BTPR"]
 
 
