@@ -96,6 +96,46 @@ def test_rearrange_and_reduce(fn):
     check(fn, X)
 
 
+def _histc_exact(values, bins, lo, hi):
+    """CUDA's integer histc: min and max truncated to integers (the data's range when equal, widened by 1 each
+    side when still equal), bin (v - lo) * bins // (hi - lo), max in the last bin, outsiders dropped."""
+    lo, hi = int(lo), int(hi)
+    if lo == hi and values:
+        lo, hi = min(values), max(values)
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    counts = [0] * bins
+    for v in values:
+        if lo <= v <= hi:
+            counts[min((v - lo) * bins // (hi - lo), bins - 1)] += 1
+    return counts
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.uint8])
+def test_histc_of_integers_counts_as_cuda(dtype):
+    """transformers' MoE layers (Mixtral, Qwen2-MoE) count tokens per expert with an int32 histc on any
+    device but the CPU (whose torch has no integer histc): the counts, in the input's dtype, are exact."""
+    values = torch.randint(0, 9, (61,)).tolist() + [0, 8, 7, 7]
+    x = torch.tensor(values, dtype=dtype).to("tvk")
+    for bins, lo, hi in ((8, 0, 7), (3, 0, 8), (5, 2, 6), (4, 0, 0), (7, 0.5, 0.9), (1, 3, 3)):
+        got = torch.histc(x, bins=bins, min=lo, max=hi)
+        assert got.dtype == dtype and got.device.type == "tvk"
+        assert got.cpu().tolist() == _histc_exact(values, bins, lo, hi), (bins, lo, hi)
+    same = torch.full((5,), 4, dtype=dtype).to("tvk")
+    assert torch.histc(same, bins=2).cpu().tolist() == _histc_exact([4] * 5, 2, 0, 0)
+    assert torch.histc(x[:0], bins=3).cpu().tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_histc_of_16_bit_floats_counts_their_float32_values(dtype):
+    x = torch.randn(50).to(dtype)
+    got = torch.histc(x.to("tvk"), 6, -1, 1)
+    assert got.dtype == dtype
+    assert torch.equal(got.cpu(), torch.histc(x.float(), 6, -1, 1).to(dtype))
+    with pytest.raises(NotImplementedError, match="histc"):
+        torch.histc(torch.ones(3, dtype=torch.bool).to("tvk"), 2)
+
+
 def test_addbmm_equal_and_searches():
     check(lambda c, a, b: torch.addbmm(c, a, b, beta=0.5, alpha=-1), rand(3, 5), rand(2, 3, 4), rand(2, 4, 5))
     x = torch.randn(4, 3)

@@ -131,29 +131,43 @@ def put_(self, index, source, accumulate=False):
 @register(aten.histc.default)
 def histc(self, bins=100, min=0, max=0):
     """Counts of self's elements in `bins` equal-width bins over [min, max] (the data's range when
-    min == max); elements outside are ignored, max falls in the last bin. float32; summed with
-    the deterministic scatter_add (no atomics)."""
+    min == max); elements outside are ignored, max falls in the last bin; the counts have self's
+    dtype. Integers bin in exact integer arithmetic, (x - min) * bins // (max - min), with min and max
+    truncated to the dtype first, as CUDA does (transformers' MoE layers count tokens per expert
+    with an int32 histc off the CPU); 16-bit floats bin in float32. Summed with the deterministic
+    scatter_add (no atomics)."""
     if bins <= 0:
         raise RuntimeError(f"torch.histc(): bins must be > 0, but got {bins} for dimension 0")
     if min > max:
         raise RuntimeError(f"torch.histc(): max must be larger than min, got min {min} and max {max}")
-    if self.dtype != torch.float32:
-        raise NotImplementedError(f"TorchVK: histc supports float32, got {self.dtype}")
-    x = self.reshape(-1)
+    if self.dtype in (torch.float16, torch.bfloat16):
+        return histc(self.to(torch.float32), bins, min, max).to(self.dtype)
+    integer = not self.dtype.is_floating_point and self.dtype not in (torch.bool, torch.complex64)
+    if self.dtype != torch.float32 and not integer:
+        raise NotImplementedError(f"TorchVK: histc supports float32, float16, bfloat16 and integer tensors, "
+                                  f"got {self.dtype}")
+    x = self.reshape(-1).to(torch.int64) if integer else self.reshape(-1)
+    if integer:
+        min, max = int(min), int(max)  # the dtype's conversion, before the two are compared
     if min == max and x.numel():
         lo, hi = aten.amin.default(x), aten.amax.default(x)  # device scalars: no sync
         same = lo == hi
         lo, hi = torch.where(same, lo - 1, lo), torch.where(same, hi + 1, hi)
     else:  # an empty self with min == max: torch widens the range by 1 each side
-        widen = 1.0 if min == max else 0.0
-        lo = torch.full((), float(min) - widen, device=self.device)
-        hi = torch.full((), float(max) + widen, device=self.device)
+        widen = 1 if min == max else 0
+        lo = torch.full((), min - widen, dtype=x.dtype, device=self.device)
+        hi = torch.full((), max + widen, dtype=x.dtype, device=self.device)
     inside = torch.logical_and(x >= lo, x <= hi)
     # the bin of x (x >= lo): truncating the non-negative position is its floor
-    position = ((x - lo) / (hi - lo) * bins).to(torch.int64).clamp(max=bins - 1)
+    if integer:
+        position = torch.div((x - lo) * bins, hi - lo, rounding_mode="floor").clamp(max=bins - 1)
+    else:
+        position = ((x - lo) / (hi - lo) * bins).to(torch.int64).clamp(max=bins - 1)
     target = torch.where(inside, position, 0)
-    counts = torch.zeros(bins, dtype=torch.float32, device=self.device)
-    return aten.scatter_add.default(counts, 0, target, inside.to(torch.float32))
+    count_dtype = torch.int64 if integer else torch.float32  # the sums scatter_add has; 8- and 16-bit counts wrap
+    counts = torch.zeros(bins, dtype=count_dtype, device=self.device)
+    counts = aten.scatter_add.default(counts, 0, target, inside.to(count_dtype))
+    return counts if count_dtype == self.dtype else counts.to(self.dtype)
 
 
 def _unpool(op):
