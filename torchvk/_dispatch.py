@@ -257,11 +257,13 @@ def _has_kernel(func, key: str) -> bool:
 
 
 def _composite(func):
-    """torch's CompositeExplicitAutograd kernel of func (built from other aten ops), or None."""
+    """torch's CompositeExplicitAutograd kernel of func (built from other ops), or None. Outside aten
+    that is a custom op's one implementation for every device (torch.library.custom_op without
+    device_types: Python made of torch ops), which runs on tvk as it runs on CUDA, its ops ours."""
     fn = _composites.get(func, False)
     if fn is False:
         fn = None
-        if func.namespace == "aten" and _has_kernel(func, "CompositeExplicitAutograd"):
+        if _has_kernel(func, "CompositeExplicitAutograd"):
             def fn(*args, _f=func, **kwargs):
                 return _f._op_dk(_CEA, *args, **kwargs)
         elif func.namespace == "aten" and _has_kernel(func, "CompositeImplicitAutograd"):

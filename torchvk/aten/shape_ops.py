@@ -14,7 +14,7 @@ import math
 import torch
 from torch._decomp import decomposition_table
 
-from ..op_registry import register, register_decomposition
+from ..op_registry import register, register_composite, register_decomposition
 from ._index_check import check_index_range
 from .copies import clone, copy_into
 
@@ -128,8 +128,8 @@ def put_(self, index, source, accumulate=False):
     return self
 
 
-@register(aten.histc.default)
-def histc(self, bins=100, min=0, max=0):
+@register_composite(aten.histc.default, traced=True)  # compiled mode traces its pieces too: torch's
+def histc(self, bins=100, min=0, max=0):  # meta for the fake CPU tensors traced there refuses integers
     """Counts of self's elements in `bins` equal-width bins over [min, max] (the data's range when
     min == max); elements outside are ignored, max falls in the last bin; the counts have self's
     dtype. Integers bin in exact integer arithmetic, (x - min) * bins // (max - min), with min and max

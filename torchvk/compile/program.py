@@ -66,6 +66,7 @@ class Program:
         self.op_histogram: Counter = Counter()
         self.random = False  # random ops a replay would repeat: never recorded
         self.replayable_random = False  # dropout: recorded with its seed in a buffer
+        self.custom_ops = False  # ops of other libraries, run through their Python: never recorded
         self.kernels = 0  # nodes that launch work (not views, getitem, ...): an upper bound
         self.source = self._generate()
         scope: dict = {}
@@ -147,6 +148,9 @@ class Program:
             if target.name() in REPLAYABLE_RANDOM_OPS:
                 self.replayable_random = True
             fn = _dispatch.implementation(target)
+            if fn is not None and target.namespace not in _TORCH_NAMESPACES:
+                self.custom_ops = True
+                return self._const(_custom_op(fn, self.device))  # uncounted, as in eager mode: its ops count
             if fn is None:
                 raise GraphBreakError(
                     f"compiled graph {self.name} needs {target} ({_describe(n)}), which has no Vulkan kernel in "
@@ -205,6 +209,26 @@ class Program:
 
 
 _RESHAPING_VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
+_TORCH_NAMESPACES = ("aten", "prims")
+
+
+class _DryRunStop(Exception):
+    """A dry run reached a custom op: it ends there (its errors are dropped, the pipelines requested so far build)."""
+
+
+def _custom_op(run, device):
+    """A custom op's node (torch.library.custom_op: Transformers' grouped_mm_fallback in a mixture of experts),
+    run through its own Python, which launches our kernels op by op and may read tensor values on the host
+    (`offs.tolist()`). So a program with one is never recorded for replay (replay.py), and a dry run stops
+    before it: the values it would read are not computed there, and a loop over them could run unbounded."""
+    stream = device.stream
+
+    def custom_op(*args, **kwargs):
+        if stream.dry:
+            raise _DryRunStop()
+        return run(*args, **kwargs)
+
+    return custom_op
 
 
 def _view_or_copy(view):

@@ -50,8 +50,9 @@ class Replayed:
     def __init__(self, program, enabled: bool = True):
         self.program = program
         self.device = program.device
-        self.enabled = enabled and not program.random
-        self.reason = "random ops" if program.random else ("disabled" if not enabled else "")
+        self.enabled = enabled and not program.random and not program.custom_ops
+        self.reason = ("random ops" if program.random else "custom ops" if program.custom_ops
+                       else "disabled" if not enabled else "")
         self.calls = self.replays = self.recordings = self.fallbacks = self.moved = 0
         self.graph = None
         self.last_inputs: list | None = None
