@@ -317,6 +317,38 @@ def test_inputs_the_kernel_does_not_take_use_the_math_path_or_a_clear_error():
                                F.scaled_dot_product_attention(*(wide.cpu(),) * 3), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("compiler", ["torch.compile", "torchvk.compile"])
+def test_compiled_graphs_trace_the_math_path_with_masks_as_sdpa_reads_them(compiler):
+    """Where the fused kernel does not apply (Falcon's 4 query heads over 1 key head without enable_gqa,
+    a head dim over 128), a compiled graph traces torch's math op, which takes an additive mask: a
+    boolean one must become 0 / -inf first, as SDPA makes it (added as 0 / 1 it gave Falcon wrong
+    logits), and the traced path must not call itself (it recursed without end)."""
+    torch.manual_seed(3)
+
+    class Attend(nn.Module):
+        def forward(self, q, k, v, mask):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    cases = [(torch.randn(2, 4, 6, 8), torch.randn(2, 1, 6, 8), torch.randn(2, 1, 6, 8)),
+             (torch.randn(1, 2, 5, 136), torch.randn(1, 2, 5, 136), torch.randn(1, 2, 5, 136))]
+    for q, k, v in cases:
+        mask = torch.rand(q.shape[0], 1, q.shape[2], k.shape[2]) > 0.4
+        mask[..., 0] = True
+        for m in (mask, torch.where(mask, 0.0, -1e4)):
+            torch._dynamo.reset()
+            compiled = torch.compile(Attend(), backend="tvk") if compiler == "torch.compile" else torchvk.compile(Attend())
+            leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+            want = F.scaled_dot_product_attention(*leaves, attn_mask=m)
+            want.square().sum().backward()
+            on_tvk = [t.detach().to("tvk").requires_grad_() for t in (q, k, v)]
+            got = compiled(*on_tvk, m.to("tvk"))
+            got.square().sum().backward()
+            torch.testing.assert_close(got.detach().cpu(), want.detach(), atol=1e-5, rtol=1e-4)
+            for mine, theirs in zip(on_tvk, leaves):
+                torch.testing.assert_close(mine.grad.cpu(), theirs.grad, atol=1e-4, rtol=1e-4)
+    torch._dynamo.reset()
+
+
 def test_head_dim_bucket_comes_from_tuning_json(device, monkeypatch):
     """The kernels look a head dim up in tuning/attention.json's buckets, the ones the tuner groups
     shapes by: moving the d64 boundary there moves what runs (no threshold of the runtime's own)."""

@@ -145,3 +145,15 @@ def test_cpu_input_to_a_tvk_model_is_an_error_with_advice():
     # the runtime is still usable
     x = torch.randn(2, 3).to("tvk")
     assert compiled(x).shape == (2, 2)
+
+
+def test_a_graph_without_tvk_inputs_runs_on_the_default_device():
+    """Dynamo may split off a graph of factories alone (a mask built from sizes): it has no tvk input to
+    take a device from, and runs on the default one."""
+    torch._dynamo.reset()
+    try:
+        made = torch.compile(lambda n: (torch.arange(n, device="tvk") * 2).float().cumsum(0), backend="tvk")(6)
+        assert made.device.type == "tvk"
+        assert made.cpu().tolist() == (torch.arange(6) * 2).float().cumsum(0).tolist()
+    finally:
+        torch._dynamo.reset()

@@ -36,6 +36,7 @@ aten = torch.ops.aten
 _DT = {torch.float32: "float32", torch.float16: "float16"}
 _SDPA = aten.scaled_dot_product_attention.default
 _FUSED = aten._scaled_dot_product_fused_attention_overrideable.default
+_MATH = aten._scaled_dot_product_attention_math.default
 
 
 def fused_supported(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, enable_gqa=False) -> bool:
@@ -88,7 +89,12 @@ def traced_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
     """SDPA as one fused op in a traced graph where the kernel covers it; torch's math otherwise."""
     if fused_supported(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         return _FUSED(query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
-    return _SDPA.decompose(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    # torch's math, named: this function stands in SDPA's composite kernel while tracing, so
+    # _SDPA.decompose would call it again (Falcon's heads, 4 for q and 1 for k without enable_gqa, recursed
+    # without end). The math op takes an additive mask: SDPA turns a boolean one into 0 / -inf first
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(attn_mask.logical_not(), float("-inf"))
+    return _MATH(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
 
 
 register_composite(aten.scaled_dot_product_attention.default, traced=traced_sdpa)(sdpa)

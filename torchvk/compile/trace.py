@@ -19,6 +19,7 @@ from torch._functorch import config as functorch_config
 from torch._functorch.aot_autograd import aot_module_simplified
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from .._storage import get_device
 from .._tensor import TVKTensor
 from .fusion import fuse, fusion_compiler_present
 from .program import GraphBreakError, Program
@@ -147,7 +148,8 @@ class CompiledGraphs:
     def __init__(self, model, names, flat, *, fuse: bool = True, replay: bool = True, call: CallSpec | None = None):
         self.fuse, self.replay = fuse, replay
         self.programs: dict = {}
-        self.device = next(t for t in flat if isinstance(t, TVKTensor))._tvk.device
+        # a graph of factories alone (Dynamo split a mask's construction off) has no tvk input: the default device
+        self.device = next((t._tvk.device for t in flat if isinstance(t, TVKTensor)), None) or get_device()
         self.functional = _Functional(model, names, call)
         t0 = time.perf_counter()
         try:
