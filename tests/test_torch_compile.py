@@ -157,3 +157,23 @@ def test_a_graph_without_tvk_inputs_runs_on_the_default_device():
         assert made.cpu().tolist() == (torch.arange(6) * 2).float().cumsum(0).tolist()
     finally:
         torch._dynamo.reset()
+
+
+def test_a_constant_made_while_tracing_moves_to_tvk():
+    """Hugging Face's sliding-window caches make `torch.tensor(window)` while Dynamo traces and move it to
+    the model's device: torch's fake mode folds that move on the real constant, and a tvk result could not
+    be its constant (an AssertionError stopped Gemma 2 under torch.compile with use_cache=True)."""
+
+    class Window(nn.Module):
+        def forward(self, x):
+            window = torch.tensor(3, dtype=torch.long).to(x.device)
+            positions = torch.arange(x.shape[-1], device=x.device)
+            return torch.where(positions < window, x, -x).sum(-1)
+
+    torch._dynamo.reset()
+    try:
+        x = torch.randn(2, 5)
+        got = torch.compile(Window(), backend="tvk")(x.to("tvk"))
+        torch.testing.assert_close(got.cpu(), Window()(x))
+    finally:
+        torch._dynamo.reset()

@@ -28,10 +28,23 @@ def _check_layout(layout, op):
         raise TypeError(f"TorchVK supports only strided tensors, not {layout} (op {op})")
 
 
+def _faking() -> bool:
+    """Whether a fake tensor mode is running real code with Python dispatch turned off: its constant
+    folding while Dynamo traces (`torch.tensor(4).to(x.device)` in Hugging Face's sliding-window
+    caches). A tvk tensor made there would come back to the mode as a FakeTVKTensor, which cannot
+    hold a constant (an AssertionError stopped Gemma 2 under torch.compile); a meta one tells the
+    mode the result is no constant, and it fakes the op as it fakes any other."""
+    if not torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.Python):
+        return False  # every call but a fake mode's (and no_dispatch's) real code: the usual path
+    return torch._guards.detect_fake_mode() is not None
+
+
 @register_backend(aten.empty.memory_format)
 def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     _check_layout(layout, "aten.empty.memory_format")
     dtype = dtype or torch.get_default_dtype()
+    if _faking():
+        return torch.empty(size, dtype=dtype, device="meta", memory_format=memory_format)
     stride = None
     if memory_format not in (None, torch.contiguous_format, torch.preserve_format):
         stride = torch.empty(size, dtype=dtype, device="meta", memory_format=memory_format).stride()
@@ -41,6 +54,8 @@ def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memor
 @register_backend(aten.empty_strided.default)
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     _check_layout(layout, "aten.empty_strided")
+    if _faking():
+        return torch.empty_strided(size, stride, dtype=dtype or torch.get_default_dtype(), device="meta")
     return new_tensor(size, dtype or torch.get_default_dtype(), _device_of(device), stride, op="aten.empty_strided")
 
 
