@@ -51,7 +51,7 @@ zoo: setup
 # the zoo's AMP cases and the fp16 tests with every fp16 GEMM on the packed-fp16 kernel, as a GPU without
 # cooperative matrices (RDNA1) runs them (tests/route_packed_f16.py); not in make test: it repeats its AMP cases
 zoo-packed: setup
-	PYTHONPATH=tests TVK_VALIDATION=1 TVK_PACKED_CONV=1 TVK_PACKED_ATTENTION=1 $(PY) -m pytest -q -n auto -p route_packed_f16 tests/test_zoo.py \
+	PYTHONPATH=tests TVK_VALIDATION=1 TVK_PACKED_CONV=1 $(PY) -m pytest -q -n auto -p route_packed_f16 tests/test_zoo.py \
 	  tests/test_autocast.py tests/test_hf_models.py tests/test_matmul_layouts.py tests/test_attention.py -k "amp or autocast or half or fp16 or float16"
 
 # the wheel's precompiled kernels := the modules the whole test suite compiles (tvk_kernels/shipped_kernels.py)

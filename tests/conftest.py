@@ -60,8 +60,8 @@ def rng():
 @pytest.fixture
 def as_gpu(device, monkeypatch, request):
     """This device treated as a GPU without cooperative matrices, as RDNA1 is: fp16 GEMMs routed to the
-    packed-fp16 kernel once its check passed, fp16 convolutions and fused attention on packed arithmetic
-    (TVK_PACKED_CONV=1, TVK_PACKED_ATTENTION=1).
+    packed-fp16 kernel once its check passed, fp16 convolutions (TVK_PACKED_CONV=1) and fused attention (its
+    default there) on packed arithmetic.
     GEMM plans and kept launches made before are dropped, and those made under it go with it. Returns the
     matmul family (its plans)."""
     from tvk_kernels import config
@@ -72,7 +72,7 @@ def as_gpu(device, monkeypatch, request):
     monkeypatch.setattr(plans, "packed", None)
     monkeypatch.setenv("TVK_COOPMAT", "0")
     monkeypatch.setenv("TVK_PACKED_CONV", "1")
-    monkeypatch.setenv("TVK_PACKED_ATTENTION", "1")
+    monkeypatch.delenv("TVK_PACKED_ATTENTION", raising=False)
     plans.forget_plans()
     config.reload()
     request.addfinalizer(config.reload)

@@ -46,7 +46,11 @@ def test_routing(device, as_gpu, monkeypatch):
     monkeypatch.setenv("TVK_PACKED_F16", "0")
     assert not fam.packed("float16", 64, 4)
     monkeypatch.setenv("TVK_PACKED_F16", "1")
-    monkeypatch.setenv("TVK_PACKED_ATTENTION", "0")  # opt-in until measured faster (design note 48)
+    monkeypatch.setenv("TVK_PACKED_ATTENTION", "0")  # the way back to fp32 arithmetic
+    assert not fam.packed("float16", 64, 4)
+    monkeypatch.delenv("TVK_PACKED_ATTENTION")  # on by default since measured faster (design note 48)
+    assert fam.packed("float16", 64, 4)
+    monkeypatch.setenv("TVK_PACKED_ATTENTION", "0")
     assert not fam.packed("float16", 64, 4)
 
 

@@ -580,6 +580,27 @@ SECTIONS = [("vector-add", "1. Vector add", vector_add), ("matmul", "2. Matmul",
             ("distributed", "Data-parallel training (torch.distributed)", distributed)]
 
 
+# experiments whose script writes its own table beside its JSON (NAME.md): the README shows that table under a
+# title, with the command that made it; "summary" shows only the table's last line (a long sweep's verdict)
+OWN_TABLES = [("packed_attention_ab", "Packed fp16 attention against fp32 arithmetic, cooperative matrices off "
+               "(RDNA1's stand-in)", "benchmarks/packed_attention_ab.py", "table"),
+              ("packed_conv_ab", "Packed fp16 convolutions against fp32 arithmetic, cooperative matrices off",
+               "benchmarks/packed_conv_ab.py", "summary"),
+              ("bandwidth_rows", "Memory-bound kernels beside torch CUDA", "benchmarks/bandwidth_rows.py", "table"),
+              ("cold_compile", "First step with empty caches", "benchmarks/cold_compile.py", "table"),
+              ("rank_check", "The static cost model's order against measured times",
+               "python -m tvk_kernels.tune.rank_check", "table")]
+
+
+def own_table(device_dir: Path, name: str, how: str) -> list[str]:
+    """The experiment's own table (NAME.md without its title and environment lines)."""
+    lines = (device_dir / f"{name}.md").read_text().strip().splitlines()
+    body = [line for line in lines[1:] if not line.startswith(("NVIDIA", "llvmpipe", "Null", "AMD")) or "|" in line]
+    while body and not body[0].strip():
+        body.pop(0)
+    return [body[-1]] if how == "summary" else body
+
+
 def rdna1_table(configs: Path) -> list[str]:
     lines = ["| driver | family | bucket | params | VGPRs | LDS B | waves/SIMD | spills |", "|---|---|---|---|---|---|---|---|"]
     for path in sorted(configs.glob("rdna1--*.json")):
@@ -614,6 +635,9 @@ def build(results: Path, configs: Path) -> str:
                 else:
                     out.append(f"**{title}.** " + " ".join(lines) + f" {_stamp(found[key])}")
                 out.append("")
+        for key, title, command, how in OWN_TABLES:
+            if key in found and (device_dir / f"{key}.md").exists():
+                out += [f"**{title}.** (`{command}`) {_stamp(found[key])}", ""] + own_table(device_dir, key, how) + [""]
     table = rdna1_table(configs)
     if table:
         out += ["### RDNA1 (RX 5600 XT) configs shipped, statically tuned and model-ranked", "",

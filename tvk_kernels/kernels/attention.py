@@ -18,8 +18,9 @@ The backward writes the grad of the scores (float32 [batch, heads_q, lq, lk]) to
 given (the additive mask's gradient).
 
 Packed fp16 (the template's PACKED: dot products on f16vec2 FMAs, shared tiles of fp16 pairs, fp32
-accumulation) is the route for float16 on a GPU without cooperative matrices, as RDNA1 runs it:
-opt-in with TVK_PACKED_ATTENTION=1 until it is measured faster (design note 48), as conv's is.
+accumulation) is the route for float16 on a GPU without cooperative matrices, as RDNA1 runs it: on the
+H200 with cooperative matrices off it took 0.72x the fp32-arithmetic forward's time and 0.59x the
+backward's (design note 48); TVK_PACKED_ATTENTION=0 keeps fp32 arithmetic.
 """
 from __future__ import annotations
 
@@ -55,10 +56,10 @@ class Attention(Family):
 
     def packed(self, dtype: str, head: int, tpr: int) -> bool:
         """Whether a kernel of this storage, compiled head dim and threads per row runs on packed fp16
-        arithmetic (module docstring): TVK_PACKED_ATTENTION=1, float16, a head dim of whole word pairs per
+        arithmetic (module docstring): TVK_PACKED_ATTENTION not 0, float16, a head dim of whole word pairs per
         thread, no cooperative matrices on the device (TVK_COOPMAT=0 counts as none: the H200's stand-in for
         RDNA1), and matmul's packed-fp16 kernel verified here (a GPU with shaderFloat16, TVK_PACKED_F16 not 0)."""
-        if dtype != "float16" or head % (2 * tpr) or not env_flag("TVK_PACKED_ATTENTION", default=False):
+        if dtype != "float16" or head % (2 * tpr) or not env_flag("TVK_PACKED_ATTENTION", default=True):
             return False
         if self.device.facts.features.get("cooperative_matrix") and env_flag("TVK_COOPMAT", default=True):
             return False
