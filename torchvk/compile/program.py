@@ -32,6 +32,7 @@ from .. import _dispatch, _rng
 from .._storage import get_device
 from .._tensor import TVKTensor, from_cpu
 from ..aten.copies import contig
+from ..op_registry import TABLE
 
 _aten = torch._ops.OpOverload
 _LITERALS = (int, bool, str, type(None))
@@ -148,7 +149,7 @@ class Program:
             if target.name() in REPLAYABLE_RANDOM_OPS:
                 self.replayable_random = True
             fn = _dispatch.implementation(target)
-            if fn is not None and target.namespace not in _TORCH_NAMESPACES:
+            if fn is not None and target.namespace not in _TORCH_NAMESPACES and target not in TABLE:
                 self.custom_ops = True
                 return self._const(_custom_op(fn, self.device))  # uncounted, as in eager mode: its ops count
             if fn is None:
@@ -209,7 +210,7 @@ class Program:
 
 
 _RESHAPING_VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}
-_TORCH_NAMESPACES = ("aten", "prims")
+_TORCH_NAMESPACES = ("aten", "prims")  # and ours (tvk::rnn_sequence_forward...) are in the op table
 
 
 class _DryRunStop(Exception):
