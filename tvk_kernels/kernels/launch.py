@@ -235,7 +235,8 @@ class Family:
             pipelines.check_limits(local_size, shared_bytes=shared_bytes, subgroup_size=subgroup_size,
                                    push_size=push_size)
             p = self._pipelines[key] = pipelines.get(template or self.template, defines, local_size=local_size,
-                                                     push_size=push_size, spec=spec, subgroup_size=subgroup_size)
+                                                     push_size=push_size, spec=spec, subgroup_size=subgroup_size,
+                                                     background=True)
         return p
 
 

@@ -10,6 +10,9 @@ Inside `prefetching()`, a missing pipeline is built in a thread pool: get() retu
 Pipeline at once and the build fills it in later. glslc runs in a subprocess and cffi drops
 the GIL in Vulkan calls, so builds really overlap; a VkPipelineCache is internally
 synchronized. Compiled programs prefetch on their first run (torchvk/compile/program.py).
+Outside it, too, kernel launches (get(background=True); TVK_BACKGROUND_BUILDS=0 turns it off) hand a
+missing pipeline to the pool and return at once; the stream holds the dispatches that need it until it is built (stream.py), so an
+eager step's pipelines build in parallel. A build error is raised at the next sync point.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from . import cache_file
 from .compiler import compile_template, forget_template, split_defines
 from .executable_stats import read_stats
 from .vk import NULL, check, ffi, lib, new
+from ..env_flags import env_flag
 from ..errors import InvalidConfigError, ShaderCompileError, VulkanError
 from ..paths import cache_dir
 
@@ -61,6 +65,9 @@ class PipelineCache:
         self._lock = threading.Lock()  # for the counters, which build threads add to
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list | None = None  # (key, Pipeline) submitted in the current prefetching() block
+        # outside prefetching(), too, a missing pipeline is built in the pool and the stream holds the
+        # dispatches that need it (stream.py): eager mode's first step builds its pipelines in parallel
+        self.background = env_flag("TVK_BACKGROUND_BUILDS", True)
         f = device.facts
         # .v2: the checked format; a version-1 `.bin` beside it is never read (it would only warn)
         self._path = cache_dir() / "pipelines" / f"{f.uuid}-{f.driver_version}.v2.bin"
@@ -80,9 +87,10 @@ class PipelineCache:
 
     def get(self, template: str, defines: dict | None = None, local_size=(64, 1, 1), push_size: int = 0,
             spec: dict | None = None, subgroup_size: int | None = None, capture_stats: bool = False,
-            shared_bytes: int = 0) -> Pipeline:
+            shared_bytes: int = 0, background: bool = False) -> Pipeline:
         """The pipeline, built on first use after checking the device limits (shared_bytes: the
-        kernel's shared memory, which only the kernel's author can compute)."""
+        kernel's shared memory, which only the kernel's author can compute). background: a launch
+        site that only hands the pipeline to the stream lets it build in the pool (TVK_BACKGROUND_BUILDS)."""
         key = (template, tuple(sorted((defines or {}).items())), tuple(local_size), push_size,
                tuple(sorted((spec or {}).items())), subgroup_size, capture_stats)
         p = self.pipelines.get(key)
@@ -91,11 +99,13 @@ class PipelineCache:
             p = Pipeline(push_size, template, tuple(local_size))
             compiled, tunables = split_defines(template, defines)  # tunables: the template's specialization constants
             build = (p, template, compiled, {**tunables, **(spec or {})}, subgroup_size, capture_stats)
-            if self._pending is None:
-                self._build(*build)
-            else:
+            if self._pending is not None:
                 p._future = self._executor().submit(self._build, *build)
                 self._pending.append((key, p))
+            elif background and self.background and not capture_stats:  # the stream holds its dispatches until built
+                p._future = self._executor().submit(self._build, *build)
+            else:
+                self._build(*build)
             self.pipelines[key] = p
         return p
 

@@ -23,10 +23,20 @@ functions with structs allocated once: the `vulkan` package's wrappers cost ~6x 
 
 A dry run (`dry_run()`) records no kernels: a compiled program's first run is done once
 dry to learn which pipelines it needs and build them in parallel, then for real.
+
+Held commands: eager ops build a missing pipeline in the pipeline pool (pipeline.py, background
+builds), so a dispatch may meet a pipeline that is not built yet. Rather than wait, the stream holds
+that dispatch, and every command after it, in order, and records them once their pipelines are
+ready: the first eager step builds all the pipelines between two sync points at once instead of one
+after another. Held commands go into the command buffer that was open when they were issued (no
+submit while any are held), so what they keep alive and the memory they use stay theirs. A sync
+point (submit, synchronize, an event) waits for the builds; a failed build raises there and drops
+the commands still held. Blocking mode, profiling and graph capture wait for each pipeline instead.
 """
 from __future__ import annotations
 
 import os
+from collections import deque
 from contextlib import contextmanager
 
 from . import interrupts
@@ -151,6 +161,8 @@ class Stream:
         self.dry = False  # inside dry_run(): GPU work is discarded
         self.call_capture = None  # capturing_calls(): dispatches are collected there, nothing is recorded
         self._last_pipeline = None
+        self._held: deque | None = None  # commands waiting, in order, for a pipeline being built (see above)
+        self.holds = 0  # times commands were held behind a pipeline build
         self._begin_info = new("VkCommandBufferBeginInfo", keep, flags=lib.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
         self._barrier = new("VkMemoryBarrier", keep,
                             srcAccessMask=lib.VK_ACCESS_SHADER_WRITE_BIT | lib.VK_ACCESS_TRANSFER_WRITE_BIT,
@@ -196,11 +208,12 @@ class Stream:
                 raise DeviceLimitError(f"{pipeline.name}: a grid of {tuple(groups)} workgroups exceeds the "
                                        f"device's maxComputeWorkGroupCount {tuple(limit)}; this is a TorchVK bug "
                                        "in the launch plan, please report it")
+            if (pipeline.handle is None or self._held is not None) and self._hold(("d", pipeline, tuple(groups),
+                                                                                  bytes(push), label)):
+                return  # held until its pipeline (or one before it) is built
             cmd = self.cmd if self.recording else self._begin()
             _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
             if pipeline is not self._last_pipeline:
-                if pipeline.handle is None:  # still being built in the pool (PipelineCache.prefetching)
-                    pipeline.wait()
                 self._last_pipeline = None  # until the bind is recorded: an interrupt between must not skip it
                 _vkCmdBindPipeline(cmd, _COMPUTE, pipeline.handle)
                 self._last_pipeline = pipeline
@@ -221,6 +234,76 @@ class Stream:
             elif self.early_submit and self.count % self.early_submit == 0 and not self.capturing and self._gpu_idle():
                 self.early_submits += 1
                 self.submit()
+
+    # ------------------------------------------------------------------ held commands
+    def _hold(self, command: tuple) -> bool:
+        """Hold a command behind a pipeline still being built; False: record it now (the caller does),
+        after waiting for the build where holding is off (blocking, profiling, capture)."""
+        if self.blocking or self.capturing or self.profile_records is not None:
+            self.drain()
+            if command[0] == "d":
+                command[1].wait()
+            return False
+        if not self.recording:
+            self._begin()  # held commands belong to the command buffer open now
+        if self._held is None:
+            self._held = deque()
+            self.holds += 1
+        self._held.append(command)
+        _recorded[0] += 1  # issued: counted now, as a recorded command is
+        if command[0] == "d":
+            self.total_dispatches += 1
+        self._record_held(wait=False)
+        return True
+
+    def drain(self):
+        """Record every held command, waiting for the pipelines they need (a sync point's first step)."""
+        if self._held is not None:
+            self._record_held(wait=True)
+
+    def _record_held(self, wait: bool):
+        """Record held commands from the oldest on while their pipelines are built (wait: until all are).
+        A build error drops the commands still held and is raised."""
+        held = self._held
+        while held:
+            command = held[0]
+            if command[0] == "d" and command[1].handle is None:
+                if not wait:
+                    return
+                try:
+                    command[1].wait()
+                except BaseException as error:
+                    if not isinstance(error, KeyboardInterrupt):  # Ctrl-C: the rest stays held for the next sync
+                        self._held = None
+                    raise
+            with deferred():  # recorded and taken off together
+                self._record_command(command)
+                held.popleft()
+        self._held = None
+        if self.count >= self.batch:
+            self.submit()
+
+    def _record_command(self, command: tuple):
+        cmd = self.cmd
+        _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
+        kind = command[0]
+        if kind == "d":
+            _, pipeline, groups, push, label = command
+            if pipeline is not self._last_pipeline:
+                _vkCmdBindPipeline(cmd, _COMPUTE, pipeline.handle)
+                self._last_pipeline = pipeline
+            if push:
+                _vkCmdPushConstants(cmd, pipeline.layout, _STAGE, 0, len(push), push)
+            _vkCmdDispatch(cmd, groups[0], groups[1], groups[2])
+        elif kind == "c":
+            _, src, dst, nbytes, src_offset, dst_offset = command
+            r = self._copy_region
+            r.srcOffset, r.dstOffset, r.size = src.offset + src_offset, dst.offset + dst_offset, nbytes
+            lib.vkCmdCopyBuffer(cmd, src.block.buffer, dst.block.buffer, 1, r)
+        else:
+            _, dst, value_u32, size = command
+            lib.vkCmdFillBuffer(cmd, dst.block.buffer, dst.offset, size, value_u32 & 0xFFFFFFFF)
+        self.count += 1
 
     def _gpu_idle(self) -> bool:
         """Whether the last submitted command buffer has completed (the queue runs them in order)."""
@@ -245,6 +328,8 @@ class Stream:
         elif self.dry and src.block.mapped is None:
             _recorded[0] += 1  # discarded, but issued
             return  # a device-to-device copy (uploads come from mapped staging memory and still run)
+        if self._held is not None and self._hold(("c", src, dst, nbytes, src_offset, dst_offset)):
+            return
         cmd = self.cmd if self.recording else self._begin()
         _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
         r = self._copy_region
@@ -264,8 +349,10 @@ class Stream:
         if self.dry:
             _recorded[0] += 1  # discarded, but issued
             return
-        cmd = self.cmd if self.recording else self._begin()
         size = dst.size if nbytes is None else (nbytes + 3) // 4 * 4
+        if self._held is not None and self._hold(("f", dst, value_u32, size)):
+            return
+        cmd = self.cmd if self.recording else self._begin()
         _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
         lib.vkCmdFillBuffer(cmd, dst.block.buffer, dst.offset, size, value_u32 & 0xFFFFFFFF)
         self.count += 1
@@ -295,6 +382,7 @@ class Stream:
             raise RuntimeError(f"{self.device.facts.name} has no compute timestamps: an event with "
                                "enable_timing=True cannot be timed on it; use enable_timing=False")
         timer = Timer(self.device) if timed else None
+        self.drain()  # the marker goes after every command issued so far
         cmd = self.cmd if self.recording else self._begin()
         slot = self.slots[self.current]
         if timer is not None:
@@ -350,6 +438,7 @@ class Stream:
     # ------------------------------------------------------------------ submit
     @locked
     def submit(self):
+        self.drain()
         if not self.recording:
             return
         if self.capturing:
