@@ -26,6 +26,11 @@
 //     weight/bias as PHASE 4); writes the per-channel coefficients of PHASE 8
 //   8 BN apply, elementwise over all C * n elements: forward y = x * c0 + c1, backward
 //     dx = c0 * (g - c1 - (x - c2) * c3) (flags & 2; eval: dx = c0 * g)
+//   9 LN backward, fused: PHASE 1's dx and PHASE 2's column sums from one read of g and x.
+//     Workgroup z takes rows [z * p.inner, (z + 1) * p.inner), G at a time; thread t owns
+//     columns t + i * T (i < ITEMS, n <= T * ITEMS: a row is in registers once) and keeps
+//     their sums over its rows; aux0[z, j] = sum g * xhat, aux1[z, j] = sum g (the reduce
+//     kernel adds the workgroups' partials)
 // Optional buffers have address 0 (weight, bias, stats outputs, grads).
 // Tunables (specialization constants): local size (id 0, = WG), ITEMS (id 3: unrolled loads);
 // RELU (id 4) is one too. Defines: PHASE, SUBGROUP (tunable; a define as it enables the
@@ -324,6 +329,65 @@ void main() {
         const uint dst = gl_WorkGroupID.z * p.n + col;
         if (HAS(p.aux0)) FBuf(p.aux0).v[dst] = gw;
         if (HAS(p.aux1)) FBuf(p.aux1).v[dst] = gb;
+    }
+#elif PHASE == 9
+    // ------------------------------------------------ LN backward, fused (dx and column partials)
+    const uint z = group;
+    const uint r0 = z * p.inner, r1 = min(r0 + p.inner, p.rows);
+    if (r0 >= p.rows) return;  // past the last chunk (a 2-d grid rounds up); the whole workgroup
+    FBuf Mn = FBuf(p.mean), Rs = FBuf(p.rstd);
+    float sum_gx[ITEMS], sum_g[ITEMS];  // this thread's columns, over its rows
+    [[unroll]] for (uint i = 0; i < ITEMS; ++i) { sum_gx[i] = 0.0; sum_g[i] = 0.0; }
+    for (uint rb = r0; rb < r1; rb += G) {  // uniform: seg_sum's barriers
+        const uint row = rb + ol;
+        const bool live = row < r1;
+        const float mu = live ? Mn.v[row] : 0.0, rs = live ? Rs.v[row] : 0.0;
+        float gv[ITEMS], xh[ITEMS];
+        float a = 0.0, c = 0.0;
+        [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+            const uint k = t + i * T;
+            gv[i] = 0.0;
+            xh[i] = 0.0;
+            if (live && k < p.n) {
+                const uint off = row * p.n + k;
+                gv[i] = TVK_LOAD(Gr.v[off]);
+                xh[i] = (TVK_LOAD(X.v[off]) - mu) * rs;
+                const float gw = has_w ? gv[i] * W.v[k] : gv[i];
+                a += gw;
+                c += gw * xh[i];
+            }
+        }
+        a = seg_sum(a, l, t, ol) * inv_n;
+        c = seg_sum(c, l, t, ol) * inv_n;
+        [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+            const uint k = t + i * T;
+            if (live && k < p.n) {
+                const float gw = has_w ? gv[i] * W.v[k] : gv[i];
+                Y.v[row * p.n + k] = TVK_STORE(rs * (gw - a - xh[i] * c));
+                sum_gx[i] += gv[i] * xh[i];
+                sum_g[i] += gv[i];
+            }
+        }
+    }
+    // the G row groups' sums of each column, added through shared memory by the first group
+    [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+        const uint k = t + i * T;
+        barrier();
+        sv[l] = sum_gx[i];
+        barrier();
+        if (ol == 0u && k < p.n && HAS(p.aux0)) {
+            float s = 0.0;
+            for (uint o = 0; o < G; ++o) s += sv[o * T + t];
+            FBuf(p.aux0).v[z * p.n + k] = s;
+        }
+        barrier();
+        sv[l] = sum_g[i];
+        barrier();
+        if (ol == 0u && k < p.n && HAS(p.aux1)) {
+            float s = 0.0;
+            for (uint o = 0; o < G; ++o) s += sv[o * T + t];
+            FBuf(p.aux1).v[z * p.n + k] = s;
+        }
     }
 #else
     const bool live = row < p.rows;

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rdna1_check import assert_fits_rdna1, navi10_stats
 from tvk_kernels.kernels import norm
 from tvk_kernels.kernels.launch import family
 from tvk_kernels.search_space import search_space
@@ -28,7 +29,7 @@ def close(got, ref):
     np.testing.assert_allclose(got, ref, rtol=0, atol=tol)
 
 
-def layer_norm_case(device, rng, shape, k, affine, params=None, eps=1e-5):
+def layer_norm_case(device, rng, shape, k, affine, params=None, eps=1e-5, outputs=("dx", "dw", "db")):
     x = (2 * rng.standard_normal(shape) + 1).astype(np.float32)
     ns = shape[len(shape) - k:]
     w = rng.standard_normal(ns).astype(np.float32)
@@ -46,18 +47,22 @@ def layer_norm_case(device, rng, shape, k, affine, params=None, eps=1e-5):
     dxb, dwb, dbb = alloc(x.nbytes), alloc(4 * n), alloc(4 * n)
     wa, ba = (wb.address, bb.address) if affine else (0, 0)
     norm.layer_norm(device, xb.address, yb.address, shape, k, wa, ba, eps, mb.address, rb.address, params=params)
-    norm.layer_norm_backward(device, gb.address, xb.address, mb.address, rb.address, shape, k, wa, dxb.address,
-                             dwb.address, dbb.address, params=params)
+    dxa, dwa, dba = (buf.address if name in outputs else 0 for buf, name in ((dxb, "dx"), (dwb, "dw"), (dbb, "db")))
+    norm.layer_norm_backward(device, gb.address, xb.address, mb.address, rb.address, shape, k, wa, dxa, dwa, dba,
+                             params=params)
     dl = device.download
     close(dl(yb, np.float32, shape), ref.detach().numpy())
     x64 = x.astype(np.float64).reshape(rows, n)
     close(dl(mb, np.float32, (rows,)), x64.mean(1))
     close(dl(rb, np.float32, (rows,)), 1 / np.sqrt(x64.var(1) + eps))
-    close(dl(dxb, np.float32, shape), tx.grad.numpy())
+    if "dx" in outputs:
+        close(dl(dxb, np.float32, shape), tx.grad.numpy())
     g64 = g.astype(np.float64).reshape(rows, n)  # without affine, the grads of an implicit weight 1 / bias 0
     xhat = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + eps)
-    close(dl(dwb, np.float32, ns), tw.grad.numpy() if affine else (g64 * xhat).sum(0).reshape(ns))
-    close(dl(dbb, np.float32, ns), tb.grad.numpy() if affine else g64.sum(0).reshape(ns))
+    if "dw" in outputs:
+        close(dl(dwb, np.float32, ns), tw.grad.numpy() if affine else (g64 * xhat).sum(0).reshape(ns))
+    if "db" in outputs:
+        close(dl(dbb, np.float32, ns), tb.grad.numpy() if affine else g64.sum(0).reshape(ns))
 
 
 @pytest.mark.parametrize("shape,k,affine", [
@@ -83,6 +88,24 @@ def test_layer_norm_param_grads_split(device, rng):
     # the finest chunks a tuned config may ask for: 8 rows, a last chunk shorter, more chunks than columns
     layer_norm_case(device, rng, (1001, 37), 1, True, {"TARGET_GROUPS": 2048, "SPLIT_ROWS": 8})
     layer_norm_case(device, rng, (45, 7), 1, True, {"TARGET_GROUPS": 2048, "SPLIT_ROWS": 8, "ITEMS": 4})
+
+
+@pytest.mark.parametrize("outputs", [("dx",), ("dw", "db"), ("dx", "db"), ("dx", "dw")])
+def test_layer_norm_backward_computes_what_is_asked(device, rng, outputs):
+    """Each subset of (grad_in, grad_weight, grad_bias): the fused pass where grad_in and a column sum
+    are both asked for, the row pass or the column pass alone otherwise."""
+    layer_norm_case(device, rng, (300, 37), 1, True, {"TARGET_GROUPS": 2048}, outputs=outputs)
+
+
+@pytest.mark.parametrize("rows,n,params", [
+    (1001, 37, {"WG": 256, "TARGET_GROUPS": 2048}),  # 4 rows at a time, chunks of 16 rows, the last one short
+    (999, 1024, {"WG": 64}),                         # 16 columns a thread: the most a fused row holds
+    (40, 1025, {"WG": 64}),                          # one column more: the row and column passes
+    (17, 300, {"WG": 128, "TARGET_GROUPS": 2}),      # two workgroups, 2 x 16 rows for 17
+    (5, 3, {"WG": 32}),                              # one workgroup: the sums are written in place
+])
+def test_layer_norm_backward_fused(device, rng, rows, n, params):
+    layer_norm_case(device, rng, (rows, n), 1, True, params)
 
 
 def batch_norm_case(device, rng, shape, training, params=None, affine=True, momentum=0.1, eps=1e-5):
@@ -245,6 +268,34 @@ def test_batch_norm_relu(device, rng, shape, params, training):
     if training:
         axes = tuple(i for i in range(len(shape)) if i != 1)
         close(dl(ib, np.float32, (c,)), 1 / np.sqrt(x.astype(np.float64).var(axes) + 1e-5))
+
+
+_RDNA1_FUSED_STATS = """
+import json
+from tvk_kernels.config import default_params
+from tvk_kernels.kernels import norm
+from tvk_kernels.runtime.device import Device
+
+dev = Device.get(0)
+stats = {}
+for wg in sorted({default_params("norm", dev.facts, "small")["WG"], 1024}):
+    for items in (1, 2, 4, 8, norm.FUSED_MAX_ITEMS):
+        for wave in (32, 64):
+            for dtype in ("float32", "float16"):
+                pipe = dev.pipelines.get(norm.Norm.template, norm.defines(norm.LN_BWD_FUSED, items, True, dtype=dtype),
+                                         local_size=(wg, 1, 1), push_size=norm._PUSH.size, shared_bytes=4 * wg,
+                                         subgroup_size=wave, capture_stats=True)
+                stats[f"WG {wg} ITEMS {items} wave{wave} {dtype}"] = pipe.stats
+print(json.dumps(stats))
+"""
+
+
+def test_fused_layer_norm_backward_compiles_for_rdna1_without_spills(tmp_path):
+    """The fused backward holds FUSED_MAX_ITEMS columns of a row per thread in registers: RDNA1's own
+    compiler (Mesa's null Navi 10) fits every size at wave32 and wave64 without spills, in 32 KiB."""
+    stats = navi10_stats(_RDNA1_FUSED_STATS, tmp_path)
+    assert len(stats) >= 40
+    assert_fits_rdna1(stats)
 
 
 def test_one_spirv_module_serves_every_items_value_and_the_fused_relu():

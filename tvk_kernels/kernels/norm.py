@@ -44,7 +44,9 @@ from .reduce import reduce, required_subgroup_size, use_subgroups
 
 _PUSH = struct.Struct("<10Q4I3f4I")
 _ADDRS = ("x", "y", "g", "w", "b", "mean", "rstd", "aux0", "aux1", "scratch")
-LN_FWD, LN_BWD, LN_GWB, BN_FWD, BN_BWD, BN_PART_FWD, BN_PART_BWD, BN_COMBINE, BN_APPLY = range(9)
+LN_FWD, LN_BWD, LN_GWB, BN_FWD, BN_BWD, BN_PART_FWD, BN_PART_BWD, BN_COMBINE, BN_APPLY, LN_BWD_FUSED = range(10)
+FUSED_MAX_ITEMS = 16  # layer norm backward is fused where a row fits WG threads' registers this many times over
+FUSED_MIN_CHUNK = 16  # rows per workgroup at least: the column partials stay a few % of the traffic
 
 
 class Norm(Family):
@@ -125,6 +127,12 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
     if recording():
         record_shape(Norm.family, {"kind": "ln", "rows": rows, "cols": n, "n": rows * n}, direction="backward")
     prm = family(device, Norm).resolve({"n": rows * n}, params)
+    fused = fused_ln_backward_plan(prm, rows, n) if grad_in_addr and (grad_weight_addr or grad_bias_addr) else None
+    if fused:
+        _ln_backward_fused(device, prm, rows, n, fused, dict(x=x_addr, y=grad_in_addr, g=grad_addr, w=weight_addr,
+                                                             mean=mean_addr, rstd=rstd_addr),
+                           grad_weight_addr, grad_bias_addr, dtype)
+        return
     if grad_in_addr and rows:
         _row_launch(device, LN_BWD, prm, rows, n, dict(x=x_addr, y=grad_in_addr, g=grad_addr, w=weight_addr,
                                                         mean=mean_addr, rstd=rstd_addr), label="layer_norm_backward",
@@ -145,6 +153,41 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
     for part, dst in zip(parts, (grad_weight_addr, grad_bias_addr)):
         if part is not None:
             reduce(device, "sum", part.address, dst, (nsplit, n), (n, 1), (0,))
+            device.stream.keep_alive(part)
+
+
+def fused_ln_backward_plan(prm: dict, rows: int, n: int) -> tuple[int, int, int, int] | None:
+    """(ITEMS, T threads a row, rows a workgroup, workgroups) of the fused layer norm backward (PHASE 9), or
+    None where a row does not fit WG threads' registers FUSED_MAX_ITEMS times over (or there are no rows):
+    at least FUSED_MIN_CHUNK rows a workgroup, in whole steps of WG / T rows, at most TARGET_GROUPS
+    workgroups where the rows allow."""
+    wg = int(prm["WG"])
+    if rows == 0 or n > wg * FUSED_MAX_ITEMS:
+        return None
+    items = pow2ceil(-(-n // wg))
+    t = min(wg, pow2ceil(-(-n // items)))
+    g = wg // t
+    chunk = max(-(-rows // int(prm.get("TARGET_GROUPS", 1))), FUSED_MIN_CHUNK)
+    chunk = -(-chunk // g) * g
+    return items, t, chunk, -(-rows // chunk)
+
+
+def _ln_backward_fused(device, prm, rows, n, plan, addrs, grad_weight_addr, grad_bias_addr, dtype):
+    """grad_in and the column sums in one pass over g and x (PHASE 9), each workgroup writing its partial
+    column sums; the reduce kernel adds them (one workgroup: written in place)."""
+    items, t, chunk, groups = plan
+    if groups == 1:
+        parts = []
+        aux0, aux1 = grad_weight_addr, grad_bias_addr
+    else:
+        parts = [device.allocator.alloc(4 * groups * n) if a else None for a in (grad_weight_addr, grad_bias_addr)]
+        aux0, aux1 = (part.address if part is not None else 0 for part in parts)
+    pipe = family(device, Norm).kernel(prm, LN_BWD_FUSED, items, use_subgroups(device, prm), dtype=dtype)
+    push = _pack(dict(addrs, aux0=aux0, aux1=aux1), rows, n, chunk, tlog=t.bit_length() - 1)
+    device.stream.dispatch(pipe, grid_1d(groups, device.facts.max_workgroup_count[0]), push, "layer_norm_backward")
+    for part, dst in zip(parts, (grad_weight_addr, grad_bias_addr)):
+        if part is not None:
+            reduce(device, "sum", part.address, dst, (groups, n), (n, 1), (0,))
             device.stream.keep_alive(part)
 
 

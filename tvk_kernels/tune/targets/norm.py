@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...kernels.launch import pow2ceil
-from ...kernels.norm import (BN_APPLY, BN_BWD, BN_COMBINE, BN_FWD, BN_PART_BWD, BN_PART_FWD, LN_BWD, LN_FWD,
-                             LN_GWB, _bn_chunks, batch_norm, batch_norm_backward, defines, layer_norm,
-                             layer_norm_backward, ln_column_split)
+from ...kernels.norm import (BN_APPLY, BN_BWD, BN_COMBINE, BN_FWD, BN_PART_BWD, BN_PART_FWD, LN_BWD,
+                             LN_BWD_FUSED, LN_FWD, LN_GWB, _bn_chunks, batch_norm, batch_norm_backward, defines,
+                             fused_ln_backward_plan, layer_norm, layer_norm_backward, ln_column_split)
 from ...kernels.reduce import required_subgroup_size
 from . import Case
 
@@ -77,7 +77,7 @@ class NormTarget:
         """The launches of one forward + backward, as the runtime plans them (cost_model.py predicts
         each with the layer norm forward's statistics): layer norm's row kernels, then its weight and
         bias sums over the rows (split into chunks by TARGET_GROUPS / SPLIT_ROWS, finished by two reduce
-        passes); batch norm's row kernels, or where it splits, per-chunk partials, a per-channel combine
+        passes), or, where a row fits the registers, the fused backward and the two reduce passes; batch norm's row kernels, or where it splits, per-chunk partials, a per-channel combine
         and an elementwise pass, each way."""
         ln = shape.get("kind", "ln") == "ln"
         rows, n = (shape["rows"], shape["cols"]) if ln else (shape["C"], shape["N"] * shape["HW"])
@@ -89,6 +89,14 @@ class NormTarget:
 
         t = min(wg, pow2ceil(-(-n // items)))
         row_groups = -(-rows // (wg // t))
+        fused = ln and fused_ln_backward_plan(params, rows, n)
+        if fused:  # forward x -> y (8 bytes an element), backward grad, x -> grad_in and column partials (12)
+            _, _, _, groups = fused
+            out = [launch(8 * rows * n, 8 * rows * n, row_groups),
+                   launch(12 * rows * n, 12 * rows * n + 8 * groups * n, groups, 8)]
+            if groups > 1:
+                out += [launch(groups * n, 4 * groups * n + 4 * n, -(-n // wg), 8)] * 2
+            return out
         if ln:  # forward x -> y, backward grad, x -> grad_in: 20 bytes an element
             _, col_groups, nsplit, _ = ln_column_split(params, rows, n)
             out = [launch(16 * rows * n, 20 * rows * n, row_groups),
@@ -118,7 +126,8 @@ class NormTarget:
         """The kernels one tuned parameter set builds (tune/carry_over.py): every phase as the
         runtime builds it, the batch-norm writes with and without the fused ReLU."""
         items, sub = params["ITEMS"], params["SUBGROUP"]
-        rows = [defines(phase, items, sub) for phase in (LN_FWD, LN_BWD, BN_FWD, BN_BWD, BN_PART_FWD, BN_PART_BWD)]
+        rows = [defines(phase, items, sub)
+                for phase in (LN_FWD, LN_BWD, LN_BWD_FUSED, BN_FWD, BN_BWD, BN_PART_FWD, BN_PART_BWD)]
         fixed = [defines(LN_GWB, items, False), defines(BN_COMBINE, 1, False), defines(BN_APPLY, items, False)]
         relu = [defines(BN_FWD, items, sub, relu=True), defines(BN_APPLY, items, False, relu=True)]
         return rows + fixed + relu
