@@ -108,6 +108,15 @@ def test_layer_norm_backward_fused(device, rng, rows, n, params):
     layer_norm_case(device, rng, (rows, n), 1, True, params)
 
 
+def test_layer_norm_backward_fused_stays_within_the_loop_budget(device, rng):
+    """llvmpipe ends an invocation's loops after 65535 iterations: with 2 workgroups asked for, 70000 rows
+    are cut into more, so no row is left unwritten."""
+    budget = device.facts.max_loop_iterations or 65535
+    items, t, chunk, groups = norm.fused_ln_backward_plan({"WG": 64, "TARGET_GROUPS": 2}, 70000, 33, budget)
+    assert t == 64 and groups > 2 and chunk * (1 + 2 * items) < budget  # one row at a time
+    layer_norm_case(device, rng, (70000, 33), 1, True, {"WG": 64, "TARGET_GROUPS": 2})
+
+
 def batch_norm_case(device, rng, shape, training, params=None, affine=True, momentum=0.1, eps=1e-5):
     c = shape[1]
     x = (2 * rng.standard_normal(shape) + 1).astype(np.float32)

@@ -127,7 +127,8 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
     if recording():
         record_shape(Norm.family, {"kind": "ln", "rows": rows, "cols": n, "n": rows * n}, direction="backward")
     prm = family(device, Norm).resolve({"n": rows * n}, params)
-    fused = fused_ln_backward_plan(prm, rows, n) if grad_in_addr and (grad_weight_addr or grad_bias_addr) else None
+    fused = (fused_ln_backward_plan(prm, rows, n, device.facts.max_loop_iterations)
+             if grad_in_addr and (grad_weight_addr or grad_bias_addr) else None)
     if fused:
         _ln_backward_fused(device, prm, rows, n, fused, dict(x=x_addr, y=grad_in_addr, g=grad_addr, w=weight_addr,
                                                              mean=mean_addr, rstd=rstd_addr),
@@ -156,11 +157,13 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
             device.stream.keep_alive(part)
 
 
-def fused_ln_backward_plan(prm: dict, rows: int, n: int) -> tuple[int, int, int, int] | None:
+def fused_ln_backward_plan(prm: dict, rows: int, n: int, loop_budget: int = 0) -> tuple[int, int, int, int] | None:
     """(ITEMS, T threads a row, rows a workgroup, workgroups) of the fused layer norm backward (PHASE 9), or
     None where a row does not fit WG threads' registers FUSED_MAX_ITEMS times over (or there are no rows):
     at least FUSED_MIN_CHUNK rows a workgroup, in whole steps of WG / T rows, at most TARGET_GROUPS
-    workgroups where the rows allow."""
+    workgroups where the rows and the device's loop budget allow (loop_budget: facts.max_loop_iterations,
+    0 for none; llvmpipe ends an invocation's loops after 65535 iterations, so a workgroup's row steps,
+    each counted with its item loops, stay below it)."""
     wg = int(prm["WG"])
     if rows == 0 or n > wg * FUSED_MAX_ITEMS:
         return None
@@ -168,6 +171,9 @@ def fused_ln_backward_plan(prm: dict, rows: int, n: int) -> tuple[int, int, int,
     t = min(wg, pow2ceil(-(-n // items)))
     g = wg // t
     chunk = max(-(-rows // int(prm.get("TARGET_GROUPS", 1))), FUSED_MIN_CHUNK)
+    if loop_budget:
+        steps = (loop_budget - 256 - 2 * items * g) // (1 + 2 * items)  # the partials' sums at the end count too
+        chunk = min(chunk, max(steps, 1) * g)
     chunk = -(-chunk // g) * g
     return items, t, chunk, -(-rows // chunk)
 
