@@ -113,7 +113,7 @@ def test_layer_norm_backward_fused_stays_within_the_loop_budget(device, rng):
     are cut into more, so no row is left unwritten."""
     budget = device.facts.max_loop_iterations or 65535
     items, t, chunk, groups = norm.fused_ln_backward_plan({"WG": 64, "TARGET_GROUPS": 2}, 70000, 33, budget)
-    assert t == 64 and groups > 2 and chunk * (1 + 2 * items) < budget  # one row at a time
+    assert t == 64 and groups > 2 and chunk * (1 + 2 * items + 2 * 7) < budget  # one row at a time
     layer_norm_case(device, rng, (70000, 33), 1, True, {"WG": 64, "TARGET_GROUPS": 2})
 
 

@@ -171,8 +171,9 @@ def fused_ln_backward_plan(prm: dict, rows: int, n: int, loop_budget: int = 0) -
     t = min(wg, pow2ceil(-(-n // items)))
     g = wg // t
     chunk = max(-(-rows // int(prm.get("TARGET_GROUPS", 1))), FUSED_MIN_CHUNK)
-    if loop_budget:
-        steps = (loop_budget - 256 - 2 * items * g) // (1 + 2 * items)  # the partials' sums at the end count too
+    if loop_budget:  # a row step: its own iteration, two item loops, two cross-thread sums (log2 T + 2 rounds)
+        per_step = 1 + 2 * items + 2 * (t.bit_length() + 1)
+        steps = (loop_budget - 256 - 2 * items * g) // per_step  # the partials' sums at the end count too
         chunk = min(chunk, max(steps, 1) * g)
     chunk = -(-chunk // g) * g
     return items, t, chunk, -(-rows // chunk)
