@@ -13,6 +13,8 @@
 // Backward (y = the forward output, g = grad of y):
 //   softmax:      dx = y * (g - sum(g * y))
 //   log_softmax:  dx = g - exp(y) * sum(g)
+// REGS (a define, set where n <= T * ITEMS): the row stays in registers between the passes, so
+// x (backward: y and g) is read once and the forward takes one exp an element.
 // Tunables (specialization constants): local size (id 0, = WG), ITEMS (id 3: unrolled loads);
 // COLS (id 4) and LOG (id 5: log_softmax) are specialization constants too.
 // Defines: BWD, SUBGROUP (tunable; a define: it enables the subgroup extensions).
@@ -36,6 +38,9 @@ layout(constant_id = 4) const bool COLS = false;
 layout(constant_id = 5) const bool LOG = false;
 #ifndef BWD
 #define BWD 0
+#endif
+#ifndef REGS
+#define REGS 0
 #endif
 
 #define NEG_INF (-uintBitsToFloat(0x7F800000u))
@@ -117,7 +122,66 @@ void main() {
     const uint n = p.n, st = p.inner;
     const uint base = (r / st) * n * st + (r % st);
 
-#if BWD == 0
+#if REGS && BWD == 0
+    // ------------------------------------------------ forward, the row in registers
+    FBuf X = FBuf(p.x), Y = FBuf(p.y);
+    float xv[ITEMS];
+    float m = NEG_INF;
+    [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+        const uint kk = t + i * T;
+        xv[i] = NEG_INF;
+        if (live && kk < n) {
+            float v = X.v[base + kk * st];
+            if ((floatBitsToUint(v) & 0x7FFFFFFFu) > 0x7F800000u) v = POS_INF;  // NaN: see the loop form below
+            xv[i] = v;
+            m = max(m, v);
+        }
+    }
+    const float M = seg_max(m, l, t, ol);
+    const bool nan_row = M == POS_INF || M == NEG_INF;
+    float s = 0.0;
+    [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+        const float e = xv[i] == NEG_INF || nan_row ? 0.0 : exp(xv[i] - M);
+        s += e;
+        if (!LOG) xv[i] = e;  // log_softmax keeps x
+    }
+    const float S = seg_sum(s, l, t, ol);
+    if (live) {
+        const float shift = LOG ? M + log(S) : 0.0;
+        [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+            const uint kk = t + i * T;
+            if (kk < n) {
+                const uint off = base + kk * st;
+                if (nan_row) Y.v[off] = uintBitsToFloat(0x7FC00000u);
+                else if (LOG) Y.v[off] = xv[i] - shift;
+                else Y.v[off] = xv[i] / S;
+            }
+        }
+    }
+#elif REGS
+    // ------------------------------------------------ backward, the row in registers
+    FBuf Yb = FBuf(p.y), Gb = FBuf(p.g), D = FBuf(p.dx);
+    float yv[ITEMS], gv[ITEMS];
+    float acc = 0.0;
+    [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+        const uint kk = t + i * T;
+        yv[i] = 0.0;
+        gv[i] = 0.0;
+        if (live && kk < n) {
+            const uint off = base + kk * st;
+            yv[i] = Yb.v[off];
+            gv[i] = Gb.v[off];
+            acc += LOG ? gv[i] : gv[i] * yv[i];
+        }
+    }
+    const float S = seg_sum(acc, l, t, ol);
+    if (live) {
+        [[unroll]] for (uint i = 0; i < ITEMS; ++i) {
+            const uint kk = t + i * T;
+            if (kk < n) D.v[base + kk * st] = LOG ? gv[i] - exp(yv[i]) * S : yv[i] * (gv[i] - S);
+        }
+    }
+#elif BWD == 0
     FBuf X = FBuf(p.x), Y = FBuf(p.y);
     float m = NEG_INF, s = 0.0;
     if (live) {

@@ -122,3 +122,52 @@ def test_rows_with_nan_and_infinities_match_torch(log):
     for dim in (1, 0):
         op = torch.log_softmax if log else torch.softmax
         torch.testing.assert_close(op(x.to("tvk"), dim).cpu(), op(x, dim), equal_nan=True)
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("n", [16 * 64, 16 * 64 + 1, 3 * 64 + 5])
+def test_rows_in_registers_and_rows_too_long_for_them(device, rng, n, log):
+    """A row of up to WG x REGS_MAX_ITEMS elements is read once into registers, a longer one is walked
+    in loops (softmax.register_items): both, at the edge, with masked (-inf), NaN and +inf rows."""
+    from tvk_kernels.kernels import softmax as softmax_kernels
+
+    params = {"WG": 64, "ITEMS": 1}
+    assert (softmax_kernels.register_items(64, 1, n) is not None) == (n <= 64 * softmax_kernels.REGS_MAX_ITEMS)
+    x = (3 * rng.standard_normal((6, n))).astype(np.float32)
+    x[1, : n // 2] = -np.inf
+    g = rng.standard_normal(x.shape).astype(np.float32)
+    check(device, x, g, -1, log, params)
+    x[2, 7], x[3, n - 1], x[4, :] = np.nan, np.inf, -np.inf
+    y, _ = run(device, x, g, -1, log, params)
+    ry = (torch.log_softmax if log else torch.softmax)(torch.from_numpy(x), -1).numpy()
+    np.testing.assert_allclose(y, ry, rtol=1e-5, atol=2e-5 * (1 + 3 * 5) if log else 1e-6, equal_nan=True)
+
+
+_RDNA1_REGS_STATS = """
+import json
+from tvk_kernels.config import default_params
+from tvk_kernels.kernels import softmax
+from tvk_kernels.runtime.device import Device
+
+dev = Device.get(0)
+stats = {}
+for wg in sorted({default_params("softmax", dev.facts, "small")["WG"], 1024}):
+    for items in (1, 4, softmax.REGS_MAX_ITEMS):
+        for backward in (False, True):
+            for wave in (32, 64):
+                d = softmax.defines({"ITEMS": items}, False, False, backward, True, regs=True)
+                pipe = dev.pipelines.get("softmax.comp", d, local_size=(wg, 1, 1), push_size=softmax._PUSH.size,
+                                         shared_bytes=4 * wg, subgroup_size=wave, capture_stats=True)
+                stats[f"WG {wg} ITEMS {items} backward {backward} wave{wave}"] = pipe.stats
+print(json.dumps(stats))
+"""
+
+
+def test_rows_in_registers_compile_for_rdna1_without_spills(tmp_path):
+    """RDNA1's own compiler (Mesa's null Navi 10): the register-resident kernels at every size, wave32 and
+    wave64, without spills, in 32 KiB."""
+    from rdna1_check import assert_fits_rdna1, navi10_stats
+
+    stats = navi10_stats(_RDNA1_REGS_STATS, tmp_path)
+    assert len(stats) >= 24
+    assert_fits_rdna1(stats)

@@ -5,8 +5,9 @@
 
 The tensor is viewed as [outer, n, inner] around `dim`. inner == 1 (the last dim, the common
 case) runs T adjacent threads per row with a subgroup or shared-memory reduction; inner > 1
-gives adjacent rows to adjacent threads so loads stay coalesced. Forward is max-subtracted
-(online max and rescaled sum in one pass, then a writing pass). Backward takes the forward
+gives adjacent rows to adjacent threads so loads stay coalesced. Forward is max-subtracted: a row
+of up to WG x REGS_MAX_ITEMS elements (inner == 1) is read once into registers (max, sum of exp,
+write); longer rows take an online max and rescaled sum in one pass, then a writing pass. Backward takes the forward
 output: softmax dx = y * (g - sum(g*y)); log_softmax dx = g - exp(y) * sum(g).
 """
 from __future__ import annotations
@@ -29,10 +30,21 @@ class Softmax(Family):
         return powers_of_two(self.family, params, "WG")
 
 
-def defines(params: dict, cols: bool, log: bool, backward: bool, subgroup: bool) -> dict:
-    """The defines of one softmax kernel (the runtime and the tuner target build them here)."""
+REGS_MAX_ITEMS = 16  # a row up to WG threads x this many elements is kept in registers (REGS)
+
+
+def defines(params: dict, cols: bool, log: bool, backward: bool, subgroup: bool, regs: bool = False) -> dict:
+    """The defines of one softmax kernel (the runtime and the tuner target build them here); REGS only
+    where set, so the loop kernels stay the SPIR-V they were tuned as."""
     return {"COLS": int(cols), "ITEMS": params["ITEMS"], "LOG": int(log), "BWD": int(backward),
-            "SUBGROUP": int(subgroup)}
+            "SUBGROUP": int(subgroup), **({"REGS": 1} if regs else {})}
+
+
+def register_items(wg: int, items: int, n: int) -> int | None:
+    """ITEMS of the kernel that keeps a row of n elements in registers (REGS): the tuned ITEMS, or
+    more where WG threads need more for the row; None where a row needs over REGS_MAX_ITEMS a thread."""
+    need = max(items, pow2ceil(-(-n // wg)))
+    return need if need <= REGS_MAX_ITEMS else None
 
 
 def _run(device, x, y, g, dx, shape, dim, log, bwd, params):
@@ -58,13 +70,16 @@ def _run(device, x, y, g, dx, shape, dim, log, bwd, params):
     if not cols:
         prm = loop_budget_params(fam, {"n": rows * n}, prm, n, passes=2)
     wg, items = int(prm["WG"]), int(prm["ITEMS"])
+    regs = None if cols else register_items(wg, items, n)
     if cols:
         g_rows = min(wg, pow2ceil(rows))
         t = wg // g_rows
     else:
+        items = regs or items
         t = min(wg, pow2ceil(-(-n // items)))
         g_rows = wg // t
-    kernel = defines(prm, cols, bool(log), bwd, not cols and use_subgroups(device, prm))
+    kernel = defines({**prm, "ITEMS": items}, cols, bool(log), bwd, not cols and use_subgroups(device, prm),
+                     regs is not None)
     pipe = fam.variant(kernel, wg, _PUSH.size, shared_bytes=4 * wg, subgroup_size=required_subgroup_size(prm))
     groups = grid_1d(-(-rows // g_rows), device.facts.max_workgroup_count[0])
     device.stream.dispatch(pipe, groups, _PUSH.pack(x, y, g, dx, rows, n, inner, t.bit_length() - 1),

@@ -5,7 +5,7 @@ import numpy as np
 
 from ...kernels.launch import pow2ceil
 from ...kernels.reduce import required_subgroup_size
-from ...kernels.softmax import defines, softmax
+from ...kernels.softmax import defines, register_items, softmax
 from . import Case
 
 
@@ -55,12 +55,16 @@ class SoftmaxTarget:
         rows, cols, dim = shape["rows"], shape["cols"], shape.get("dim", -1)
         wg, items = params["WG"], params["ITEMS"]
         n = rows * cols
+        moved = 12 * n  # forward x twice, y once (the loop form)
         if dim in (-1, 1):
+            regs = register_items(wg, items, cols)
+            if regs:  # the row in registers: x read once
+                items, moved = regs, 8 * n
             t = min(wg, pow2ceil(-(-cols // items)))
             groups = -(-rows // (wg // t))
         else:
             groups = -(-cols // min(wg, pow2ceil(cols)))
-        return {"flops": 6 * n, "dram_bytes": 12 * n, "lds_bytes": groups * wg * 16, "groups": groups,
+        return {"flops": 6 * n, "dram_bytes": moved, "lds_bytes": groups * wg * 16, "groups": groups,
                 "invocations": wg, "lds_per_group": 4 * wg}
 
     @staticmethod
@@ -73,8 +77,9 @@ class SoftmaxTarget:
     def kernel_defines(params) -> list[dict]:
         """The kernels one tuned parameter set builds (tune/carry_over.py): both layouts, softmax
         and log_softmax, forward and backward."""
-        return [defines(params, cols, log, bwd, params["SUBGROUP"] and not cols)
-                for cols in (False, True) for log in (False, True) for bwd in (False, True)]
+        return [defines(params, cols, log, bwd, params["SUBGROUP"] and not cols, regs)
+                for cols in (False, True) for log in (False, True) for bwd in (False, True)
+                for regs in ((False, True) if not cols else (False,))]
 
 
 TARGET = SoftmaxTarget()
