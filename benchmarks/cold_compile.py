@@ -4,7 +4,9 @@ Issue 30 item 7 asks for the first compiled step of each model in at most 2 s on
 caches. Whether that is in our hands or blocked by torch's own tracing shows in the differences of
 first steps between these variants, each model x variant in a fresh Python process with empty caches
 (TVK_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, NVIDIA's and Mesa's shader disk caches), so nothing is warm:
-  eager            eager tvk ops: the kernels' pipeline builds, no compile
+  eager_serial     eager tvk ops with TVK_BACKGROUND_BUILDS=0: each pipeline built at its first launch, one
+                   after another (the runtime before background builds)
+  eager            eager tvk ops: the kernels' pipeline builds (in the background, in parallel), no compile
   dynamo_only      torch.compile(backend="eager"): Dynamo's trace, then eager tvk ops
   dynamo_aot       Dynamo, then AOTAutograd's trace as the tvk backend makes it, its graphs dropped and
                    Dynamo's graph run as eager tvk ops (torch's own backend="aot_eager" cannot run tvk
@@ -33,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-VARIANTS = ("eager", "dynamo_only", "dynamo_aot", "tvk", "torchvk.compile")
+VARIANTS = ("eager_serial", "eager", "dynamo_only", "dynamo_aot", "tvk", "torchvk.compile")
 TARGET_SECONDS = 2.0  # issue 30 item 7: the first compiled step, cold, on the H200
 WARM_STEPS = 3
 ERROR_TAIL_CHARS = 800
@@ -83,7 +85,7 @@ def build_step(name: str, variant: str, size: str):
     import torchvk
     from torchvk.experiments import zoo, zoo_models
 
-    if variant == "eager":
+    if variant in ("eager", "eager_serial"):  # eager_serial: its environment turns background builds off
         return zoo.trainer(name, "tvk", "eager", size)[1], None
     if variant == "tvk":
         return zoo.trainer(name, "tvk", "torch.compile", size)[1], None
@@ -177,9 +179,12 @@ def measure_child(name: str, variant: str, size: str) -> dict:
 
 # ---- the parent: a fresh process with empty caches per model x variant --------------------------------
 
-def child_environment(cache_root: Path) -> dict:
-    """The parent's environment (PYTHONPATH and the rest) with every compile cache pointed at an empty folder."""
+def child_environment(cache_root: Path, variant: str) -> dict:
+    """The parent's environment (PYTHONPATH and the rest) with every compile cache pointed at an empty folder
+    (eager_serial: background pipeline builds off)."""
     env = dict(os.environ)
+    if variant == "eager_serial":
+        env["TVK_BACKGROUND_BUILDS"] = "0"
     env.update(TVK_CACHE_DIR=str(cache_root / "tvk"), TORCHINDUCTOR_CACHE_DIR=str(cache_root / "inductor"),
                __GL_SHADER_DISK_CACHE_PATH=str(cache_root / "nvidia"), __GL_SHADER_DISK_CACHE="0",
                MESA_SHADER_CACHE_DISABLE="1")  # Mesa's (lavapipe, RADV): off, as NVIDIA's
@@ -206,7 +211,7 @@ def run_child(name: str, variant: str, size: str, timeout: float) -> dict:
         try:
             done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", spec],
                                   capture_output=True, text=True, timeout=timeout,
-                                  env=child_environment(Path(cache_root)))
+                                  env=child_environment(Path(cache_root), variant))
         except subprocess.TimeoutExpired as e:
             return failure(f"timed out after {timeout:g} s", _text(e.stderr))
     if done.returncode != 0:

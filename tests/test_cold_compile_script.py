@@ -13,7 +13,7 @@ ENV = dict(os.environ, TVK_VALIDATION="0")
 
 
 def test_each_variant_times_a_first_step_in_its_own_cold_process(tmp_path):
-    variants = ["eager", "dynamo_only", "tvk"]
+    variants = ["eager_serial", "eager", "dynamo_only", "tvk"]
     done = subprocess.run([sys.executable, str(SCRIPT), "--models", "mlp", "--size", "tiny", "--variants",
                            ",".join(variants), "--out", str(tmp_path)],
                           capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
