@@ -49,6 +49,7 @@ def stream():
 
 
 def test_results_do_not_depend_on_where_submits_fall(stream):
+    _train_steps(1)  # its pipelines built: while a build is pending the stream holds commands, never submitting early
     results = {}
     for every in (1, 16, 0):  # after each kernel, the default, never (sync points only)
         stream.early_submit = every
@@ -73,6 +74,7 @@ def test_a_busy_gpu_is_not_fed_early(stream, monkeypatch):
     """While the last submitted work still runs, recording goes on into the open command buffer."""
     x = torch.randn(16, 16)
     t = x.to("tvk")
+    ((t + 1) * 2).relu() @ t - 1  # the kernels' pipelines built first: a pending build holds commands
     get_device(0).synchronize()
     stream.early_submit = 1
     monkeypatch.setattr(stream, "_gpu_idle", lambda: False)
