@@ -12,6 +12,7 @@
 #   pattn: the same for fp16 fused attention (benchmarks/packed_attention_ab.py)
 #   cold: the first compiled step with empty caches, split into Dynamo, AOTAutograd and ours (benchmarks/cold_compile.py;
 #      TVK_COLD_MODELS: some of tvk-bench models' models, TVK_COLD_VARIANTS: some variants; needs their wheels in .whl)
+#   lns: layer norm backward's row chunks (benchmarks/layer_norm_split.py) with the device's own config
 #   bw: the kernels experiment's bandwidth section alone (benchmarks/bandwidth_rows.py: reductions, norms, softmax,
 #      elementwise, embedding backwards beside torch CUDA)
 #   attn: tuning of fused attention (forward and backward tiles) into the shipped file (TVK_TUNE_BUDGET seconds)
@@ -69,6 +70,7 @@ for phase in "$@"; do
     pconv) step python3 benchmarks/packed_conv_ab.py --out $R ;;
     pattn) step python3 benchmarks/packed_attention_ab.py --out $R ;;
     bw) step python3 benchmarks/bandwidth_rows.py --out $R ;;
+    lns) step python3 benchmarks/layer_norm_split.py --out $R ;;
     cold) step python3 benchmarks/cold_compile.py --timeout 150 --out $R ${TVK_COLD_MODELS:+--models $TVK_COLD_MODELS} \
          ${TVK_COLD_VARIANTS:+--variants $TVK_COLD_VARIANTS} ;;
     attn) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/

@@ -1,12 +1,13 @@
-"""Layer norm backward's weight/bias gradients: how finely to split the rows, measured.
+"""Layer norm backward: how finely to cut the rows among workgroups, measured.
 
-layer_norm_backward sums grad * xhat and grad over the rows of every column (kernels/norm.py). With
-few columns (a transformer's 256-768) one workgroup covers every column, so the rows are split into
-chunks of at least SPLIT_ROWS rows until TARGET_GROUPS workgroups run (tuning/norm.json), and the
-reduce kernel adds the chunks' partials. A floor of 64 rows left 4096 x 256 in 64 workgroups: the
-column sums took 34 us for 8 MB where the bandwidth allows ~3 us. This times the whole backward
-(grad_in, grad_weight, grad_bias) per shape for the device's own config and for the same config with
-finer splits, GPU time from Vulkan timestamps after a spin-up per case, beside torch CUDA's
+Where a row fits WG threads' registers 16 times over, layer_norm_backward is one fused pass (norm.comp
+PHASE 9): the rows are cut into TARGET_GROUPS chunks, each workgroup computes grad_in for its rows and
+writes partial column sums of grad * xhat and grad, and the reduce kernel adds the partials
+(kernels/norm.py). Fewer, longer chunks mean fewer partial rows to add; more, shorter ones a shorter
+chain of row steps per workgroup and more workgroups in flight. Elsewhere (wider rows, no grad_in) a
+row pass and a column pass split by SPLIT_ROWS run instead. This times the whole backward (grad_in,
+grad_weight, grad_bias) per shape for the device's own config and for other TARGET_GROUPS (and one
+SPLIT_ROWS), GPU time from Vulkan timestamps after a spin-up per case, beside torch CUDA's
 native_layer_norm_backward (its own process, CUDA graphs) where CUDA is present. Each candidate's
 gradients are checked against numpy first. Shapes: the norm tuner's suite and ones it never saw.
 
@@ -38,8 +39,10 @@ SHAPES = [
 ]
 QUICK_SHAPES = [(256, 48, "quick"), (67, 130, "quick")]
 # overrides of the device's own config; None: the config as the device resolves it
-CANDIDATES = [None, {"SPLIT_ROWS": 64}, {"SPLIT_ROWS": 32}, {"SPLIT_ROWS": 16}, {"SPLIT_ROWS": 8},
-              {"TARGET_GROUPS": 2048, "SPLIT_ROWS": 8}]
+# (the fused backward, norm.comp PHASE 9, cuts the rows into TARGET_GROUPS chunks; SPLIT_ROWS only matters
+# where it does not fuse: rows wider than WG x 16, or no grad_in)
+CANDIDATES = [None, {"TARGET_GROUPS": 32}, {"TARGET_GROUPS": 128}, {"TARGET_GROUPS": 512}, {"TARGET_GROUPS": 2048},
+              {"SPLIT_ROWS": 8}]
 
 _CUDA_PEER = r"""
 import json, sys, torch
