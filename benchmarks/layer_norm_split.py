@@ -1,10 +1,10 @@
 """Layer norm backward: how finely to cut the rows among workgroups, measured.
 
 Where a row fits WG threads' registers 16 times over, layer_norm_backward is one fused pass (norm.comp
-PHASE 9): the rows are cut into TARGET_GROUPS chunks, each workgroup computes grad_in for its rows and
-writes partial column sums of grad * xhat and grad, and the reduce kernel adds the partials
-(kernels/norm.py). Fewer, longer chunks mean fewer partial rows to add; more, shorter ones a shorter
-chain of row steps per workgroup and more workgroups in flight. Elsewhere (wider rows, no grad_in) a
+PHASE 9): the rows are cut into TARGET_GROUPS chunks of at least FUSED_MIN_CHUNK rows, each workgroup
+computes grad_in for its rows and writes partial column sums of grad * xhat and grad, and the reduce
+kernel adds the partials (kernels/norm.py). Fewer, longer chunks mean fewer partial rows to add; more,
+shorter ones a shorter chain of row steps per workgroup and more workgroups in flight. Elsewhere (wider rows, no grad_in) a
 row pass and a column pass split by SPLIT_ROWS run instead. This times the whole backward (grad_in,
 grad_weight, grad_bias) per shape for the device's own config and for other TARGET_GROUPS (and one
 SPLIT_ROWS), GPU time from Vulkan timestamps after a spin-up per case, beside torch CUDA's

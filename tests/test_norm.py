@@ -98,10 +98,10 @@ def test_layer_norm_backward_computes_what_is_asked(device, rng, outputs):
 
 
 @pytest.mark.parametrize("rows,n,params", [
-    (1001, 37, {"WG": 256, "TARGET_GROUPS": 2048}),  # 4 rows at a time, one step a workgroup, the last one short
+    (1001, 37, {"WG": 256, "TARGET_GROUPS": 2048}),  # 4 rows at a time, chunks of 16 rows, the last one short
     (999, 1024, {"WG": 64}),                         # 16 columns a thread: the most a fused row holds
     (40, 1025, {"WG": 64}),                          # one column more: the row and column passes
-    (17, 300, {"WG": 128, "TARGET_GROUPS": 2}),      # two workgroups, 9 and 8 rows
+    (17, 300, {"WG": 128, "TARGET_GROUPS": 2}),      # two workgroups, 2 x 16 rows for 17
     (5, 3, {"WG": 32}),                              # one workgroup: the sums are written in place
 ])
 def test_layer_norm_backward_fused(device, rng, rows, n, params):

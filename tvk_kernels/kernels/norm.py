@@ -46,6 +46,7 @@ _PUSH = struct.Struct("<10Q4I3f4I")
 _ADDRS = ("x", "y", "g", "w", "b", "mean", "rstd", "aux0", "aux1", "scratch")
 LN_FWD, LN_BWD, LN_GWB, BN_FWD, BN_BWD, BN_PART_FWD, BN_PART_BWD, BN_COMBINE, BN_APPLY, LN_BWD_FUSED = range(10)
 FUSED_MAX_ITEMS = 16  # layer norm backward is fused where a row fits WG threads' registers this many times over
+FUSED_MIN_CHUNK = 16  # rows per workgroup at least: the column partials stay a few % of the traffic
 
 
 class Norm(Family):
@@ -159,9 +160,8 @@ def layer_norm_backward(device, grad_addr: int, x_addr: int, mean_addr: int, rst
 def fused_ln_backward_plan(prm: dict, rows: int, n: int, loop_budget: int = 0) -> tuple[int, int, int, int] | None:
     """(ITEMS, T threads a row, rows a workgroup, workgroups) of the fused layer norm backward (PHASE 9), or
     None where a row does not fit WG threads' registers FUSED_MAX_ITEMS times over (or there are no rows):
-    the rows cut into TARGET_GROUPS chunks (more rows a workgroup: fewer partial rows to add; fewer: a shorter
-    chain of row steps), in whole steps of WG / T rows, and more chunks where the device's loop budget
-    asks for them (loop_budget: facts.max_loop_iterations,
+    at least FUSED_MIN_CHUNK rows a workgroup, in whole steps of WG / T rows, at most TARGET_GROUPS
+    workgroups where the rows and the device's loop budget allow (loop_budget: facts.max_loop_iterations,
     0 for none; llvmpipe ends an invocation's loops after 65535 iterations, so a workgroup's row steps,
     each counted with its item loops, stay below it)."""
     wg = int(prm["WG"])
@@ -170,7 +170,7 @@ def fused_ln_backward_plan(prm: dict, rows: int, n: int, loop_budget: int = 0) -
     items = pow2ceil(-(-n // wg))
     t = min(wg, pow2ceil(-(-n // items)))
     g = wg // t
-    chunk = -(-rows // int(prm.get("TARGET_GROUPS", 1)))
+    chunk = max(-(-rows // int(prm.get("TARGET_GROUPS", 1))), FUSED_MIN_CHUNK)
     if loop_budget:  # a row step: its own iteration, two item loops, two cross-thread sums (log2 T + 2 rounds)
         per_step = 1 + 2 * items + 2 * (t.bit_length() + 1)
         steps = (loop_budget - 256 - 2 * items * g) // per_step  # the partials' sums at the end count too
