@@ -283,7 +283,20 @@ class Stream:
         if self.count >= self.batch:
             self.submit()
 
+    def _issue(self, command: tuple):
+        """A copy or fill: held behind earlier held commands, or recorded now."""
+        if self._held is not None and self._hold(command):
+            return
+        if not self.recording:
+            self._begin()
+        self._record_command(command)
+        _recorded[0] += 1
+        if self.blocking:
+            self.synchronize()
+
     def _record_command(self, command: tuple):
+        """Record one command (barrier first) into the open command buffer: a held one, a copy or a fill
+        (dispatch() records its own inline: the per-op path)."""
         cmd = self.cmd
         _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
         kind = command[0]
@@ -328,17 +341,7 @@ class Stream:
         elif self.dry and src.block.mapped is None:
             _recorded[0] += 1  # discarded, but issued
             return  # a device-to-device copy (uploads come from mapped staging memory and still run)
-        if self._held is not None and self._hold(("c", src, dst, nbytes, src_offset, dst_offset)):
-            return
-        cmd = self.cmd if self.recording else self._begin()
-        _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
-        r = self._copy_region
-        r.srcOffset, r.dstOffset, r.size = src.offset + src_offset, dst.offset + dst_offset, nbytes
-        lib.vkCmdCopyBuffer(cmd, src.block.buffer, dst.block.buffer, 1, r)
-        self.count += 1
-        _recorded[0] += 1
-        if self.blocking:
-            self.synchronize()
+        self._issue(("c", src, dst, nbytes, src_offset, dst_offset))
 
     @locked
     def fill(self, dst, value_u32: int, nbytes: int | None = None):
@@ -349,16 +352,7 @@ class Stream:
         if self.dry:
             _recorded[0] += 1  # discarded, but issued
             return
-        size = dst.size if nbytes is None else (nbytes + 3) // 4 * 4
-        if self._held is not None and self._hold(("f", dst, value_u32, size)):
-            return
-        cmd = self.cmd if self.recording else self._begin()
-        _vkCmdPipelineBarrier(cmd, _BARRIER_STAGES, _BARRIER_STAGES, 0, 1, self._barrier, 0, NULL, 0, NULL)
-        lib.vkCmdFillBuffer(cmd, dst.block.buffer, dst.offset, size, value_u32 & 0xFFFFFFFF)
-        self.count += 1
-        _recorded[0] += 1
-        if self.blocking:
-            self.synchronize()
+        self._issue(("f", dst, value_u32, dst.size if nbytes is None else (nbytes + 3) // 4 * 4))
 
     @locked
     def keep_alive(self, obj):
