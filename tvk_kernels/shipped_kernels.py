@@ -28,7 +28,7 @@ from .runtime.compiler import cache_key, compile_file, template_path
 LIST = "kernels.json"
 # cooperative-matrix modules take the device's matrix shapes and subgroup size as defines, and need
 # glslang 13 (workgroup scope: 15): not shipped; without a compiler, matmul runs its tiled kernel
-NOT_SHIPPED = {"matmul_coopmat.comp", "matmul_coopmat2.comp"}
+NOT_SHIPPED = {"matmul_coopmat.comp", "matmul_coopmat2.comp", "attention_coopmat.comp"}
 
 
 def list_path() -> Path:

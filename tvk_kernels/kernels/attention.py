@@ -28,7 +28,7 @@ import struct
 
 from ..env_flags import env_flag
 from ..errors import InvalidConfigError
-from . import dtypes, matmul_packed_f16
+from . import attention_coopmat, dtypes, matmul_packed_f16
 from .kept_calls import kept_call
 from .launch import Family, address, family, grid_1d, record_shape, recording
 
@@ -188,17 +188,24 @@ def attention_forward(device, q, k, v, o, lse, shape, *, dtype="float32", scale:
     if seed_buffer is not None:
         seed = address(seed_buffer)
     head = head_pad(d)
-    defines, wg, shared = kernel_defines(0, prm, head, dtype, m_kind, causal, dropout, seed_buffer is not None,
-                                         fam.packed(dtype, head, threads_per_row(0, prm)))
-    pipe = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared)
     seed_out, offset_out = map(address, rng_out if rng_out is not None else (0, 0))
     if dropout and not (seed_out and offset_out):
         raise ValueError("attention dropout needs rng_out: where the forward writes its seed and offset")
     q, k, v, o, lse = map(address, (q, k, v, o, lse))
+    coop = attention_coopmat.route(device, dtype) if params is None else None
+    if coop:
+        cfam, emulate = coop
+        vec = attention_coopmat.vec_width(d, (q, k, v), strides)
+        pipe, rows = cfam.pipeline(0, cfam.resolve({"head": d}), head, m_kind, causal, dropout,
+                                   seed_buffer is not None, vec, emulate)
+    else:
+        defines, wg, shared = kernel_defines(0, prm, head, dtype, m_kind, causal, dropout, seed_buffer is not None,
+                                             fam.packed(dtype, head, threads_per_row(0, prm)))
+        pipe, rows = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared), defines["BR"]
     geo = _geometry(device, (b, hq, hkv, lq, lk, d), ms, strides)
     push = _PUSH.pack(q, k, v, o, lse, m_addr, int(seed) & _M64, seed_out, int(offset) & _M64, offset_out,
                       lq, lk, d, hq, hq // hkv, float(scale), float(dropout_p), geo)
-    device.stream.dispatch(pipe, (-(-lq // defines["BR"]), hq, b), push, "attention")
+    device.stream.dispatch(pipe, (-(-lq // rows), hq, b), push, "attention")
 
 
 @kept_call("q", "k", "v", "o", "d_o", "lse", "dq", "dk", "dv", "rng_state", "ds", "delta")
@@ -229,14 +236,22 @@ def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype
     pre = fam.variant(defines, wg, _PUSH.size)
     device.stream.dispatch(pre, grid_1d(-(-rows // wg), device.facts.max_workgroup_count[0]),
                            _PUSH.pack(0, 0, 0, o, 0, 0, 0, d_o, delta, 0, rows, lq, *common), "attention_backward_delta")
-    packed = fam.packed(dtype, head, threads_per_row(2, prm))
-    defines, wg, shared = kernel_defines(2, prm, head, dtype, m_kind, causal, dropout, packed=packed)
-    pipe = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared)
-    device.stream.dispatch(pipe, (-(-lq // defines["BR"]), hq, b),
+    coop = attention_coopmat.route(device, dtype) if params is None else None
+    if coop:
+        cfam, emulate = coop
+        cprm = cfam.resolve({"head": d})
+        vec = attention_coopmat.vec_width(d, (q, k, v, d_o), strides)
+        dq_pipe, dq_rows = cfam.pipeline(2, cprm, head, m_kind, causal, dropout, False, vec, emulate)
+        dkv_pipe, dkv_rows = cfam.pipeline(3, cprm, head, m_kind, causal, dropout, False, vec, emulate)
+    else:
+        packed = fam.packed(dtype, head, threads_per_row(2, prm))
+        defines, wg, shared = kernel_defines(2, prm, head, dtype, m_kind, causal, dropout, packed=packed)
+        dq_pipe, dq_rows = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared), defines["BR"]
+        defines, wg, shared = kernel_defines(3, prm, head, dtype, m_kind, causal, dropout, packed=packed)
+        dkv_pipe, dkv_rows = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared), defines["BR"]
+    device.stream.dispatch(dq_pipe, (-(-lq // dq_rows), hq, b),
                            _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dq, delta, ds, lq, lk, *common),
                            "attention_backward_dq")
-    defines, wg, shared = kernel_defines(3, prm, head, dtype, m_kind, causal, dropout, packed=packed)
-    pipe = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared)
-    device.stream.dispatch(pipe, (-(-lk // defines["BR"]), hkv, b),
+    device.stream.dispatch(dkv_pipe, (-(-lk // dkv_rows), hkv, b),
                            _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dk, delta, dv, lq, lk, *common),
                            "attention_backward_dkv")

@@ -76,5 +76,21 @@ class AttentionTarget:
         defines, wg, _ = kernel_defines(3, params, MAX_HEAD, "float32", "float", False, True)
         return defines, (wg, 1, 1), None
 
+    @staticmethod
+    def kernel_defines(params) -> list[dict]:
+        """The kernels one tuned parameter set builds (tune/carry_over.py): forward, delta, dQ and dK/dV at
+        head dims 64 and 128, fp32 and fp16 (packed fp16 where the thread's dims come in pairs), with no
+        mask, a bool mask with causal, and a float mask with dropout."""
+        out = []
+        for head in (64, 128):
+            for dtype in ("float32", "float16"):
+                for features in ((None, False, False), ("bool", True, False), ("float", False, True)):
+                    for kernel in (0, 1, 2, 3):
+                        tpr = params["TPR"] if kernel in (0, 1) else params["BTPR"]
+                        packed = dtype == "float16" and head % (2 * tpr) == 0
+                        for pk in sorted({False, packed}):
+                            out.append(kernel_defines(kernel, params, head, dtype, *features, packed=pk)[0])
+        return out
+
 
 TARGET = AttentionTarget()

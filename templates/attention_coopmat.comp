@@ -1,0 +1,501 @@
+#version 450
+// Fused scaled-dot-product attention on cooperative matrices (VK_KHR_cooperative_matrix), fp16 storage:
+// the same operation, tensors, strides, mask, causal, dropout and grouped heads as attention.comp
+// (read it first), with the four products of a tile (q k^T, P v; in the backward also dO v^T and dS k,
+// P^T dO, dS^T q) on 16 x 16 x 16 fp16 matrices with fp32 accumulation.
+// A workgroup is BR / 16 subgroups; subgroup g owns 16 rows of the workgroup's BR (query rows in the
+// forward and dQ, key rows in dK/dV) and every product that row block takes part in. The other side
+// comes through shared memory in steps of BC rows. Between the products, the softmax and the dropout
+// run on scalar threads: TPR = SUBGROUP_SIZE / 16 threads per row, each on BC / TPR adjacent columns of
+// the fp32 scores the subgroup stored; a row's threads are in the subgroup that owns it.
+// KERNEL 0 forward: q stays in matrices (registers); per step S = q k^T (fp32, in sS), the online
+//          softmax (m, l as attention.comp), P (fp16, in sP), then P v per 16-wide block of the head
+//          dim, staged in the subgroup's rows of sS and added to O, which each thread keeps in
+//          registers (16 / TPR dims of every block) so the rescale by exp(m_old - m_new) is scalar.
+// KERNEL 2 dQ: q and dO stay in matrices; per step S = q k^T and dP = dO v^T pass through sS, dS =
+//          P (dP - delta) goes to sP in fp16, and dQ += dS k accumulates in matrices.
+// KERNEL 3 dK, dV: k and v stay in matrices; per step (over every query head of the group) S^T = k q^T
+//          and dP^T = v dO^T pass through sS, and dV += P^T dO, dK += dS^T q accumulate in matrices.
+// (attention.comp's KERNEL 1, delta = rowsum(dO * O), runs before 2 and 3.)
+// The scale multiplies the fp32 scores, not q: the matrices take the stored fp16 values exactly.
+// P and dS are rounded to fp16 for their products (FlashAttention does the same).
+// Tiles are staged as 16-byte octets of halves (uvec4), rows HEAD + 8 halves apart; VEC 8 loads a
+// row's octets with one 16-byte load each (the host checks d, the strides and the addresses), VEC 1
+// half by half.
+// EMULATE 1 runs the matrix products with scalar code on the same shared tiles: the matrices a
+// subgroup keeps are kept in shared memory, the accumulators in a fixed lane layout. It is how a GPU
+// without cooperative matrices (lavapipe, in the tests) runs every other line of this kernel; it is
+// never routed to for speed.
+// Defines (a module each): KERNEL, HEAD (the head dim rounded up to a multiple of 16), BR, BC,
+// SUBGROUP_SIZE, VEC, MASK, CAUSAL, DROPOUT, SEED_BUF, EMULATE.
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+#extension GL_EXT_control_flow_attributes : enable
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_GOOGLE_include_directive : require
+#ifndef EMULATE
+#define EMULATE 0
+#endif
+#if !EMULATE
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#endif
+#include "common/dtypes.glsl"
+#define STYPE float16_t
+#define ESIZE 2
+#ifndef KERNEL
+#define KERNEL 0
+#endif
+#ifndef MASK
+#define MASK 0
+#endif
+#if MASK == 1
+#extension GL_EXT_shader_8bit_storage : require
+#endif
+#ifndef CAUSAL
+#define CAUSAL 0
+#endif
+#ifndef DROPOUT
+#define DROPOUT 0
+#endif
+#ifndef SEED_BUF
+#define SEED_BUF 0
+#endif
+#ifndef HEAD
+#define HEAD 64
+#endif
+#ifndef BR
+#define BR 64
+#endif
+#ifndef BC
+#define BC 64
+#endif
+#ifndef SUBGROUP_SIZE
+#define SUBGROUP_SIZE 32
+#endif
+#ifndef VEC
+#define VEC 1
+#endif
+#if HEAD % 16 != 0 || BR % 16 != 0 || BC % 16 != 0 || SUBGROUP_SIZE % 16 != 0
+#error HEAD, BR, BC and SUBGROUP_SIZE must be multiples of 16
+#endif
+
+#define NSG (BR / 16)                // subgroups
+#define WG (NSG * SUBGROUP_SIZE)     // invocations
+#define TPR (SUBGROUP_SIZE / 16)     // scalar threads per row
+#define CPT (BC / TPR)               // score columns per thread
+#define DPB (16 / TPR)               // dims of a 16-wide head block per thread
+#define HB (HEAD / 16)               // 16-wide blocks of the head dim
+#define KB (BC / 16)                 // 16-wide blocks of a step
+#define SB (HB < KB ? HB : KB)       // head blocks staged in sS at once (a subgroup's rows hold BC floats)
+#define TS8 (HEAD / 8 + 1)           // tile row stride in octets: one octet of padding, other banks
+#define SST (BC + 4)                 // sS row stride in floats
+#define PST (BC + 8)                 // sP / sdS row stride in halves
+#if CPT < 1
+#error BC must be at least SUBGROUP_SIZE / 16
+#endif
+
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+
+#include "common/attention.glsl"  // buffers, push constants, strides, dropout, masked scores
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer U4Buf { uvec4 v[]; };
+
+// one octet (8 halves) of a row from head dim d0: zero past d
+uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
+#if VEC == 8
+    if (d0 < p.d) return U4Buf(addr).v[(rowbase + d0) >> 3];  // the host: d, strides, address multiples of 8 halves
+    return uvec4(0u);
+#else
+    SBuf s = SBuf(addr);
+    float16_t h[8];
+    [[unroll]] for (uint q = 0u; q < 8u; ++q) h[q] = d0 + q < p.d ? s.v[rowbase + d0 + q] : float16_t(0.0);
+    return uvec4(packFloat2x16(f16vec2(h[0], h[1])), packFloat2x16(f16vec2(h[2], h[3])),
+                 packFloat2x16(f16vec2(h[4], h[5])), packFloat2x16(f16vec2(h[6], h[7])));
+#endif
+}
+
+// rows [FIRST, FIRST + ROWS) of the tensor at ADDR (element BASE, rows RS apart) into tile DST, zero past COUNT
+#define LOAD_TILE(DST, ADDR, BASE, RS, FIRST, COUNT, ROWS)                                  \
+    for (uint e = gl_LocalInvocationIndex; e < (ROWS) * (HEAD / 8u); e += WG) {             \
+        const uint rr = e / (HEAD / 8u), oc = e % (HEAD / 8u), row = (FIRST) + rr;          \
+        DST[rr * TS8 + oc] = row < (COUNT) ? load_octet(ADDR, (BASE) + row * (RS), oc * 8u) : uvec4(0u); \
+    }
+// the half at (row, col) of an octet tile
+#define TILE_HALF(T, ROW, COL) float(unpackFloat2x16(T[(ROW) * TS8 + (COL) / 8u][((COL) % 8u) / 2u])[(COL) % 2u])
+
+#if !EMULATE
+#define ACC_T coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define A_T coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define B_T coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define ROWMAJOR gl_CooperativeMatrixLayoutRowMajor
+#define COLMAJOR gl_CooperativeMatrixLayoutColumnMajor
+// the subgroup's 16 rows of tile T (from row ROW0) as HB A matrices
+#define KEEP_ROWS(M, T, ROW0) [[unroll]] for (uint kd = 0u; kd < HB; ++kd) coopMatLoad(M[kd], T, (ROW0) * TS8 + kd * 2u, TS8, ROWMAJOR);
+// OUT (fp32, row stride SST, from column 0) = the subgroup's kept rows M times the BC rows of tile T, transposed
+#define ROWS_BY_TILE_T(OUT, M, T)                                                           \
+    [[unroll]] for (uint cb = 0u; cb < KB; ++cb) {                                          \
+        ACC_T acc = ACC_T(0.0);                                                             \
+        [[unroll]] for (uint kd = 0u; kd < HB; ++kd) {                                      \
+            B_T bt;                                                                         \
+            coopMatLoad(bt, T, cb * 16u * TS8 + kd * 2u, TS8, COLMAJOR);                    \
+            acc = coopMatMulAdd(M[kd], bt, acc);                                            \
+        }                                                                                   \
+        coopMatStore(acc, OUT, sg * 16u * SST + cb * 16u, SST, ROWMAJOR);                   \
+    }
+// ACC[db] += the subgroup's 16 rows of H (halves, row stride PST) times tile T's BC rows, head blocks D0..D0+N
+#define HALVES_BY_TILE(ACC, H, T, D0, N)                                                    \
+    {                                                                                       \
+        A_T ha[KB];                                                                         \
+        [[unroll]] for (uint kb = 0u; kb < KB; ++kb) coopMatLoad(ha[kb], H, sg * 16u * PST + kb * 16u, PST, ROWMAJOR); \
+        [[unroll]] for (uint db = (D0); db < (D0) + (N); ++db) {                            \
+            [[unroll]] for (uint kb = 0u; kb < KB; ++kb) {                                  \
+                B_T bt;                                                                     \
+                coopMatLoad(bt, T, kb * 16u * TS8 + db * 2u, TS8, ROWMAJOR);                \
+                ACC[db] = coopMatMulAdd(ha[kb], bt, ACC[db]);                               \
+            }                                                                               \
+        }                                                                                   \
+    }
+#define ACC_ARRAY(NAME) ACC_T NAME[HB]; [[unroll]] for (uint db = 0u; db < HB; ++db) NAME[db] = ACC_T(0.0);
+// head block DB of ACC into the subgroup's rows of sS at column C0
+#define STORE_BLOCK(ACC, DB, C0) coopMatStore(ACC[DB], sS, sg * 16u * SST + (C0), SST, ROWMAJOR);
+#else
+// Emulation. A kept matrix is the tile rows themselves (MROWS: a shared tile of the workgroup's BR rows);
+// an accumulator block is 256 / SUBGROUP_SIZE floats per lane, element e = lane + k SUBGROUP_SIZE at
+// (e / 16, e % 16) of the block.
+#define EPL (256 / SUBGROUP_SIZE)
+#define KEEP_ROWS(M, T, ROW0) [[unroll]] for (uint e = lane; e < 16u * TS8; e += SUBGROUP_SIZE) M[sg * 16u * TS8 + e] = T[(ROW0) * TS8 + e];
+#define ROWS_BY_TILE_T(OUT, M, T)                                                           \
+    for (uint e = lane; e < 16u * BC; e += SUBGROUP_SIZE) {                                 \
+        const uint rr = e / BC, cc = e % BC;                                                \
+        float acc = 0.0;                                                                    \
+        for (uint dd = 0u; dd < HEAD; ++dd) acc += TILE_HALF(M, sg * 16u + rr, dd) * TILE_HALF(T, cc, dd); \
+        OUT[(sg * 16u + rr) * SST + cc] = acc;                                              \
+    }
+#define HALVES_BY_TILE(ACC, H, T, D0, N)                                                    \
+    [[unroll]] for (uint db = (D0); db < (D0) + (N); ++db) {                                \
+        [[unroll]] for (uint k = 0u; k < EPL; ++k) {                                        \
+            const uint e = lane + k * SUBGROUP_SIZE, rr = e / 16u, cc = db * 16u + e % 16u; \
+            float acc = 0.0;                                                                \
+            for (uint kk = 0u; kk < BC; ++kk) acc += float(H[(sg * 16u + rr) * PST + kk]) * TILE_HALF(T, kk, cc); \
+            ACC[db][k] += acc;                                                              \
+        }                                                                                   \
+    }
+#define ACC_ARRAY(NAME) float NAME[HB][EPL]; [[unroll]] for (uint db = 0u; db < HB; ++db) [[unroll]] for (uint k = 0u; k < EPL; ++k) NAME[db][k] = 0.0;
+#define STORE_BLOCK(ACC, DB, C0)                                                            \
+    [[unroll]] for (uint k = 0u; k < EPL; ++k) {                                            \
+        const uint e = lane + k * SUBGROUP_SIZE;                                            \
+        sS[(sg * 16u + e / 16u) * SST + (C0) + e % 16u] = ACC[DB][k];                       \
+    }
+#endif
+
+// ACC (HB head blocks, fp32) times MUL into rows ROW0.. of the tensor at ADDR (slot SLOT, head H), through sS
+#define WRITE_ROWS(ACC, MUL, ADDR, SLOT, H, ROW0, COUNT)                                   \
+    {                                                                                       \
+        SBuf OUTB = SBuf(ADDR);                                                             \
+        const uint orow = (ROW0) + r;                                                       \
+        const uint obase = AT(G, SLOT, b, H, orow);                                         \
+        [[unroll]] for (uint d0 = 0u; d0 < HB; d0 += SB) {                                             \
+            barrier();                                                                      \
+            [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db) STORE_BLOCK(ACC, db, (db - d0) * 16u) \
+            barrier();                                                                      \
+            if (orow < (COUNT)) {                                                           \
+                [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db) {                         \
+                    [[unroll]] for (uint k = 0u; k < DPB; ++k) {                            \
+                        const uint dd = db * 16u + t * DPB + k;                             \
+                        if (dd < p.d) OUTB.v[obase + dd] = STYPE(sS[r * SST + (db - d0) * 16u + t * DPB + k] * (MUL)); \
+                    }                                                                       \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+#define tid gl_LocalInvocationIndex
+#define sg (tid / SUBGROUP_SIZE)    // full subgroups: the host requires them
+#define lane (tid % SUBGROUP_SIZE)
+#define r (tid / TPR)               // the scalar phases' row (one of subgroup sg's 16)
+#define t (tid % TPR)               // this thread's place among the row's
+
+shared float sS[BR * SST];          // scores, dP, staged products
+shared float sRed[WG];              // per-thread partial row maxima and sums
+
+#if KERNEL == 0
+// ---------------------------------------------------------------- forward
+shared uvec4 sKV[BC * TS8];
+shared float16_t sP[BR * PST];
+#if EMULATE
+shared uvec4 sQ[BR * TS8];
+#define KEPT_Q sQ
+#else
+#define KEPT_Q qa
+#endif
+
+void main() {
+    const uint b = gl_WorkGroupID.z, h = gl_WorkGroupID.y, hk = h / p.group;
+    const uint i0 = gl_WorkGroupID.x * BR, i = i0 + r;
+    GeoBuf G = GeoBuf(p.geo);
+    const uint qbase = AT(G, SQ, b, h, 0), kbase = AT(G, SK, b, hk, 0), vbase = AT(G, SV, b, hk, 0);
+    const uint qrs = G.s[3 * SQ + 2], krs = G.s[3 * SK + 2], vrs = G.s[3 * SV + 2];
+#if DROPOUT
+#if SEED_BUF
+    RngBuf sb = RngBuf(p.rng);
+    uint carry;
+    uint off_lo = uaddCarry(sb.offset.x, p.x1.x, carry);
+    const uvec2 offset = uvec2(off_lo, sb.offset.y + p.x1.y + carry), seed = sb.seed;
+#else
+    const uvec2 offset = p.x1, seed = p.rng;
+#endif
+    if (gl_WorkGroupID == uvec3(0) && tid == 0u) {  // for the backward
+        U64Buf(p.x0).v = seed;
+        U64Buf(p.x2).v = offset;
+    }
+    const uint nrow = ((b * p.hq + h) * p.lq + i) * p.lk;
+#endif
+    // q, staged through sKV BC rows at a time, kept by the subgroup that owns its rows
+#if !EMULATE
+    A_T qa[HB];
+#endif
+    for (uint c0 = 0u; c0 < BR; c0 += BC) {
+        barrier();
+        LOAD_TILE(sKV, p.q, qbase, qrs, i0 + c0, p.lq, (BR < BC ? BR : BC))
+        barrier();
+        if (sg * 16u >= c0 && sg * 16u < c0 + BC) { KEEP_ROWS(KEPT_Q, sKV, sg * 16u - c0) }
+    }
+    float o[HB][DPB];
+    [[unroll]] for (uint db = 0u; db < HB; ++db) [[unroll]] for (uint k = 0u; k < DPB; ++k) o[db][k] = 0.0;
+    float m = NEG_INF, lsum = 0.0;  // lsum: this thread's columns' share of the row sum
+#if CAUSAL
+    const uint jend = min(p.lk, i0 + BR);
+#else
+    const uint jend = p.lk;
+#endif
+    for (uint j0 = 0u; j0 < jend; j0 += BC) {
+        barrier();
+        LOAD_TILE(sKV, p.k, kbase, krs, j0, p.lk, BC)
+        barrier();
+        ROWS_BY_TILE_T(sS, KEPT_Q, sKV)
+        barrier();
+        float s[CPT];
+        float mx = NEG_INF;
+        [[unroll]] for (uint c = 0u; c < CPT; ++c) {
+            const uint col = t * CPT + c;
+            s[c] = masked(sS[r * SST + col] * p.scale, b, h, i, j0 + col);
+            mx = max(mx, s[c]);
+        }
+        sRed[tid] = mx;
+        barrier();
+        float mt = m;
+        [[unroll]] for (uint u = 0u; u < TPR; ++u) mt = max(mt, sRed[r * TPR + u]);
+        const float alpha = mt == NEG_INF ? 1.0 : exp(m - mt);  // m = -inf: 0 (o and lsum are 0 then)
+        lsum *= alpha;
+        [[unroll]] for (uint c = 0u; c < CPT; ++c) {
+            float pr = s[c] == NEG_INF ? 0.0 : exp(s[c] - mt);
+            lsum += pr;
+#if DROPOUT
+            if (pr != 0.0) pr *= keep_scale(nrow + j0 + t * CPT + c, seed, offset);
+#endif
+            sP[r * PST + t * CPT + c] = float16_t(pr);
+        }
+        m = mt;
+        [[unroll]] for (uint db = 0u; db < HB; ++db) [[unroll]] for (uint k = 0u; k < DPB; ++k) o[db][k] *= alpha;
+        barrier();
+        LOAD_TILE(sKV, p.v, vbase, vrs, j0, p.lk, BC)
+        barrier();
+        [[unroll]] for (uint d0 = 0u; d0 < HB; d0 += SB) {
+            {
+                ACC_ARRAY(pv)
+                HALVES_BY_TILE(pv, sP, sKV, d0, min(SB, HB - d0))
+                [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db) STORE_BLOCK(pv, db, (db - d0) * 16u)
+            }
+            barrier();
+            [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db)
+                [[unroll]] for (uint k = 0u; k < DPB; ++k) o[db][k] += sS[r * SST + (db - d0) * 16u + t * DPB + k];
+            barrier();
+        }
+    }
+    sRed[tid] = lsum;
+    barrier();
+    float total = 0.0;
+    [[unroll]] for (uint u = 0u; u < TPR; ++u) total += sRed[r * TPR + u];
+    if (i < p.lq) {
+        // a row with every score masked: O = 0 and lse = -inf (its gradients are 0)
+        const float inv = total > 0.0 ? 1.0 / total : 0.0;
+        SBuf O = SBuf(p.o);
+        const uint obase = AT(G, SO, b, h, i);
+        [[unroll]] for (uint db = 0u; db < HB; ++db)
+            [[unroll]] for (uint k = 0u; k < DPB; ++k) {
+                const uint dd = db * 16u + t * DPB + k;
+                if (dd < p.d) O.v[obase + dd] = STYPE(o[db][k] * inv);
+            }
+        if (t == 0u) FBuf(p.lse).v[(b * p.hq + h) * p.lq + i] = total > 0.0 ? m + log(total) : NEG_INF;
+    }
+}
+
+#elif KERNEL == 2
+// ---------------------------------------------------------------- backward: dQ
+shared uvec4 sK[BC * TS8];
+shared uvec4 sV[BC * TS8];
+shared float16_t sP[BR * PST];  // dS
+#if EMULATE
+shared uvec4 sQ[BR * TS8];
+shared uvec4 sdO[BR * TS8];
+#define KEPT_Q sQ
+#define KEPT_DO sdO
+#else
+#define KEPT_Q qa
+#define KEPT_DO ga
+#endif
+
+void main() {
+    const uint b = gl_WorkGroupID.z, h = gl_WorkGroupID.y, hk = h / p.group;
+    const uint i0 = gl_WorkGroupID.x * BR, i = i0 + r;
+    GeoBuf G = GeoBuf(p.geo);
+    const uint qbase = AT(G, SQ, b, h, 0), gbase = AT(G, SDO, b, h, 0);
+    const uint kbase = AT(G, SK, b, hk, 0), vbase = AT(G, SV, b, hk, 0);
+    const uint qrs = G.s[3 * SQ + 2], grs = G.s[3 * SDO + 2], krs = G.s[3 * SK + 2], vrs = G.s[3 * SV + 2];
+    const uint row = (b * p.hq + h) * p.lq + i;
+#if DROPOUT
+    RngBuf rs = RngBuf(p.rng);
+    const uvec2 seed = rs.seed, offset = rs.offset;
+#endif
+    const float lse_i = i < p.lq ? FBuf(p.lse).v[row] : 0.0;
+    const float delta_i = i < p.lq ? FBuf(p.x1).v[row] : 0.0;
+    const bool write_ds = p.x2 != uvec2(0u);
+#if !EMULATE
+    A_T qa[HB], ga[HB];
+#endif
+    for (uint c0 = 0u; c0 < BR; c0 += BC) {
+        barrier();
+        LOAD_TILE(sK, p.q, qbase, qrs, i0 + c0, p.lq, (BR < BC ? BR : BC))
+        LOAD_TILE(sV, p.o, gbase, grs, i0 + c0, p.lq, (BR < BC ? BR : BC))
+        barrier();
+        if (sg * 16u >= c0 && sg * 16u < c0 + BC) {
+            KEEP_ROWS(KEPT_Q, sK, sg * 16u - c0)
+            KEEP_ROWS(KEPT_DO, sV, sg * 16u - c0)
+        }
+    }
+    ACC_ARRAY(dq)
+#if CAUSAL
+    const uint jend = write_ds ? p.lk : min(p.lk, i0 + BR);  // dS is written (as 0) past the diagonal too
+#else
+    const uint jend = p.lk;
+#endif
+    for (uint j0 = 0u; j0 < jend; j0 += BC) {
+        barrier();
+        LOAD_TILE(sK, p.k, kbase, krs, j0, p.lk, BC)
+        LOAD_TILE(sV, p.v, vbase, vrs, j0, p.lk, BC)
+        barrier();
+        ROWS_BY_TILE_T(sS, KEPT_Q, sK)
+        barrier();
+        float pr[CPT];
+        [[unroll]] for (uint c = 0u; c < CPT; ++c) {
+            const float s = masked(sS[r * SST + t * CPT + c] * p.scale, b, h, i, j0 + t * CPT + c);
+            pr[c] = s == NEG_INF ? 0.0 : exp(s - lse_i);
+        }
+        barrier();
+        ROWS_BY_TILE_T(sS, KEPT_DO, sV)
+        barrier();
+        [[unroll]] for (uint c = 0u; c < CPT; ++c) {
+            const uint j = j0 + t * CPT + c;
+            float dp = sS[r * SST + t * CPT + c];
+#if DROPOUT
+            if (pr[c] != 0.0) dp *= keep_scale(row * p.lk + j, seed, offset);
+#endif
+            const float ds = pr[c] * (dp - delta_i);
+            sP[r * PST + t * CPT + c] = float16_t(ds);
+            if (write_ds && i < p.lq && j < p.lk) FBuf(p.x2).v[row * p.lk + j] = ds;
+        }
+        barrier();
+        HALVES_BY_TILE(dq, sP, sK, 0u, HB)
+    }
+    WRITE_ROWS(dq, p.scale, p.x0, SDQ, h, i0, p.lq)
+}
+
+#elif KERNEL == 3
+// ---------------------------------------------------------------- backward: dK, dV
+shared uvec4 sQ[BC * TS8];
+shared uvec4 sdO[BC * TS8];
+shared float16_t sP[BR * PST];   // P^T (with dropout)
+shared float16_t sdS[BR * PST];  // dS^T
+#if EMULATE
+shared uvec4 sKk[BR * TS8];
+shared uvec4 sVk[BR * TS8];
+#define KEPT_K sKk
+#define KEPT_V sVk
+#else
+#define KEPT_K ka
+#define KEPT_V va
+#endif
+
+void main() {
+    const uint b = gl_WorkGroupID.z, hk = gl_WorkGroupID.y;
+    const uint j0 = gl_WorkGroupID.x * BR, j = j0 + r;
+    GeoBuf G = GeoBuf(p.geo);
+    const uint kbase = AT(G, SK, b, hk, 0), vbase = AT(G, SV, b, hk, 0);
+    const uint krs = G.s[3 * SK + 2], vrs = G.s[3 * SV + 2], qrs = G.s[3 * SQ + 2], grs = G.s[3 * SDO + 2];
+    FBuf L = FBuf(p.lse), Dl = FBuf(p.x1);
+#if DROPOUT
+    RngBuf rs = RngBuf(p.rng);
+    const uvec2 seed = rs.seed, offset = rs.offset;
+#endif
+#if !EMULATE
+    A_T ka[HB], va[HB];
+#endif
+    for (uint c0 = 0u; c0 < BR; c0 += BC) {
+        barrier();
+        LOAD_TILE(sQ, p.k, kbase, krs, j0 + c0, p.lk, (BR < BC ? BR : BC))
+        LOAD_TILE(sdO, p.v, vbase, vrs, j0 + c0, p.lk, (BR < BC ? BR : BC))
+        barrier();
+        if (sg * 16u >= c0 && sg * 16u < c0 + BC) {
+            KEEP_ROWS(KEPT_K, sQ, sg * 16u - c0)
+            KEEP_ROWS(KEPT_V, sdO, sg * 16u - c0)
+        }
+    }
+    ACC_ARRAY(dk)
+    ACC_ARRAY(dv)
+#if CAUSAL
+    const uint istart = (j0 / BC) * BC;  // queries above the diagonal see none of these keys
+#else
+    const uint istart = 0u;
+#endif
+    for (uint hh = 0u; hh < p.group; ++hh) {
+        const uint h = hk * p.group + hh;
+        const uint qbase = AT(G, SQ, b, h, 0), gbase = AT(G, SDO, b, h, 0), lbase = (b * p.hq + h) * p.lq;
+        for (uint i0 = istart; i0 < p.lq; i0 += BC) {
+            barrier();
+            LOAD_TILE(sQ, p.q, qbase, qrs, i0, p.lq, BC)
+            LOAD_TILE(sdO, p.o, gbase, grs, i0, p.lq, BC)
+            barrier();
+            ROWS_BY_TILE_T(sS, KEPT_K, sQ)
+            barrier();
+            float pr[CPT];
+            [[unroll]] for (uint c = 0u; c < CPT; ++c) {
+                const uint i = i0 + t * CPT + c;
+                const float s = masked(sS[r * SST + t * CPT + c] * p.scale, b, h, i, j);
+                pr[c] = s == NEG_INF ? 0.0 : exp(s - L.v[lbase + i]);
+            }
+            barrier();
+            ROWS_BY_TILE_T(sS, KEPT_V, sdO)
+            barrier();
+            [[unroll]] for (uint c = 0u; c < CPT; ++c) {
+                const uint i = i0 + t * CPT + c;
+                float dp = sS[r * SST + t * CPT + c], pd = pr[c];
+#if DROPOUT
+                if (pr[c] != 0.0) {
+                    const float z = keep_scale((lbase + i) * p.lk + j, seed, offset);
+                    pd *= z;
+                    dp *= z;
+                }
+#endif
+                sP[r * PST + t * CPT + c] = float16_t(pd);
+                sdS[r * PST + t * CPT + c] = float16_t(pr[c] == 0.0 ? 0.0 : pr[c] * (dp - Dl.v[lbase + i]));
+            }
+            barrier();
+            HALVES_BY_TILE(dv, sP, sdO, 0u, HB)
+            HALVES_BY_TILE(dk, sdS, sQ, 0u, HB)
+        }
+    }
+    WRITE_ROWS(dk, p.scale, p.x0, SDK, hk, j0, p.lk)
+    WRITE_ROWS(dv, 1.0, p.x2, SDV, hk, j0, p.lk)
+}
+#endif

@@ -1,0 +1,140 @@
+"""Fused attention on cooperative matrices (templates/attention_coopmat.comp, kernels/attention_coopmat.py),
+float16's route on GPUs that have them. lavapipe has none: TVK_COOPMAT_ATTENTION=emulate runs the template with
+its matrix products on scalar code (every other line of it as the GPU runs it), at emulated subgroup sizes 32
+(NVIDIA's) and 64 (AMD's wave64), against float64 within fp16's tolerance: masks, causal, grouped heads, dropout, odd sizes, head dims
+up to 128, views read in place. The real products are checked on the device where the route is taken
+(attention_coopmat.check, and the device tests)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchvk  # noqa: F401  (the tvk device)
+from tvk_kernels import config
+from tvk_kernels.kernels import attention_coopmat
+from tvk_kernels.kernels.launch import family
+
+from test_attention import _compare, _inputs
+
+
+@pytest.fixture(params=[32, 64])
+def emulated(request, monkeypatch):
+    """float16 attention routed to the template's emulation at one subgroup size; the kernels built, in order."""
+    monkeypatch.setenv("TVK_COOPMAT_ATTENTION", f"emulate:{request.param}")
+    seen = []
+    original = attention_coopmat.CoopAttention.pipeline
+
+    def spy(self, kernel, *args):
+        seen.append(kernel)
+        return original(self, kernel, *args)
+
+    monkeypatch.setattr(attention_coopmat.CoopAttention, "pipeline", spy)
+    config.reload()  # kept launches made on the other route go
+    request.addfinalizer(config.reload)
+    return seen
+
+
+@pytest.mark.parametrize("case", [
+    dict(shape=(2, 2, 2, 7, 7, 32)),
+    dict(shape=(1, 4, 2, 5, 9, 24), enable_gqa=True),  # grouped heads, odd lengths, a head dim padded to 32
+    dict(shape=(1, 2, 2, 37, 45, 64), is_causal=True),  # several steps of BC, rows past the diagonal
+    dict(shape=(1, 1, 1, 6, 70, 128)),
+    dict(shape=(1, 2, 2, 8, 8, 16), scale=0.3),
+])
+def test_forward_and_backward_match_float64(emulated, case):
+    case = dict(case)
+    q, k, v, grad = _inputs(*case.pop("shape"), seed=3)
+    _compare(q, k, v, grad, torch.float16, **case)
+    assert {0, 2, 3} <= set(emulated), emulated
+
+
+def test_masks_and_views(emulated):
+    q, k, v, grad = _inputs(2, 2, 2, 19, 35, 32, seed=4)
+    keep = torch.rand(2, 1, 19, 35, generator=torch.Generator().manual_seed(5)) > 0.3
+    keep[:, :, 3] = False  # a fully masked row: output 0, no gradient
+    _compare(q, k, v, grad, torch.float16, mask=keep)
+    additive = torch.randn(1, 2, 19, 35, generator=torch.Generator().manual_seed(6))
+    _compare(q, k, v, grad, torch.float16, mask=additive)  # its gradient too
+    assert {0, 2, 3} <= set(emulated)
+
+
+@pytest.mark.parametrize("head", [40, 64])  # 40: rows not whole octets (VEC 1); 64: 16-byte loads (VEC 8)
+def test_views_of_one_projection(emulated, head, monkeypatch):
+    """q, k, v as heads split off one [batch, length, 3 * heads * head] projection (HF's layout), read in place."""
+    widths = []
+    original = attention_coopmat.vec_width
+    monkeypatch.setattr(attention_coopmat, "vec_width", lambda *a: widths.append(original(*a)) or widths[-1])
+    g = torch.Generator().manual_seed(7)
+    b, n, h = 2, 21, 2
+    qkv = torch.randn(b, n, 3 * h * head, generator=g)
+    grad = torch.randn(b, h, n, head, generator=g)
+
+    def run(device):
+        x = qkv.half().to(device).requires_grad_()
+        q, k, v = (t.view(b, n, h, head).transpose(1, 2) for t in x.split(h * head, dim=2))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.backward(grad.half().to(device))
+        return out.float().cpu(), x.grad.float().cpu()
+
+    want = run("cpu")
+    got = run("tvk")
+    for a, w in zip(got, want):
+        assert (a - w).abs().max() <= 1e-2 * (1 + w.abs().max())
+    assert widths and set(widths) == {8 if head % 8 == 0 and (3 * h * head) % 8 == 0 else 1}
+
+
+def test_dropout_masks_agree_with_the_fp32_route(emulated, monkeypatch):
+    """The same seed drops the same scores here as on attention.comp, forward and backward."""
+    q, k, v, grad = _inputs(1, 2, 2, 24, 40, 32, seed=9)
+
+    def run():
+        leaves = [x.half().to("tvk").requires_grad_() for x in (q, k, v)]
+        torch.manual_seed(11)
+        out = F.scaled_dot_product_attention(*leaves, dropout_p=0.3)
+        out.backward(grad.half().to("tvk"))
+        return [out.detach().float().cpu()] + [x.grad.float().cpu() for x in leaves]
+
+    coop = run()
+    assert {0, 2, 3} <= set(emulated)
+    monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "0")
+    config.reload()  # kept launches go: attention.comp's route is worked out again
+    reference = run()
+    for got, want in zip(coop, reference):
+        assert ((got == 0) == (want == 0)).all()  # the same scores dropped
+        assert (got - want).abs().max() <= 1e-2 * (1 + want.abs().max())
+
+
+def test_routing(device, monkeypatch):
+    """float16 only; lavapipe has no cooperative matrices, so only the emulation routes here; the switches."""
+    assert attention_coopmat.route(device, "float16") is None  # no VK_KHR_cooperative_matrix on lavapipe
+    monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "emulate")
+    fam, sub = attention_coopmat.route(device, "float16")
+    assert sub == 32 and isinstance(fam, attention_coopmat.CoopAttention)
+    assert attention_coopmat.route(device, "float32") is None
+    monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "emulate:24")
+    with pytest.raises(ValueError, match="16, 32, 48 or 64"):
+        attention_coopmat.route(device, "float16")
+
+
+def test_tiles_shrink_to_the_shared_memory(device):
+    """Where a head dim's tiles do not fit, BC then BR halve; each kernel's shared bytes as the template declares."""
+    fam = family(device, attention_coopmat.CoopAttention)
+    params = {"BR": 128, "BC": 64, "BBR": 128, "BBC": 64}
+    limit = device.facts.max_shared_memory
+    for kernel in (0, 2, 3):
+        br, bc = fam.tiles(kernel, params, 128, 64)
+        assert attention_coopmat.shared_bytes(kernel, br, bc, 128, 64, True) <= limit
+        assert (br, bc) != (128, 64) or attention_coopmat.shared_bytes(kernel, 128, 64, 128, 64, True) <= limit
+
+
+def test_real_route_matches_float64(device):
+    """The cooperative-matrix kernels themselves, where the device has them (the H200/H100 device tests)."""
+    from tvk_kernels.kernels.matmul_coopmat import coop_shapes
+
+    if not any((s["M"], s["N"], s["K"], s["A"], s["C"]) == (16, 16, 16, "float16", "float32") for s in coop_shapes(device)):
+        pytest.skip(f"{device.facts.name} has no 16x16x16 fp16 cooperative matrices (the emulation tests above run)")
+    assert attention_coopmat.route(device, "float16") is not None, "the check against numpy failed (see its warning)"
+    for case in (dict(shape=(2, 4, 2, 77, 130, 64), enable_gqa=True, is_causal=True),
+                 dict(shape=(1, 2, 2, 200, 33, 128)), dict(shape=(2, 2, 2, 65, 65, 40), scale=0.2)):
+        case = dict(case)
+        q, k, v, grad = _inputs(*case.pop("shape"), seed=12)
+        _compare(q, k, v, grad, torch.float16, **case)

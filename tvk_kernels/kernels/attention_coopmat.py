@@ -1,0 +1,189 @@
+"""Fused attention on cooperative matrices (templates/attention_coopmat.comp): attention.py's route for
+float16 where the device has 16 x 16 x 16 fp16 -> fp32 subgroup matrices and a small forward and
+backward checked against numpy passed (`routed`). Same arguments, tensors and strides as attention.py's
+kernels; its delta kernel (attention.comp KERNEL 1) runs before the dQ and dK/dV passes.
+
+Search space, buckets and defaults: tuning/attention_coopmat.json (BR, BC of the forward; BBR, BBC of
+both backward passes). TVK_COOPMAT=0 or TVK_COOPMAT_ATTENTION=0 turns the route off.
+TVK_COOPMAT_ATTENTION=emulate[:SUBGROUP] routes float16 here on any device with the template's EMULATE
+(its matrix products on scalar code, subgroups of SUBGROUP invocations, 32 by default): how lavapipe's
+tests run the rest of this kernel; never a speed path.
+"""
+from __future__ import annotations
+
+import os
+
+from ..env_flags import env_flag
+from ..errors import InvalidConfigError
+from .launch import Family, family
+
+MIN_SUBGROUP, MAX_SUBGROUP = 16, 64  # a row's scalar threads (SUBGROUP / 16) in its own subgroup
+
+
+def shared_bytes(kernel: int, br: int, bc: int, head: int, subgroup: int, emulate: bool) -> int:
+    """Shared memory of one kernel (forward 0, dQ 2, dK/dV 3) at these tiles, as the template declares it."""
+    tile = bc * (head // 8 + 1) * 16  # BC rows of octets, one octet of padding
+    kept = br * (head // 8 + 1) * 16 if emulate else 0  # the emulation's kept matrices
+    halves = br * (bc + 8) * 2
+    common = br * (bc + 4) * 4 + (br // 16) * subgroup * 4  # sS, sRed
+    if kernel == 0:
+        return common + tile + halves + kept
+    if kernel == 2:
+        return common + 2 * tile + halves + 2 * kept
+    return common + 2 * tile + 2 * halves + 2 * kept
+
+
+def emulation() -> int | None:
+    """TVK_COOPMAT_ATTENTION=emulate[:SUBGROUP]: the subgroup size to emulate, else None."""
+    value = os.environ.get("TVK_COOPMAT_ATTENTION", "")
+    if not value.startswith("emulate"):
+        return None
+    size = int(value.partition(":")[2] or 32)
+    if size % 16 or not MIN_SUBGROUP <= size <= MAX_SUBGROUP:
+        raise ValueError(f"TVK_COOPMAT_ATTENTION={value}: the emulated subgroup size must be 16, 32, 48 or 64")
+    return size
+
+
+class CoopAttention(Family):
+    family = "attention_coopmat"
+    template = "attention_coopmat.comp"
+
+    def __init__(self, device):
+        Family.__init__(self, device)
+        self._checked: dict = {}  # subgroup size -> the check's verdict (routed)
+
+    def subgroup(self, emulate: int | None) -> int:
+        return emulate or self.device.facts.subgroup_size
+
+    def check_config(self, params: dict) -> dict:
+        for name in ("BR", "BC", "BBR", "BBC"):
+            value = params.get(name)
+            if not isinstance(value, int) or value < 16 or value % 16:
+                raise InvalidConfigError(f"attention_coopmat: {name}={value!r} must be a positive multiple of 16")
+        return params
+
+    def tiles(self, kernel: int, params: dict, head: int, emulate: int | None) -> tuple[int, int]:
+        """(BR, BC) of a kernel at this head dim: the config's, BC then BR halved (down to 16) until the
+        kernel fits the device's shared memory and workgroup size."""
+        br, bc = (params["BR"], params["BC"]) if kernel == 0 else (params["BBR"], params["BBC"])
+        sub = self.subgroup(emulate)
+        facts = self.device.facts
+        while True:
+            fits = (shared_bytes(kernel, br, bc, head, sub, bool(emulate)) <= facts.max_shared_memory
+                    and br // 16 * sub <= facts.max_workgroup_invocations)
+            if fits:
+                return br, bc
+            if bc > 16 and bc >= br:
+                bc //= 2
+            elif br > 16:
+                br //= 2
+            else:
+                raise InvalidConfigError(f"attention_coopmat: no tile of head dim {head} fits {facts.name}")
+
+    def pipeline(self, kernel: int, params: dict, head: int, mask, causal: bool, dropout: bool, seed_buf: bool,
+                 vec: int, emulate: int | None):
+        br, bc = self.tiles(kernel, params, head, emulate)
+        sub = self.subgroup(emulate)
+        defines = {"KERNEL": kernel, "HEAD": head, "BR": br, "BC": bc, "SUBGROUP_SIZE": sub, "VEC": vec,
+                   "MASK": {None: 0, "bool": 1, "float": 2}[mask], "CAUSAL": int(bool(causal)),
+                   "DROPOUT": int(bool(dropout)), "SEED_BUF": int(bool(seed_buf)), "EMULATE": int(bool(emulate))}
+        required = sub if not emulate and self.device.facts.subgroup_size_control else None
+        pipe = self.variant(defines, (br // 16) * sub, 128, shared_bytes(kernel, br, bc, head, sub, bool(emulate)),
+                            subgroup_size=required)
+        return pipe, br
+
+    def routed(self) -> bool:
+        """Whether this device runs float16 attention here: cooperative matrices of 16 x 16 x 16 fp16 -> fp32
+        at subgroup scope, a subgroup size of 16 to 64, and the check against numpy passed (once)."""
+        sub = self.device.facts.subgroup_size
+        verdict = self._checked.get(sub)
+        if verdict is None:
+            from .matmul_coopmat import coop_shapes
+
+            shapes = [s for s in coop_shapes(self.device) if (s["M"], s["N"], s["K"]) == (16, 16, 16)
+                      and s["A"] == s["B"] == "float16" and s["C"] == s["result"] == "float32"
+                      and s["scope"] == "subgroup" and not s["saturating"]]
+            verdict = bool(shapes) and sub % 16 == 0 and MIN_SUBGROUP <= sub <= MAX_SUBGROUP
+            self._checked[sub] = verdict  # the check below runs attention, which asks again: no recursion
+            if verdict:
+                verdict = self._checked[sub] = check(self.device)
+        return verdict
+
+
+def route(device, dtype: str) -> tuple[CoopAttention, int | None] | None:
+    """(family, emulated subgroup size or None) where float16 attention runs on this template, else None."""
+    if dtype != "float16":
+        return None
+    emulate = emulation()
+    if emulate:
+        return family(device, CoopAttention), emulate
+    if not env_flag("TVK_COOPMAT", default=True) or not env_flag("TVK_COOPMAT_ATTENTION", default=True):
+        return None
+    if "VK_KHR_cooperative_matrix" not in device.facts.extensions:
+        return None
+    fam = family(device, CoopAttention)
+    return (fam, None) if fam.routed() else None
+
+
+def vec_width(d: int, addresses, strides) -> int:
+    """8 (16-byte loads) where the head dim, the strides given (None: contiguous, multiples of d) and the
+    loaded tensors' addresses are multiples of 8 halves, else 1."""
+    if d % 8 or any(a % 16 for a in addresses):
+        return 1
+    if any(st is not None and any(int(x) % 8 for x in st) for st in strides or ()):
+        return 1
+    return 8
+
+
+def check(device) -> bool:
+    """Attention forward and backward on this template, with odd lengths, a padded head dim, grouped heads
+    and causal masking, against numpy in float64; a wrong result disables the route with a warning."""
+    import numpy as np  # lazy: numpy only for this one-time check
+
+    from . import attention
+    from .matmul_coopmat import _warn_once
+
+    rng = np.random.default_rng(11)
+    b, hq, hkv, lq, lk, d = 1, 4, 2, 37, 53, 40
+    scale = d ** -0.5
+    q = rng.standard_normal((b, hq, lq, d)).astype(np.float16)
+    k, v = (rng.standard_normal((b, hkv, lk, d)).astype(np.float16) for _ in range(2))
+    grad = rng.standard_normal((b, hq, lq, d)).astype(np.float16)
+    # float64 reference, keys and values repeated over each group's query heads; causal as torch (top-left)
+    kk, vv = (np.repeat(x.astype(np.float64), hq // hkv, axis=1) for x in (k, v))
+    s = q.astype(np.float64) @ kk.transpose(0, 1, 3, 2) * scale
+    s = np.where(np.tril(np.ones((lq, lk), bool)), s, -np.inf)
+    pr = np.exp(s - s.max(-1, keepdims=True))
+    pr /= pr.sum(-1, keepdims=True)
+    out = pr @ vv
+    g = grad.astype(np.float64)
+    dp = g @ vv.transpose(0, 1, 3, 2)
+    ds = pr * (dp - (dp * pr).sum(-1, keepdims=True))
+    want = {"o": out, "dq": ds @ kk * scale,
+            "dk": (ds.transpose(0, 1, 3, 2) @ q.astype(np.float64) * scale).reshape(b, hkv, -1, lk, d).sum(2),
+            "dv": (pr.transpose(0, 1, 3, 2) @ g).reshape(b, hkv, -1, lk, d).sum(2)}
+    bufs = {name: device.upload(x) for name, x in (("q", q), ("k", k), ("v", v), ("do", grad))}
+    sizes = {"o": q.nbytes, "lse": b * hq * lq * 4, "dq": q.nbytes, "dk": k.nbytes, "dv": v.nbytes,
+             "delta": b * hq * lq * 4}
+    bufs.update({name: device.allocator.alloc(n) for name, n in sizes.items()})
+    try:
+        shape = (b, hq, hkv, lq, lk, d)
+        attention.attention_forward(device, bufs["q"], bufs["k"], bufs["v"], bufs["o"], bufs["lse"], shape,
+                                    dtype="float16", scale=scale, causal=True)
+        attention.attention_backward(device, bufs["q"], bufs["k"], bufs["v"], bufs["o"], bufs["do"], bufs["lse"],
+                                     bufs["dq"], bufs["dk"], bufs["dv"], shape, dtype="float16", scale=scale,
+                                     causal=True, delta=bufs["delta"])
+        got = {name: device.download(bufs[name], np.float16, want[name].shape).astype(np.float64) for name in want}
+    finally:
+        device.synchronize()
+        for buf in bufs.values():
+            buf.free()
+    errors = {name: float(np.abs(got[name] - want[name]).max() / max(np.abs(want[name]).max(), 1e-6))
+              for name in want}
+    if not all(np.isfinite(e) and e <= 2e-2 for e in errors.values()):
+        _warn_once(device, "attention", f"TorchVK: attention on cooperative matrices gave wrong results on "
+                   f"{device.facts.name} (relative errors {errors} against numpy); it is disabled and the "
+                   "fp32-arithmetic kernels are used.")
+        return False
+    return True
+
