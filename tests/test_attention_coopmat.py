@@ -16,10 +16,8 @@ from tvk_kernels.kernels.launch import family
 from test_attention import _compare, _inputs
 
 
-@pytest.fixture(params=[32, 64])
-def emulated(request, monkeypatch):
-    """float16 attention routed to the template's emulation at one subgroup size; the kernels built, in order."""
-    monkeypatch.setenv("TVK_COOPMAT_ATTENTION", f"emulate:{request.param}")
+def _emulate(monkeypatch, request, subgroup: int) -> list:
+    monkeypatch.setenv("TVK_COOPMAT_ATTENTION", f"emulate:{subgroup}")
     seen = []
     original = attention_coopmat.CoopAttention.pipeline
 
@@ -33,12 +31,24 @@ def emulated(request, monkeypatch):
     return seen
 
 
+@pytest.fixture
+def emulated(request, monkeypatch):
+    """float16 attention routed to the template's emulation at subgroup size 32 (NVIDIA's); the kernels built."""
+    return _emulate(monkeypatch, request, 32)
+
+
+@pytest.fixture
+def emulated64(request, monkeypatch):
+    """The same at subgroup size 64 (AMD's wave64: four scalar threads a row)."""
+    return _emulate(monkeypatch, request, 64)
+
+
 @pytest.mark.parametrize("case", [
     dict(shape=(2, 2, 2, 7, 7, 32)),
     dict(shape=(1, 4, 2, 5, 9, 24), enable_gqa=True),  # grouped heads, odd lengths, a head dim padded to 32
     dict(shape=(1, 2, 2, 37, 45, 64), is_causal=True),  # several steps of BC, rows past the diagonal
     dict(shape=(1, 1, 1, 6, 70, 128)),
-    dict(shape=(1, 2, 2, 8, 8, 16), scale=0.3),
+    dict(shape=(1, 2, 2, 8, 8, 32), scale=0.3),
 ])
 def test_forward_and_backward_match_float64(emulated, case):
     case = dict(case)
@@ -47,7 +57,13 @@ def test_forward_and_backward_match_float64(emulated, case):
     assert {0, 2, 3} <= set(emulated), emulated
 
 
-def test_masks_and_views(emulated):
+def test_wave64(emulated64):
+    q, k, v, grad = _inputs(1, 4, 2, 37, 45, 32, seed=13)
+    _compare(q, k, v, grad, torch.float16, enable_gqa=True, is_causal=True)
+    assert {0, 2, 3} <= set(emulated64)
+
+
+def test_masks(emulated):
     q, k, v, grad = _inputs(2, 2, 2, 19, 35, 32, seed=4)
     keep = torch.rand(2, 1, 19, 35, generator=torch.Generator().manual_seed(5)) > 0.3
     keep[:, :, 3] = False  # a fully masked row: output 0, no gradient
