@@ -1,20 +1,31 @@
-"""Build each attention_coopmat.comp kernel variant in its own process; print which crash the driver (diagnostic)."""
-import subprocess, sys, itertools
+"""Build attention_coopmat.comp's kernels on this device, each in its own process, and say which the driver
+builds and which crash it (a diagnostic: the NVIDIA driver crashed building the backward kernels when their
+accumulators stayed in cooperative matrices across steps; CARRY=1 builds that form again).
+
+    python benchmarks/coopmat_attention_build.py
+"""
+import subprocess
+import sys
+
 CODE = r"""
 import sys
 from tvk_kernels import get_device
 from tvk_kernels.kernels import attention_coopmat
-from tvk_kernels.kernels.launch import family
 dev = get_device(0)
-fam = family(dev, attention_coopmat.CoopAttention)
-kernel, head, vec, mask, causal, drop = (int(x) for x in sys.argv[1:7])
-params = {"BR": int(sys.argv[7]), "BC": int(sys.argv[8]), "BBR": int(sys.argv[7]), "BBC": int(sys.argv[8])}
-pipe, _ = fam.pipeline(kernel, params, head, {0: None, 1: "bool", 2: "float"}[mask], causal, drop, False, vec, None)
-pipe.wait() if hasattr(pipe, "wait") else None
-print("built")
+kernel, head, vec, br, bc, carry = (int(x) for x in sys.argv[1:7])
+defines = {"KERNEL": kernel, "HEAD": head, "BR": br, "BC": bc, "SUBGROUP_SIZE": dev.facts.subgroup_size, "VEC": vec,
+           "MASK": 0, "CAUSAL": 0, "DROPOUT": 0, "SEED_BUF": 0, "EMULATE": 0}
+if carry:
+    defines["CARRY"] = 1
+shared = attention_coopmat.shared_bytes(kernel, br, bc, head, dev.facts.subgroup_size, False)
+dev.pipelines.get("attention_coopmat.comp", defines, local_size=(br // 16 * dev.facts.subgroup_size, 1, 1),
+                  push_size=128)
+print("built", shared)
 """
-for args in [(0, 64, 8, 0, 0, 0, 64, 64), (0, 64, 1, 0, 0, 0, 64, 64), (0, 48, 1, 0, 1, 0, 64, 64), (0, 64, 8, 0, 0, 0, 16, 16),
-             (2, 64, 8, 0, 0, 0, 64, 32), (3, 64, 8, 0, 0, 0, 64, 32), (2, 64, 8, 0, 0, 0, 16, 16), (3, 64, 8, 0, 0, 0, 16, 16),
-             (0, 128, 8, 2, 1, 1, 64, 64), (3, 128, 8, 0, 0, 0, 64, 32)]:
+CASES = [(0, 64, 8, 64, 64, 0), (2, 64, 8, 64, 32, 0), (3, 64, 8, 64, 32, 0), (2, 128, 8, 64, 32, 0),
+         (3, 128, 8, 64, 32, 0), (2, 64, 8, 16, 16, 1), (3, 64, 8, 16, 16, 1)]
+
+for args in CASES:
     done = subprocess.run([sys.executable, "-c", CODE, *map(str, args)], capture_output=True, text=True, timeout=120)
-    print(args, "rc", done.returncode, done.stdout.strip()[-80:], done.stderr.strip()[-300:].replace("\n", " | "), flush=True)
+    print("kernel, head, vec, BR, BC, CARRY", args, "rc", done.returncode, done.stdout.strip()[-40:],
+          done.stderr.strip()[-300:].replace("\n", " | "), flush=True)

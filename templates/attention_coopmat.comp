@@ -77,6 +77,9 @@
 #ifndef VEC
 #define VEC 1
 #endif
+#ifndef CARRY
+#define CARRY 0  // backward: 1 carries dQ, dK, dV in matrices across steps; 0 adds each step's products to registers
+#endif
 #if HEAD % 16 != 0 || BR % 16 != 0 || BC % 16 != 0 || SUBGROUP_SIZE % 16 != 0
 #error HEAD, BR, BC and SUBGROUP_SIZE must be multiples of 16
 #endif
@@ -210,6 +213,34 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
         }                                                                                   \
     }
 
+// Per-thread output registers: thread (r, t) keeps dims db * 16 + t * DPB + k of its row for every head block db.
+#define REGS(NAME) float NAME[HB][DPB]; [[unroll]] for (uint db = 0u; db < HB; ++db) [[unroll]] for (uint k = 0u; k < DPB; ++k) NAME[db][k] = 0.0;
+// OUTR += the subgroup's 16 rows of H (halves) times tile T: a step's products staged in sS, SB head blocks at a time
+// (sS free: the caller's scalar phase is done and a barrier passed)
+#define ADD_PRODUCT(OUTR, H, T)                                                             \
+    [[unroll]] for (uint d0 = 0u; d0 < HB; d0 += SB) {                                      \
+        {                                                                                   \
+            ACC_ARRAY(prod)                                                                 \
+            HALVES_BY_TILE(prod, H, T, d0, min(SB, HB - d0))                                \
+            [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db) STORE_BLOCK(prod, db, (db - d0) * 16u) \
+        }                                                                                   \
+        barrier();                                                                          \
+        [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db)                          \
+            [[unroll]] for (uint k = 0u; k < DPB; ++k) OUTR[db][k] += sS[r * SST + (db - d0) * 16u + t * DPB + k]; \
+        barrier();                                                                          \
+    }
+// OUTR times MUL into row ROW0 + r of the tensor at ADDR (slot SLOT, head H) where it is under COUNT
+#define WRITE_REGS(OUTR, MUL, ADDR, SLOT, H, ROW0, COUNT)                                   \
+    if ((ROW0) + r < (COUNT)) {                                                             \
+        SBuf OUTB = SBuf(ADDR);                                                             \
+        const uint obase = AT(G, SLOT, b, H, (ROW0) + r);                                   \
+        [[unroll]] for (uint db = 0u; db < HB; ++db)                                        \
+            [[unroll]] for (uint k = 0u; k < DPB; ++k) {                                    \
+                const uint dd = db * 16u + t * DPB + k;                                     \
+                if (dd < p.d) OUTB.v[obase + dd] = STYPE(OUTR[db][k] * (MUL));              \
+            }                                                                               \
+    }
+
 #define tid gl_LocalInvocationIndex
 #define sg (tid / SUBGROUP_SIZE)    // full subgroups: the host requires them
 #define lane (tid % SUBGROUP_SIZE)
@@ -261,8 +292,7 @@ void main() {
         barrier();
         if (sg * 16u >= c0 && sg * 16u < c0 + BC) { KEEP_ROWS(KEPT_Q, sKV, sg * 16u - c0) }
     }
-    float o[HB][DPB];
-    [[unroll]] for (uint db = 0u; db < HB; ++db) [[unroll]] for (uint k = 0u; k < DPB; ++k) o[db][k] = 0.0;
+    REGS(o)
     float m = NEG_INF, lsum = 0.0;  // lsum: this thread's columns' share of the row sum
 #if CAUSAL
     const uint jend = min(p.lk, i0 + BR);
@@ -301,17 +331,7 @@ void main() {
         barrier();
         LOAD_TILE(sKV, p.v, vbase, vrs, j0, p.lk, BC)
         barrier();
-        [[unroll]] for (uint d0 = 0u; d0 < HB; d0 += SB) {
-            {
-                ACC_ARRAY(pv)
-                HALVES_BY_TILE(pv, sP, sKV, d0, min(SB, HB - d0))
-                [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db) STORE_BLOCK(pv, db, (db - d0) * 16u)
-            }
-            barrier();
-            [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db)
-                [[unroll]] for (uint k = 0u; k < DPB; ++k) o[db][k] += sS[r * SST + (db - d0) * 16u + t * DPB + k];
-            barrier();
-        }
+        ADD_PRODUCT(o, sP, sKV)
     }
     sRed[tid] = lsum;
     barrier();
@@ -320,13 +340,7 @@ void main() {
     if (i < p.lq) {
         // a row with every score masked: O = 0 and lse = -inf (its gradients are 0)
         const float inv = total > 0.0 ? 1.0 / total : 0.0;
-        SBuf O = SBuf(p.o);
-        const uint obase = AT(G, SO, b, h, i);
-        [[unroll]] for (uint db = 0u; db < HB; ++db)
-            [[unroll]] for (uint k = 0u; k < DPB; ++k) {
-                const uint dd = db * 16u + t * DPB + k;
-                if (dd < p.d) O.v[obase + dd] = STYPE(o[db][k] * inv);
-            }
+        WRITE_REGS(o, inv, p.o, SO, h, i0, p.lq)
         if (t == 0u) FBuf(p.lse).v[(b * p.hq + h) * p.lq + i] = total > 0.0 ? m + log(total) : NEG_INF;
     }
 }
@@ -374,7 +388,11 @@ void main() {
             KEEP_ROWS(KEPT_DO, sV, sg * 16u - c0)
         }
     }
+#if CARRY
     ACC_ARRAY(dq)
+#else
+    REGS(dq)
+#endif
 #if CAUSAL
     const uint jend = write_ds ? p.lk : min(p.lk, i0 + BR);  // dS is written (as 0) past the diagonal too
 #else
@@ -406,9 +424,17 @@ void main() {
             if (write_ds && i < p.lq && j < p.lk) FBuf(p.x2).v[row * p.lk + j] = ds;
         }
         barrier();
+#if CARRY
         HALVES_BY_TILE(dq, sP, sK, 0u, HB)
+#else
+        ADD_PRODUCT(dq, sP, sK)
+#endif
     }
+#if CARRY
     WRITE_ROWS(dq, p.scale, p.x0, SDQ, h, i0, p.lq)
+#else
+    WRITE_REGS(dq, p.scale, p.x0, SDQ, h, i0, p.lq)
+#endif
 }
 
 #elif KERNEL == 3
@@ -451,8 +477,13 @@ void main() {
             KEEP_ROWS(KEPT_V, sdO, sg * 16u - c0)
         }
     }
+#if CARRY
     ACC_ARRAY(dk)
     ACC_ARRAY(dv)
+#else
+    REGS(dk)
+    REGS(dv)
+#endif
 #if CAUSAL
     const uint istart = (j0 / BC) * BC;  // queries above the diagonal see none of these keys
 #else
@@ -491,11 +522,21 @@ void main() {
                 sdS[r * PST + t * CPT + c] = float16_t(pr[c] == 0.0 ? 0.0 : pr[c] * (dp - Dl.v[lbase + i]));
             }
             barrier();
+#if CARRY
             HALVES_BY_TILE(dv, sP, sdO, 0u, HB)
             HALVES_BY_TILE(dk, sdS, sQ, 0u, HB)
+#else
+            ADD_PRODUCT(dv, sP, sdO)
+            ADD_PRODUCT(dk, sdS, sQ)
+#endif
         }
     }
+#if CARRY
     WRITE_ROWS(dk, p.scale, p.x0, SDK, hk, j0, p.lk)
     WRITE_ROWS(dv, 1.0, p.x2, SDV, hk, j0, p.lk)
+#else
+    WRITE_REGS(dk, p.scale, p.x0, SDK, hk, j0, p.lk)
+    WRITE_REGS(dv, 1.0, p.x2, SDV, hk, j0, p.lk)
+#endif
 }
 #endif
