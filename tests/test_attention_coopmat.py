@@ -120,8 +120,11 @@ def test_dropout_masks_agree_with_the_fp32_route(emulated, monkeypatch):
 
 
 def test_routing(device, monkeypatch):
-    """float16 only; lavapipe has no cooperative matrices, so only the emulation routes here; the switches."""
-    assert attention_coopmat.route(device, "float16") is None  # no VK_KHR_cooperative_matrix on lavapipe
+    """float16 only; without cooperative matrices (lavapipe) only the emulation routes here; the switches."""
+    if "VK_KHR_cooperative_matrix" not in device.facts.extensions:  # lavapipe
+        assert attention_coopmat.route(device, "float16") is None
+    monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "0")
+    assert attention_coopmat.route(device, "float16") is None
     monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "emulate")
     fam, sub = attention_coopmat.route(device, "float16")
     assert sub == 32 and isinstance(fam, attention_coopmat.CoopAttention)
