@@ -52,6 +52,28 @@ def _compare(q, k, v, grad, dtype=torch.float32, mask=None, **kw):
         assert err <= TOL[dtype] * (1 + b.abs().max().item()), f"{name}: max error {err}"
 
 
+
+def _dropout_route_agrees(q, k, v, grad, monkeypatch, env: str, value: str, p=0.3):
+    """float16 SDPA with dropout at one seed on the route in force, then again with `env` set to `value` (another
+    route, kept launches dropped): the same scores dropped, forward and backward, and the values within fp16's
+    tolerance."""
+    from tvk_kernels import config
+
+    def run():
+        leaves = [x.half().to("tvk").requires_grad_() for x in (q, k, v)]
+        torch.manual_seed(11)
+        out = F.scaled_dot_product_attention(*leaves, dropout_p=p)
+        out.backward(grad.half().to("tvk"))
+        return [out.detach().float().cpu()] + [x.grad.float().cpu() for x in leaves]
+
+    first = run()
+    monkeypatch.setenv(env, value)
+    config.reload()
+    reference = run()
+    for got, want in zip(first, reference):
+        assert ((got == 0) == (want == 0)).all()  # the same scores dropped
+        assert (got - want).abs().max() <= 1e-2 * (1 + want.abs().max())
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_matches_cpu(dtype):
     _compare(*_inputs(2, 2, 2, 9, 20, 16), dtype)

@@ -13,7 +13,7 @@ from tvk_kernels import config
 from tvk_kernels.kernels import attention_coopmat
 from tvk_kernels.kernels.launch import family
 
-from test_attention import _compare, _inputs
+from test_attention import _compare, _dropout_route_agrees, _inputs
 
 
 def _emulate(monkeypatch, request, subgroup: int) -> list:
@@ -100,23 +100,8 @@ def test_views_of_one_projection(emulated, head, monkeypatch):
 
 def test_dropout_masks_agree_with_the_fp32_route(emulated, monkeypatch):
     """The same seed drops the same scores here as on attention.comp, forward and backward."""
-    q, k, v, grad = _inputs(1, 2, 2, 24, 40, 32, seed=9)
-
-    def run():
-        leaves = [x.half().to("tvk").requires_grad_() for x in (q, k, v)]
-        torch.manual_seed(11)
-        out = F.scaled_dot_product_attention(*leaves, dropout_p=0.3)
-        out.backward(grad.half().to("tvk"))
-        return [out.detach().float().cpu()] + [x.grad.float().cpu() for x in leaves]
-
-    coop = run()
+    _dropout_route_agrees(*_inputs(1, 2, 2, 24, 40, 32, seed=9), monkeypatch, "TVK_COOPMAT_ATTENTION", "0")
     assert {0, 2, 3} <= set(emulated)
-    monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "0")
-    config.reload()  # kept launches go: attention.comp's route is worked out again
-    reference = run()
-    for got, want in zip(coop, reference):
-        assert ((got == 0) == (want == 0)).all()  # the same scores dropped
-        assert (got - want).abs().max() <= 1e-2 * (1 + want.abs().max())
 
 
 def test_routing(device, monkeypatch):
