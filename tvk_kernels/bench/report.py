@@ -587,6 +587,8 @@ OWN_TABLES = [("packed_attention_ab", "Packed fp16 attention against fp32 arithm
               ("packed_conv_ab", "Packed fp16 convolutions against fp32 arithmetic, cooperative matrices off",
                "benchmarks/packed_conv_ab.py", "summary"),
               ("bandwidth_rows", "Memory-bound kernels beside torch CUDA", "benchmarks/bandwidth_rows.py", "table"),
+              ("attention_vs_torch", "fp16 fused attention beside torch CUDA's SDPA, cooperative matrices and not",
+               "benchmarks/attention_vs_torch.py", "table"),
               ("cold_compile", "First step with empty caches", "benchmarks/cold_compile.py", "table"),
               ("rank_check", "The static cost model's order against measured times",
                "python -m tvk_kernels.tune.rank_check", "table")]
