@@ -83,7 +83,7 @@ def main():
     device = get_device(0)
     shapes = QUICK if args.quick else SHAPES
     cuda = cuda_peer(shapes) if torch.cuda.is_available() else {}
-    routed = attention_coopmat.route(device, "float16") is not None
+    routed = attention_coopmat.route(device, "float16", attention.check_coopmat) is not None
     rows = []
     for name, b, hq, hkv, n, d, causal in shapes:
         rng = np.random.default_rng(0)

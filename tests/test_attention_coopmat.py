@@ -1,16 +1,16 @@
 """Fused attention on cooperative matrices (templates/attention_coopmat.comp, kernels/attention_coopmat.py),
 float16's route on GPUs that have them. lavapipe has none: TVK_COOPMAT_ATTENTION=emulate runs the template with
 its matrix products on scalar code (every other line of it as the GPU runs it), at emulated subgroup sizes 32
-(NVIDIA's) and 64 (AMD's wave64), against float64 within fp16's tolerance: masks, causal, grouped heads, dropout, odd sizes, head dims
-up to 128, views read in place. The real products are checked on the device where the route is taken
-(attention_coopmat.check, and the device tests)."""
+(NVIDIA's) and 64 (AMD's wave64), against float64 within fp16's tolerance: masks, causal, grouped heads, dropout,
+odd sizes, head dims up to 128, views read in place. The real products are checked on the device where the route
+is taken (attention.check_coopmat, and test_real_route_matches_float64 there)."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import torchvk  # noqa: F401  (the tvk device)
 from tvk_kernels import config
-from tvk_kernels.kernels import attention_coopmat
+from tvk_kernels.kernels import attention, attention_coopmat
 from tvk_kernels.kernels.launch import family
 
 from test_attention import _compare, _dropout_route_agrees, _inputs
@@ -107,16 +107,16 @@ def test_dropout_masks_agree_with_the_fp32_route(emulated, monkeypatch):
 def test_routing(device, monkeypatch):
     """float16 only; without cooperative matrices (lavapipe) only the emulation routes here; the switches."""
     if "VK_KHR_cooperative_matrix" not in device.facts.extensions:  # lavapipe
-        assert attention_coopmat.route(device, "float16") is None
+        assert attention_coopmat.route(device, "float16", attention.check_coopmat) is None
     monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "0")
-    assert attention_coopmat.route(device, "float16") is None
+    assert attention_coopmat.route(device, "float16", attention.check_coopmat) is None
     monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "emulate")
-    fam, sub = attention_coopmat.route(device, "float16")
+    fam, sub = attention_coopmat.route(device, "float16", attention.check_coopmat)
     assert sub == 32 and isinstance(fam, attention_coopmat.CoopAttention)
-    assert attention_coopmat.route(device, "float32") is None
+    assert attention_coopmat.route(device, "float32", attention.check_coopmat) is None
     monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "emulate:24")
     with pytest.raises(ValueError, match="16, 32, 48 or 64"):
-        attention_coopmat.route(device, "float16")
+        attention_coopmat.route(device, "float16", attention.check_coopmat)
 
 
 def test_tiles_shrink_to_the_shared_memory(device):
@@ -134,9 +134,11 @@ def test_real_route_matches_float64(device):
     """The cooperative-matrix kernels themselves, where the device has them (the H200/H100 device tests)."""
     from tvk_kernels.kernels.matmul_coopmat import coop_shapes
 
-    if not any((s["M"], s["N"], s["K"], s["A"], s["C"]) == (16, 16, 16, "float16", "float32") for s in coop_shapes(device)):
+    shapes = [(s["M"], s["N"], s["K"], s["A"], s["C"]) for s in coop_shapes(device)]
+    if (16, 16, 16, "float16", "float32") not in shapes:
         pytest.skip(f"{device.facts.name} has no 16x16x16 fp16 cooperative matrices (the emulation tests above run)")
-    assert attention_coopmat.route(device, "float16") is not None, "the check against numpy failed (see its warning)"
+    routed = attention_coopmat.route(device, "float16", attention.check_coopmat)
+    assert routed is not None, "the check against numpy failed (see its warning)"
     for case in (dict(shape=(2, 4, 2, 77, 130, 64), enable_gqa=True, is_causal=True),
                  dict(shape=(1, 2, 2, 200, 33, 128)), dict(shape=(2, 2, 2, 65, 65, 40), scale=0.2)):
         case = dict(case)

@@ -28,7 +28,7 @@ import struct
 
 from ..env_flags import env_flag
 from ..errors import InvalidConfigError
-from . import attention_coopmat, dtypes, matmul_packed_f16
+from . import attention_coopmat, dtypes, matmul_coopmat, matmul_packed_f16
 from .kept_calls import kept_call
 from .launch import Family, address, family, grid_1d, record_shape, recording
 
@@ -192,7 +192,7 @@ def attention_forward(device, q, k, v, o, lse, shape, *, dtype="float32", scale:
     if dropout and not (seed_out and offset_out):
         raise ValueError("attention dropout needs rng_out: where the forward writes its seed and offset")
     q, k, v, o, lse = map(address, (q, k, v, o, lse))
-    coop = attention_coopmat.route(device, dtype) if params is None else None
+    coop = attention_coopmat.route(device, dtype, check_coopmat) if params is None else None
     if coop:
         cfam, emulate = coop
         vec = attention_coopmat.vec_width(d, (q, k, v), strides)
@@ -236,7 +236,7 @@ def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype
     pre = fam.variant(defines, wg, _PUSH.size)
     device.stream.dispatch(pre, grid_1d(-(-rows // wg), device.facts.max_workgroup_count[0]),
                            _PUSH.pack(0, 0, 0, o, 0, 0, 0, d_o, delta, 0, rows, lq, *common), "attention_backward_delta")
-    coop = attention_coopmat.route(device, dtype) if params is None else None
+    coop = attention_coopmat.route(device, dtype, check_coopmat) if params is None else None
     if coop:
         cfam, emulate = coop
         cprm = cfam.resolve({"head": d})
@@ -255,3 +255,53 @@ def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype
     device.stream.dispatch(dkv_pipe, (-(-lk // dkv_rows), hkv, b),
                            _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dk, delta, dv, lq, lk, *common),
                            "attention_backward_dkv")
+
+
+def check_coopmat(device) -> bool:
+    """Attention forward and backward on the cooperative-matrix template, with odd lengths, a padded head dim,
+    grouped heads and causal masking, against numpy in float64; a wrong result disables the route with a warning."""
+    import numpy as np  # lazy: numpy only for this one-time check, as elementwise's meta buffers
+
+    rng = np.random.default_rng(11)
+    b, hq, hkv, lq, lk, d = 1, 4, 2, 37, 53, 40
+    scale = d ** -0.5
+    q = rng.standard_normal((b, hq, lq, d)).astype(np.float16)
+    k, v = (rng.standard_normal((b, hkv, lk, d)).astype(np.float16) for _ in range(2))
+    grad = rng.standard_normal((b, hq, lq, d)).astype(np.float16)
+    # float64 reference, keys and values repeated over each group's query heads; causal as torch (top-left)
+    kk, vv = (np.repeat(x.astype(np.float64), hq // hkv, axis=1) for x in (k, v))
+    s = q.astype(np.float64) @ kk.transpose(0, 1, 3, 2) * scale
+    s = np.where(np.tril(np.ones((lq, lk), bool)), s, -np.inf)
+    pr = np.exp(s - s.max(-1, keepdims=True))
+    pr /= pr.sum(-1, keepdims=True)
+    out = pr @ vv
+    g = grad.astype(np.float64)
+    dp = g @ vv.transpose(0, 1, 3, 2)
+    ds = pr * (dp - (dp * pr).sum(-1, keepdims=True))
+    want = {"o": out, "dq": ds @ kk * scale,
+            "dk": (ds.transpose(0, 1, 3, 2) @ q.astype(np.float64) * scale).reshape(b, hkv, -1, lk, d).sum(2),
+            "dv": (pr.transpose(0, 1, 3, 2) @ g).reshape(b, hkv, -1, lk, d).sum(2)}
+    bufs = {name: device.upload(x) for name, x in (("q", q), ("k", k), ("v", v), ("do", grad))}
+    sizes = {"o": q.nbytes, "lse": b * hq * lq * 4, "dq": q.nbytes, "dk": k.nbytes, "dv": v.nbytes,
+             "delta": b * hq * lq * 4}
+    bufs.update({name: device.allocator.alloc(n) for name, n in sizes.items()})
+    try:
+        shape = (b, hq, hkv, lq, lk, d)
+        attention_forward(device, bufs["q"], bufs["k"], bufs["v"], bufs["o"], bufs["lse"], shape,
+                                    dtype="float16", scale=scale, causal=True)
+        attention_backward(device, bufs["q"], bufs["k"], bufs["v"], bufs["o"], bufs["do"], bufs["lse"],
+                                     bufs["dq"], bufs["dk"], bufs["dv"], shape, dtype="float16", scale=scale,
+                                     causal=True, delta=bufs["delta"])
+        got = {name: device.download(bufs[name], np.float16, want[name].shape).astype(np.float64) for name in want}
+    finally:
+        device.synchronize()
+        for buf in bufs.values():
+            buf.free()
+    errors = {name: float(np.abs(got[name] - want[name]).max() / max(np.abs(want[name]).max(), 1e-6))
+              for name in want}
+    if not all(np.isfinite(e) and e <= 2e-2 for e in errors.values()):
+        matmul_coopmat._warn_once(device, "attention", "TorchVK: attention on cooperative matrices gave wrong results "
+                                  f"on {device.facts.name} (relative errors {errors} against numpy); it is disabled "
+                                  "and attention.comp's kernels are used.")
+        return False
+    return True

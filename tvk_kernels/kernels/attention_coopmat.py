@@ -16,6 +16,7 @@ import os
 from ..env_flags import env_flag
 from ..errors import InvalidConfigError
 from .launch import Family, family
+from .matmul_coopmat import coop_shapes
 
 MIN_SUBGROUP, MAX_SUBGROUP = 16, 64  # a row's scalar threads (SUBGROUP / 16) in its own subgroup
 
@@ -92,26 +93,26 @@ class CoopAttention(Family):
                             subgroup_size=required)
         return pipe, br
 
-    def routed(self) -> bool:
+    def routed(self, check) -> bool:
         """Whether this device runs float16 attention here: cooperative matrices of 16 x 16 x 16 fp16 -> fp32
-        at subgroup scope, a subgroup size of 16 to 64, and the check against numpy passed (once)."""
+        at subgroup scope, a subgroup size of 16 to 64, and `check(device)` (attention.py's run against numpy)
+        passed (once)."""
         sub = self.device.facts.subgroup_size
         verdict = self._checked.get(sub)
         if verdict is None:
-            from .matmul_coopmat import coop_shapes
-
             shapes = [s for s in coop_shapes(self.device) if (s["M"], s["N"], s["K"]) == (16, 16, 16)
                       and s["A"] == s["B"] == "float16" and s["C"] == s["result"] == "float32"
                       and s["scope"] == "subgroup" and not s["saturating"]]
             verdict = bool(shapes) and sub % 16 == 0 and MIN_SUBGROUP <= sub <= MAX_SUBGROUP
             self._checked[sub] = verdict  # the check below runs attention, which asks again: no recursion
             if verdict:
-                verdict = self._checked[sub] = check(self.device)
+                verdict = self._checked[sub] = bool(check(self.device))
         return verdict
 
 
-def route(device, dtype: str) -> tuple[CoopAttention, int | None] | None:
-    """(family, emulated subgroup size or None) where float16 attention runs on this template, else None."""
+def route(device, dtype: str, check) -> tuple[CoopAttention, int | None] | None:
+    """(family, emulated subgroup size or None) where float16 attention runs on this template, else None;
+    `check(device)` decides once whether the device's matrices give right results."""
     if dtype != "float16":
         return None
     emulate = emulation()
@@ -122,7 +123,7 @@ def route(device, dtype: str) -> tuple[CoopAttention, int | None] | None:
     if "VK_KHR_cooperative_matrix" not in device.facts.extensions:
         return None
     fam = family(device, CoopAttention)
-    return (fam, None) if fam.routed() else None
+    return (fam, None) if fam.routed(check) else None
 
 
 def vec_width(d: int, addresses, strides) -> int:
@@ -133,57 +134,3 @@ def vec_width(d: int, addresses, strides) -> int:
     if any(st is not None and any(int(x) % 8 for x in st) for st in strides or ()):
         return 1
     return 8
-
-
-def check(device) -> bool:
-    """Attention forward and backward on this template, with odd lengths, a padded head dim, grouped heads
-    and causal masking, against numpy in float64; a wrong result disables the route with a warning."""
-    import numpy as np  # lazy: numpy only for this one-time check
-
-    from . import attention
-    from .matmul_coopmat import _warn_once
-
-    rng = np.random.default_rng(11)
-    b, hq, hkv, lq, lk, d = 1, 4, 2, 37, 53, 40
-    scale = d ** -0.5
-    q = rng.standard_normal((b, hq, lq, d)).astype(np.float16)
-    k, v = (rng.standard_normal((b, hkv, lk, d)).astype(np.float16) for _ in range(2))
-    grad = rng.standard_normal((b, hq, lq, d)).astype(np.float16)
-    # float64 reference, keys and values repeated over each group's query heads; causal as torch (top-left)
-    kk, vv = (np.repeat(x.astype(np.float64), hq // hkv, axis=1) for x in (k, v))
-    s = q.astype(np.float64) @ kk.transpose(0, 1, 3, 2) * scale
-    s = np.where(np.tril(np.ones((lq, lk), bool)), s, -np.inf)
-    pr = np.exp(s - s.max(-1, keepdims=True))
-    pr /= pr.sum(-1, keepdims=True)
-    out = pr @ vv
-    g = grad.astype(np.float64)
-    dp = g @ vv.transpose(0, 1, 3, 2)
-    ds = pr * (dp - (dp * pr).sum(-1, keepdims=True))
-    want = {"o": out, "dq": ds @ kk * scale,
-            "dk": (ds.transpose(0, 1, 3, 2) @ q.astype(np.float64) * scale).reshape(b, hkv, -1, lk, d).sum(2),
-            "dv": (pr.transpose(0, 1, 3, 2) @ g).reshape(b, hkv, -1, lk, d).sum(2)}
-    bufs = {name: device.upload(x) for name, x in (("q", q), ("k", k), ("v", v), ("do", grad))}
-    sizes = {"o": q.nbytes, "lse": b * hq * lq * 4, "dq": q.nbytes, "dk": k.nbytes, "dv": v.nbytes,
-             "delta": b * hq * lq * 4}
-    bufs.update({name: device.allocator.alloc(n) for name, n in sizes.items()})
-    try:
-        shape = (b, hq, hkv, lq, lk, d)
-        attention.attention_forward(device, bufs["q"], bufs["k"], bufs["v"], bufs["o"], bufs["lse"], shape,
-                                    dtype="float16", scale=scale, causal=True)
-        attention.attention_backward(device, bufs["q"], bufs["k"], bufs["v"], bufs["o"], bufs["do"], bufs["lse"],
-                                     bufs["dq"], bufs["dk"], bufs["dv"], shape, dtype="float16", scale=scale,
-                                     causal=True, delta=bufs["delta"])
-        got = {name: device.download(bufs[name], np.float16, want[name].shape).astype(np.float64) for name in want}
-    finally:
-        device.synchronize()
-        for buf in bufs.values():
-            buf.free()
-    errors = {name: float(np.abs(got[name] - want[name]).max() / max(np.abs(want[name]).max(), 1e-6))
-              for name in want}
-    if not all(np.isfinite(e) and e <= 2e-2 for e in errors.values()):
-        _warn_once(device, "attention", f"TorchVK: attention on cooperative matrices gave wrong results on "
-                   f"{device.facts.name} (relative errors {errors} against numpy); it is disabled and the "
-                   "fp32-arithmetic kernels are used.")
-        return False
-    return True
-
