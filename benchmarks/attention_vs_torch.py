@@ -3,7 +3,7 @@
 For each shape (the zoo's transformer shapes, a GQA one, and sizes no config was tuned on: odd lengths, head
 dims 40 and 80, a length of 2048), forward and forward + backward, GPU time only on both sides, each case after
 its spin-up: tvk's kernels from Vulkan timestamps (tvk-bench kernels' timer) with the cooperative-matrix route
-(kernels/attention_coopmat.py) and with it off (TVK_COOPMAT_ATTENTION=0: attention.comp's fp16 kernels), torch's
+(kernels/attention_coopmat.py, TVK_COOPMAT_ATTENTION=1) and with it off (TVK_COOPMAT_ATTENTION=0: attention.comp's fp16 kernels), torch's
 F.scaled_dot_product_attention on CUDA in a process without torchvk (tvk_kernels/bench/cuda_timer.py: CUDA
 graphs). TFLOP/s count 4 b h lq lk d for the forward (half of it where causal) and 2.5 times that for the
 backward. The route's output and gradients are checked against the other route's in the same run.
@@ -83,6 +83,7 @@ def main():
     device = get_device(0)
     shapes = QUICK if args.quick else SHAPES
     cuda = cuda_peer(shapes) if torch.cuda.is_available() else {}
+    os.environ["TVK_COOPMAT_ATTENTION"] = "1"  # the route on, as TorchVK takes it where it is on by default
     routed = attention_coopmat.route(device, "float16", attention.check_coopmat) is not None
     rows = []
     for name, b, hq, hkv, n, d, causal in shapes:
@@ -108,11 +109,8 @@ def main():
         row = {"shape": name, "batch": b, "heads_q": hq, "heads_kv": hkv, "length": n, "head": d, "causal": causal}
         flops = 4 * b * hq * n * n * d * (0.5 if causal else 1.0)
         timed = {}
-        for route, flag in (("coopmat", None), ("attention_comp", "0")):
-            if flag is None:
-                os.environ.pop("TVK_COOPMAT_ATTENTION", None)
-            else:
-                os.environ["TVK_COOPMAT_ATTENTION"] = flag
+        for route, flag in (("coopmat", "1"), ("attention_comp", "0")):
+            os.environ["TVK_COOPMAT_ATTENTION"] = flag
             config.reload()  # kept launches go with the route
             if route == "coopmat" and not routed:
                 continue

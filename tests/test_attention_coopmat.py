@@ -110,6 +110,9 @@ def test_routing(device, monkeypatch):
         assert attention_coopmat.route(device, "float16", attention.check_coopmat) is None
     monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "0")
     assert attention_coopmat.route(device, "float16", attention.check_coopmat) is None
+    monkeypatch.delenv("TVK_COOPMAT_ATTENTION")
+    if not attention_coopmat.ROUTE_BY_DEFAULT:  # off until the device has run it
+        assert attention_coopmat.route(device, "float16", attention.check_coopmat) is None
     monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "emulate")
     fam, sub = attention_coopmat.route(device, "float16", attention.check_coopmat)
     assert sub == 32 and isinstance(fam, attention_coopmat.CoopAttention)
@@ -130,13 +133,15 @@ def test_tiles_shrink_to_the_shared_memory(device):
         assert (br, bc) != (128, 64) or attention_coopmat.shared_bytes(kernel, 128, 64, 128, 64, True) <= limit
 
 
-def test_real_route_matches_float64(device):
+def test_real_route_matches_float64(device, monkeypatch):
     """The cooperative-matrix kernels themselves, where the device has them (the H200/H100 device tests)."""
     from tvk_kernels.kernels.matmul_coopmat import coop_shapes
 
     shapes = [(s["M"], s["N"], s["K"], s["A"], s["C"]) for s in coop_shapes(device)]
     if (16, 16, 16, "float16", "float32") not in shapes:
         pytest.skip(f"{device.facts.name} has no 16x16x16 fp16 cooperative matrices (the emulation tests above run)")
+    monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "1")  # off by default until measured (ROUTE_BY_DEFAULT)
+    config.reload()
     routed = attention_coopmat.route(device, "float16", attention.check_coopmat)
     assert routed is not None, "the check against numpy failed (see its warning)"
     for case in (dict(shape=(2, 4, 2, 77, 130, 64), enable_gqa=True, is_causal=True),

@@ -1,6 +1,6 @@
 """Fused attention on cooperative matrices (templates/attention_coopmat.comp): attention.py's route for
 float16 where the device has 16 x 16 x 16 fp16 -> fp32 subgroup matrices and a small forward and
-backward checked against numpy passed (`routed`). Same arguments, tensors and strides as attention.py's
+backward checked against numpy passed (`routed`), with TVK_COOPMAT_ATTENTION=1 (ROUTE_BY_DEFAULT). Same arguments, tensors and strides as attention.py's
 kernels; its delta kernel (attention.comp KERNEL 1) runs before the dQ and dK/dV passes.
 
 Search space, buckets and defaults: tuning/attention_coopmat.json (BR, BC of the forward; BBR, BBC of
@@ -18,6 +18,9 @@ from ..errors import InvalidConfigError
 from .launch import Family, family
 from .matmul_coopmat import coop_shapes
 
+# Off unless TVK_COOPMAT_ATTENTION=1 until the device has built and run these kernels: the NVIDIA driver crashed
+# building an earlier backward (design note 54), and a crash in the first-use check would take the process with it
+ROUTE_BY_DEFAULT = False
 MIN_SUBGROUP, MAX_SUBGROUP = 16, 64  # a row's scalar threads (SUBGROUP / 16) in its own subgroup
 
 
@@ -118,7 +121,7 @@ def route(device, dtype: str, check) -> tuple[CoopAttention, int | None] | None:
     emulate = emulation()
     if emulate:
         return family(device, CoopAttention), emulate
-    if not env_flag("TVK_COOPMAT", default=True) or not env_flag("TVK_COOPMAT_ATTENTION", default=True):
+    if not env_flag("TVK_COOPMAT", default=True) or not env_flag("TVK_COOPMAT_ATTENTION", default=ROUTE_BY_DEFAULT):
         return None
     if "VK_KHR_cooperative_matrix" not in device.facts.extensions:
         return None
