@@ -77,9 +77,6 @@
 #ifndef VEC
 #define VEC 1
 #endif
-#ifndef CARRY
-#define CARRY 0  // backward: 1 carries dQ, dK, dV in matrices across steps; 0 adds each step's products to registers
-#endif
 #if HEAD % 16 != 0 || BR % 16 != 0 || BC % 16 != 0 || SUBGROUP_SIZE % 16 != 0
 #error HEAD, BR, BC and SUBGROUP_SIZE must be multiples of 16
 #endif
@@ -191,27 +188,6 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
         sS[(sg * 16u + e / 16u) * SST + (C0) + e % 16u] = ACC[DB][k];                       \
     }
 #endif
-
-// ACC (HB head blocks, fp32) times MUL into rows ROW0.. of the tensor at ADDR (slot SLOT, head H), through sS
-#define WRITE_ROWS(ACC, MUL, ADDR, SLOT, H, ROW0, COUNT)                                   \
-    {                                                                                       \
-        SBuf OUTB = SBuf(ADDR);                                                             \
-        const uint orow = (ROW0) + r;                                                       \
-        const uint obase = AT(G, SLOT, b, H, orow);                                         \
-        [[unroll]] for (uint d0 = 0u; d0 < HB; d0 += SB) {                                             \
-            barrier();                                                                      \
-            [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db) STORE_BLOCK(ACC, db, (db - d0) * 16u) \
-            barrier();                                                                      \
-            if (orow < (COUNT)) {                                                           \
-                [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db) {                         \
-                    [[unroll]] for (uint k = 0u; k < DPB; ++k) {                            \
-                        const uint dd = db * 16u + t * DPB + k;                             \
-                        if (dd < p.d) OUTB.v[obase + dd] = STYPE(sS[r * SST + (db - d0) * 16u + t * DPB + k] * (MUL)); \
-                    }                                                                       \
-                }                                                                           \
-            }                                                                               \
-        }                                                                                   \
-    }
 
 // Per-thread output registers: thread (r, t) keeps dims db * 16 + t * DPB + k of its row for every head block db.
 #define REGS(NAME) float NAME[HB][DPB]; [[unroll]] for (uint db = 0u; db < HB; ++db) [[unroll]] for (uint k = 0u; k < DPB; ++k) NAME[db][k] = 0.0;
@@ -388,11 +364,7 @@ void main() {
             KEEP_ROWS(KEPT_DO, sV, sg * 16u - c0)
         }
     }
-#if CARRY
-    ACC_ARRAY(dq)
-#else
     REGS(dq)
-#endif
 #if CAUSAL
     const uint jend = write_ds ? p.lk : min(p.lk, i0 + BR);  // dS is written (as 0) past the diagonal too
 #else
@@ -424,17 +396,9 @@ void main() {
             if (write_ds && i < p.lq && j < p.lk) FBuf(p.x2).v[row * p.lk + j] = ds;
         }
         barrier();
-#if CARRY
-        HALVES_BY_TILE(dq, sP, sK, 0u, HB)
-#else
         ADD_PRODUCT(dq, sP, sK)
-#endif
     }
-#if CARRY
-    WRITE_ROWS(dq, p.scale, p.x0, SDQ, h, i0, p.lq)
-#else
     WRITE_REGS(dq, p.scale, p.x0, SDQ, h, i0, p.lq)
-#endif
 }
 
 #elif KERNEL == 3
@@ -477,13 +441,8 @@ void main() {
             KEEP_ROWS(KEPT_V, sdO, sg * 16u - c0)
         }
     }
-#if CARRY
-    ACC_ARRAY(dk)
-    ACC_ARRAY(dv)
-#else
     REGS(dk)
     REGS(dv)
-#endif
 #if CAUSAL
     const uint istart = (j0 / BC) * BC;  // queries above the diagonal see none of these keys
 #else
@@ -522,21 +481,11 @@ void main() {
                 sdS[r * PST + t * CPT + c] = float16_t(pr[c] == 0.0 ? 0.0 : pr[c] * (dp - Dl.v[lbase + i]));
             }
             barrier();
-#if CARRY
-            HALVES_BY_TILE(dv, sP, sdO, 0u, HB)
-            HALVES_BY_TILE(dk, sdS, sQ, 0u, HB)
-#else
             ADD_PRODUCT(dv, sP, sdO)
             ADD_PRODUCT(dk, sdS, sQ)
-#endif
         }
     }
-#if CARRY
-    WRITE_ROWS(dk, p.scale, p.x0, SDK, hk, j0, p.lk)
-    WRITE_ROWS(dv, 1.0, p.x2, SDV, hk, j0, p.lk)
-#else
     WRITE_REGS(dk, p.scale, p.x0, SDK, hk, j0, p.lk)
     WRITE_REGS(dv, 1.0, p.x2, SDV, hk, j0, p.lk)
-#endif
 }
 #endif
