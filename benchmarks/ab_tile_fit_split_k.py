@@ -86,7 +86,7 @@ if "gemm" in parts:
             print("GEMM", dt, name, "geomean", round(geomean(xs), 3),
                   "over2x", sum(x > 2 for x in xs), flush=True)
 if "conv" in parts:
-    from tvk_kernels.kernels import conv
+    from tvk_kernels.kernels import conv, conv_family
     import functools
     fwd0, bi0 = conv.conv2d_forward, conv.conv2d_backward_input
     layers = conv_sweep.LAYERS
@@ -228,10 +228,10 @@ if "convfrag" in parts:
     # the conv sweep and the real models' heaviest conv layers, each direction's config as tuned against
     # FRAG 1 (PAD raised to 4 where needed) where its TM and TN allow, else the row is left out
     from tvk_kernels import config
-    from tvk_kernels.kernels import conv
+    from tvk_kernels.kernels import conv, conv_family
     from torchvk.experiments import model_shapes
     from tvk_kernels.tune import model_suites
-    gemm_defines0 = conv.gemm_defines
+    gemm_defines0 = conv_family.gemm_defines
     used = []  # the FRAG of each kernel built since the last reset
 
     def conv_forced(value):
@@ -248,7 +248,7 @@ if "convfrag" in parts:
         res, fits = {}, {}
         for rep in range(2):
             for mode in (("off", "on") if rep == 0 else ("on", "off")):
-                conv.gemm_defines = conv_forced(int(mode == "on"))
+                conv_family.gemm_defines = conv_forced(int(mode == "on"))
                 config.reload()  # drops the kept plans and kept calls built at the other FRAG
                 used.clear()
                 r = conv_sweep._tvk_one(dev, L, 10, False)
@@ -256,7 +256,7 @@ if "convfrag" in parts:
                     if (mode, d) not in res or t < res[(mode, d)]:
                         res[(mode, d)] = t
                 fits[mode] = any(used)
-        conv.gemm_defines = gemm_defines0
+        conv_family.gemm_defines = gemm_defines0
         for di, d in enumerate(DIRS):
             c = cuda[li * 3 + di] if cuda else None
             row = {"label": conv_sweep.label(L), "direction": d, "cudnn_s": c, "frag_applied": fits["on"],

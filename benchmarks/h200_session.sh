@@ -12,6 +12,8 @@
 #   pattn: the same for fp16 fused attention (benchmarks/packed_attention_ab.py)
 #   cattn: fp16 attention on cooperative matrices: its device tests, then beside torch CUDA's SDPA and beside
 #      attention.comp's fp16 kernels (benchmarks/attention_vs_torch.py)
+#   cconv: fp16 conv2d on cooperative matrices: its device tests, then beside cuDNN and beside conv2d.comp's
+#      fp32-arithmetic kernels (benchmarks/conv_vs_cudnn.py)
 #   cold: the first compiled step with empty caches, split into Dynamo, AOTAutograd and ours (benchmarks/cold_compile.py;
 #      TVK_COLD_MODELS: some of tvk-bench models' models, TVK_COLD_VARIANTS: some variants; needs their wheels in .whl)
 #   lns: layer norm backward's row chunks (benchmarks/layer_norm_split.py) with the device's own config
@@ -74,6 +76,8 @@ for phase in "$@"; do
     cattn) step python3 -m pytest -q -p no:cacheprovider tests/test_attention_coopmat.py -k "real_route or routing" \
              tests/test_attention.py
        step python3 benchmarks/attention_vs_torch.py --out $R ;;
+    cconv) step python3 -m pytest -q -p no:cacheprovider tests/test_conv_coopmat.py -k "real_route or route_off"
+       step python3 benchmarks/conv_vs_cudnn.py --out $R ;;
     bw) step python3 benchmarks/bandwidth_rows.py --out $R ;;
     lns) step python3 benchmarks/layer_norm_split.py --out $R ;;
     cold) step python3 benchmarks/cold_compile.py --timeout 150 --out $R ${TVK_COLD_MODELS:+--models $TVK_COLD_MODELS} \

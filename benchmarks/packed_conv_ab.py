@@ -30,7 +30,7 @@ def main():
     from tvk_kernels import config, get_device
     from tvk_kernels.bench.common import environment, md_table, write_result
     from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS
-    from tvk_kernels.kernels import conv, matmul_packed_f16
+    from tvk_kernels.kernels import conv, conv_family, matmul_packed_f16
     from tvk_kernels.tune.measure import time_candidate
     from torchvk.experiments.conv_sweep import DIRECTIONS, LAYERS, QUICK_LAYERS, flops
 
@@ -40,14 +40,14 @@ def main():
         tile = {"BM": 16, "BN": 8, "BK": 8, "TM": 2, "TN": 2, "PAD": 1, "FRAG": 0}
     device = get_device(0)
     seen = []
-    original = conv.gemm_defines
+    original = conv_family.gemm_defines
 
     def spy(*a, **k):
         defines = original(*a, **k)
         seen.append(defines.get("PACKED", 0))
         return defines
 
-    conv.gemm_defines = spy
+    conv_family.gemm_defines = spy
     rng = np.random.default_rng(0)
     rows, table = [], []
     for layer in (QUICK_LAYERS if args.quick else LAYERS):

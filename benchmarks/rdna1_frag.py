@@ -24,7 +24,7 @@ LDS_LIMIT = 32768
 
 def configs(path: Path):
     """[(family, label, direction or "", params)]: the file's eligible configs, then the eligible seeds."""
-    from tvk_kernels.kernels import conv
+    from tvk_kernels.kernels import conv, conv_family
     from tvk_kernels.search_space import search_space
 
     families = json.loads(path.read_text())["families"]
@@ -38,13 +38,13 @@ def configs(path: Path):
 
 def kernel(family: str, direction: str, params: dict):
     """(template, defines, local size, required subgroup size) of a config's kernel."""
-    from tvk_kernels.kernels import conv, matmul_plan
+    from tvk_kernels.kernels import conv, conv_family, matmul_plan
     from tvk_kernels.search_space import search_space, with_derived
 
     prm = with_derived(search_space(family), params)
     if family == "matmul":
         return matmul_plan.Matmul.template, matmul_plan.defines(prm), (prm["WG"], 1, 1), prm.get("SUBGROUP") or None
-    return conv.Conv2d.template, conv.gemm_defines(conv.DIRS[direction], prm, prm["WG"]), (prm["WG"], 1, 1), None
+    return conv.Conv2d.template, conv_family.gemm_defines(conv.DIRS[direction], prm, prm["WG"]), (prm["WG"], 1, 1), None
 
 
 def main(path: Path) -> int:

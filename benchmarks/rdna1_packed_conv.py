@@ -29,7 +29,7 @@ LDS_LIMIT = 32768
 
 
 def rows(device, path: Path):
-    from tvk_kernels.kernels import conv
+    from tvk_kernels.kernels import conv, conv_family
     from tvk_kernels.kernels.launch import family
 
     fam = family(device, conv.Conv2d)
@@ -41,7 +41,7 @@ def rows(device, path: Path):
         for wave in (64, 32):
             stats = {}
             for packed in (False, True):
-                defines = conv.gemm_defines(conv.DIRS[direction], params, params["WG"], dtype="float16", packed=packed)
+                defines = conv_family.gemm_defines(conv.DIRS[direction], params, params["WG"], dtype="float16", packed=packed)
                 stats[packed] = device.pipelines.get(fam.template, defines, local_size=(params["WG"], 1, 1),
                                                      push_size=128, subgroup_size=wave, capture_stats=True).stats
             yield bucket, direction, params, wave, stats

@@ -41,6 +41,16 @@
 // under fp16's normal range. An output whose fp16 partials overflowed (non-finite accumulator) is
 // stored, then summed again in fp32 from global memory over its K range and stored again, so it is
 // what the fp32 kernel gives.
+// COOPMAT 1 (DTYPE float16; kernels/conv_coopmat.py routes it where the device has 16x16x16 fp16 -> fp32
+// cooperative matrices, VK_KHR_cooperative_matrix): the tiles are staged in fp16 and multiplied on
+// subgroup matrices with fp32 accumulation (each output rounded once, as the fp32 kernel's). The
+// workgroup is (BM / (16 TM)) x (BN / (16 TN)) subgroups of SUBGROUP_SIZE invocations (WG in all), each
+// owning TM x TN accumulator matrices of 16 x 16; TM and TN count matrices here, not outputs. PAD
+// (halves) keeps shared rows 16-byte aligned (a multiple of 8). The accumulators go back through a
+// per-subgroup 16 x 16 fp32 staging area, laid out so that neighbouring invocations store neighbouring
+// output addresses (pixels for DIR 0 and 1, weight taps for DIR 2). EMULATE 1: the same kernel with each
+// matrix operation done by scalar code on the same shared tiles (no cooperative matrices needed): how
+// lavapipe's tests run the rest of it; never a speed path.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -60,6 +70,29 @@
 #else
 #define SH float
 #define TO_SH(f) (f)
+#endif
+#ifndef COOPMAT
+#define COOPMAT 0
+#endif
+#ifndef EMULATE
+#define EMULATE 0
+#endif
+#if COOPMAT == 1
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#if DTYPE != TVK_DT_FLOAT16 || PACKED == 1
+#error "conv2d.comp: COOPMAT needs DTYPE float16 (and no PACKED)"
+#endif
+#if EMULATE == 0
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#endif
+#ifndef SUBGROUP_SIZE
+#define SUBGROUP_SIZE 32
+#endif
+#undef SH
+#undef TO_SH
+#define SH float16_t
+#define TO_SH(f) float16_t(f)
 #endif
 
 layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
@@ -128,8 +161,20 @@ layout(push_constant) uniform Params {
 } p;
 #endif
 
+#if COOPMAT == 1  // flat: cooperative loads take an array and an element offset
+shared SH As[BK * (BM + PAD)];
+shared SH Bs[BK * (BN + PAD)];
+#define A_SH(k, m) As[(k) * (BM + PAD) + (m)]
+#define B_SH(k, n) Bs[(k) * (BN + PAD) + (n)]
+const uint NSG = WG / SUBGROUP_SIZE;  // subgroups
+const uint SG_N = BN / (16u * TN);     // subgroups along N
+shared float Cs[NSG * 256u];          // each subgroup's 16 x 16 staging area
+#else
 shared SH As[BK][BM + PAD];
 shared SH Bs[BK][BN + PAD];
+#define A_SH(k, m) As[k][m]
+#define B_SH(k, n) Bs[k][n]
+#endif
 #if DIR == 0
 shared ivec3 mtab[BM];  // (x plane base of row's image, oh*sh - ph, ow*sw - pw)
 shared ivec3 ktab[BK];  // (ic*H*W, kh*dh, kw*dw)
@@ -188,7 +233,9 @@ float exact_sum(uint m, uint col, uint g, uint kbeg, uint kend) {
 #endif
     return s;
 }
+#endif
 
+#if PACKED == 1 || COOPMAT == 1
 // main's epilogue for one output (m, col) of group g and split-K slice `split`
 void store_exact(uint m, uint col, uint g, uint split, float v) {
     const uint icg = p.ic / p.groups, ocg = p.oc / p.groups;
@@ -273,12 +320,44 @@ void main() {
     }
 #endif
 
+#if COOPMAT == 1
+    const uint sg = tid / SUBGROUP_SIZE, lane = tid % SUBGROUP_SIZE;  // full subgroups: the host requires them
+    const uint row0 = (sg / SG_N) * TM * 16u, col0 = (sg % SG_N) * TN * 16u;  // this subgroup's corner of the tile
+#if EMULATE == 1
+    const uint EPL = 256u / SUBGROUP_SIZE;  // a matrix's elements per invocation
+    float acc[TM][TN][EPL];
+    [[unroll]] for (uint i = 0; i < TM; ++i) {
+        [[unroll]] for (uint j = 0; j < TN; ++j) {
+            [[unroll]] for (uint t = 0; t < EPL; ++t) {
+                acc[i][j][t] = 0.0;
+            }
+        }
+    }
+#else
+    coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[TM][TN];
+    [[unroll]] for (uint i = 0; i < TM; ++i) {
+        [[unroll]] for (uint j = 0; j < TN; ++j) {
+            acc[i][j] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
+        }
+    }
+#endif
+// element e of a 16 x 16 staging area: its (row, column); neighbouring e, neighbouring output addresses
+// (element e is also its index in the area: row-major for DIR 2, column-major otherwise)
+#if DIR == 2
+#define STAGE_RC(e) uvec2((e) / 16u, (e) % 16u)
+#define STAGE_LAYOUT gl_CooperativeMatrixLayoutRowMajor
+#else
+#define STAGE_RC(e) uvec2((e) % 16u, (e) / 16u)
+#define STAGE_LAYOUT gl_CooperativeMatrixLayoutColumnMajor
+#endif
+#else
     float acc[TM][TN];
     [[unroll]] for (uint i = 0; i < TM; ++i) {
         [[unroll]] for (uint j = 0; j < TN; ++j) {
             acc[i][j] = 0.0;
         }
     }
+#endif
 
 #if DIR == 2
     const uint tn = tid % BNT, tm = tid / BNT;  // consecutive threads: consecutive weight columns
@@ -351,7 +430,7 @@ void main() {
                 }
 #endif
 #endif
-                As[kl][ml] = TO_SH(v);
+                A_SH(kl, ml) = TO_SH(v);
             }
         }
         [[unroll]] for (uint l = 0; l < (BK * BN + WG - 1) / WG; ++l) {
@@ -377,12 +456,43 @@ void main() {
                     v = TVK_LOAD(B.v[uint(kt.y + nt.x + y * int(p.w) + x)]);
                 }
 #endif
-                Bs[kl][nl] = TO_SH(v);
+                B_SH(kl, nl) = TO_SH(v);
             }
         }
         barrier();
 
-#if PACKED == 1
+#if COOPMAT == 1
+        [[unroll]] for (uint kk = 0; kk < BK; kk += 16u) {
+#if EMULATE == 1
+            [[unroll]] for (uint i = 0; i < TM; ++i) {
+                [[unroll]] for (uint j = 0; j < TN; ++j) {
+                    [[unroll]] for (uint t = 0; t < EPL; ++t) {
+                        const uvec2 rc = STAGE_RC(lane + t * SUBGROUP_SIZE);
+                        float s = acc[i][j][t];
+                        for (uint k1 = kk; k1 < kk + 16u; ++k1) {
+                            s += float(A_SH(k1, row0 + i * 16u + rc.x)) * float(B_SH(k1, col0 + j * 16u + rc.y));
+                        }
+                        acc[i][j][t] = s;
+                    }
+                }
+            }
+#else
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> fa[TM];
+            coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> fb[TN];
+            [[unroll]] for (uint i = 0; i < TM; ++i) {  // As is [k][m]: A (m x k) is column-major
+                coopMatLoad(fa[i], As, kk * (BM + PAD) + row0 + i * 16u, BM + PAD, gl_CooperativeMatrixLayoutColumnMajor);
+            }
+            [[unroll]] for (uint j = 0; j < TN; ++j) {
+                coopMatLoad(fb[j], Bs, kk * (BN + PAD) + col0 + j * 16u, BN + PAD, gl_CooperativeMatrixLayoutRowMajor);
+            }
+            [[unroll]] for (uint i = 0; i < TM; ++i) {
+                [[unroll]] for (uint j = 0; j < TN; ++j) {
+                    acc[i][j] = coopMatMulAdd(fa[i], fb[j], acc[i][j]);
+                }
+            }
+#endif
+        }
+#elif PACKED == 1
         [[unroll]] for (uint k1 = 0; k1 < BK; k1 += CHAIN) {
             f16vec2 part[TM][TN / 2u];
             [[unroll]] for (uint i = 0; i < TM; ++i) {
@@ -394,10 +504,10 @@ void main() {
                 float16_t av[TM];
                 f16vec2 bv[TN / 2u];
                 [[unroll]] for (uint i = 0; i < TM; ++i) {
-                    av[i] = As[kk][TILE_ROW(i)];
+                    av[i] = A_SH(kk, TILE_ROW(i));
                 }
                 [[unroll]] for (uint j = 0; j < TN / 2u; ++j) {
-                    bv[j] = f16vec2(Bs[kk][TILE_COL(2u * j)], Bs[kk][TILE_COL(2u * j + 1u)]);
+                    bv[j] = f16vec2(B_SH(kk, TILE_COL(2u * j)), B_SH(kk, TILE_COL(2u * j + 1u)));
                 }
                 [[unroll]] for (uint i = 0; i < TM; ++i) {
                     [[unroll]] for (uint j = 0; j < TN / 2u; ++j) {
@@ -416,10 +526,10 @@ void main() {
         [[unroll]] for (uint kk = 0; kk < BK; ++kk) {
             float av[TM], bv[TN];
             [[unroll]] for (uint i = 0; i < TM; ++i) {
-                av[i] = As[kk][TILE_ROW(i)];
+                av[i] = A_SH(kk, TILE_ROW(i));
             }
             [[unroll]] for (uint j = 0; j < TN; ++j) {
-                bv[j] = Bs[kk][TILE_COL(j)];
+                bv[j] = B_SH(kk, TILE_COL(j));
             }
             [[unroll]] for (uint i = 0; i < TM; ++i) {
                 [[unroll]] for (uint j = 0; j < TN; ++j) {
@@ -448,6 +558,29 @@ void main() {
     }
 #endif
 
+#if COOPMAT == 1
+    const uint cst = sg * 256u;
+    [[unroll]] for (uint i = 0; i < TM; ++i) {
+        [[unroll]] for (uint j = 0; j < TN; ++j) {
+#if EMULATE == 1
+            [[unroll]] for (uint t = 0; t < EPL; ++t) {
+                Cs[cst + lane + t * SUBGROUP_SIZE] = acc[i][j][t];
+            }
+#else
+            coopMatStore(acc[i][j], Cs, cst, 16u, STAGE_LAYOUT);
+#endif
+            barrier();
+            for (uint e = lane; e < 256u; e += SUBGROUP_SIZE) {
+                const uvec2 rc = STAGE_RC(e);
+                const uint m = m0 + row0 + i * 16u + rc.x, col = n0 + col0 + j * 16u + rc.y;
+                if (m < M && col < N) {
+                    store_exact(m, col, g, split, Cs[cst + e]);
+                }
+            }
+            barrier();
+        }
+    }
+#else
     WBuf C = WBuf(p.c);
 #if DIR == 0
     RBuf Bias = RBuf(p.bias);
@@ -500,6 +633,7 @@ void main() {
             }
         }
     }
+#endif
 #endif
 #if PACKED == 1
     if (bad.x != 0u || bad.y != 0u) {

@@ -113,7 +113,7 @@ def test_a_bad_entry_is_refused():
 _RDNA1_STATS = """
 import json
 from tvk_kernels import get_device
-from tvk_kernels.kernels import activations, conv, matmul
+from tvk_kernels.kernels import activations, conv, conv_family, matmul
 from tvk_kernels.paths import data_dir
 from tvk_kernels.search_space import search_space, with_derived
 
@@ -124,7 +124,7 @@ for family in ("matmul", "conv2d"):
     p = max((b["params"] for b in tuned[family]["buckets"].values()), key=lambda p: p["TM"] * p["TN"])
     p = with_derived(search_space(family), p)  # the most accumulators per thread: the fewest registers to spare
     for name, expr in activations.EPILOGUES.items():
-        defines = matmul.defines(p, act=expr) if family == "matmul" else conv.gemm_defines(0, p, p["WG"], name)
+        defines = matmul.defines(p, act=expr) if family == "matmul" else conv_family.gemm_defines(0, p, p["WG"], name)
         pipe = dev.pipelines.get(family + ".comp", defines, local_size=(p["WG"], 1, 1), push_size=128,
                                  capture_stats=True)
         stats[f"{family} {name}"] = pipe.stats
@@ -165,7 +165,7 @@ import torchvk
 from torch.fx.experimental.proxy_tensor import make_fx
 from torchvk.compile.fusion import ConvEpilogue, FusedElementwise, MatmulEpilogue, fuse
 from torchvk.aten.elementwise import run
-from tvk_kernels.kernels import matmul, conv
+from tvk_kernels.kernels import conv, conv_family, matmul
 from tvk_kernels.runtime.instance import Instance
 
 sys.path.insert(0, sys.argv[1])

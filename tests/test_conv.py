@@ -13,7 +13,7 @@ F = torch.nn.functional
 
 from rdna1_check import assert_fits_rdna1, navi10_stats  # noqa: E402
 from tvk_kernels import InvalidConfigError  # noqa: E402
-from tvk_kernels.kernels import conv  # noqa: E402
+from tvk_kernels.kernels import conv, conv_family  # noqa: E402
 from tvk_kernels.tune.targets import conv2d as conv2d_target  # noqa: E402
 
 REL = 2e-5
@@ -168,7 +168,7 @@ def test_frag_layout(device, rng, params):
     from tvk_kernels.runtime.compiler import split_defines
 
     assert params in conv.candidates(device)
-    compiled, spec = split_defines(conv.Conv2d.template, conv.gemm_defines(0, params, 64))
+    compiled, spec = split_defines(conv.Conv2d.template, conv_family.gemm_defines(0, params, 64))
     assert compiled == {"DIR": 0} and spec[10] == 1  # the module FRAG 0 uses; FRAG is constant 10
     for xs, ws, s, p, d, g in FRAG_CASES:
         check_conv(device, rng, xs, ws, s, p, d, g, True, params=params)
@@ -188,14 +188,14 @@ def test_frag_needs_multiples_of_4(device):
 _FRAG_STATS = """
 import json
 from tvk_kernels import get_device
-from tvk_kernels.kernels import conv
+from tvk_kernels.kernels import conv, conv_family
 from tvk_kernels.search_space import search_space, with_derived
 dev = get_device(0)
 stats = {}
 for params in %r:
     prm = with_derived(search_space("conv2d"), params)
     for direction, dir_id in conv.DIRS.items():
-        pipe = dev.pipelines.get("conv2d.comp", conv.gemm_defines(dir_id, prm, prm["WG"]),
+        pipe = dev.pipelines.get("conv2d.comp", conv_family.gemm_defines(dir_id, prm, prm["WG"]),
                                  local_size=(prm["WG"], 1, 1), push_size=128, capture_stats=True)
         stats[f"{params} {direction}"] = pipe.stats
 print(json.dumps(stats))
@@ -219,7 +219,7 @@ def test_one_spirv_module_per_direction_serves_every_tile_shape():
         modules, tiles = set(), set()
         for params in EXPLICIT:
             wg = (params["BM"] // params["TM"]) * (params["BN"] // params["TN"])
-            compiled, spec = split_defines(conv.Conv2d.template, conv.gemm_defines(dir_id, params, wg))
+            compiled, spec = split_defines(conv.Conv2d.template, conv_family.gemm_defines(dir_id, params, wg))
             modules.add(tuple(sorted(compiled.items())))
             tiles.add(tuple(sorted(spec.items())))
         assert modules == {(("DIR", dir_id),)}, modules
@@ -277,7 +277,7 @@ def test_numpy_reference_and_tune_target(device, rng):
 
     target = conv2d_target.TARGET
     for direction in conv.DIRS:
-        shape = conv.tune_shape(direction, xs, ws, 2, 1, 1, 2)
+        shape = conv_family.tune_shape(direction, xs, ws, 2, 1, 1, 2)
         case = target.prepare(device, shape, n_inputs=2)
         try:
             ok, err = case.check(EXPLICIT[0])

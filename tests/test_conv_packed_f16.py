@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import torchvk  # noqa: F401  (the tvk device)
-from tvk_kernels.kernels import conv
+from tvk_kernels.kernels import conv, conv_family
 from tvk_kernels.kernels.launch import family
 from tvk_kernels.tune import rdna1
 
@@ -28,7 +28,7 @@ U = 2.0 ** -11  # fp16's unit roundoff
 def packed_defines(monkeypatch):
     """The define sets conv.py builds GEMM kernels from, in order."""
     seen = []
-    original = conv.gemm_defines
+    original = conv_family.gemm_defines
 
     def spy(*args, **kwargs):
         defines = original(*args, **kwargs)
@@ -185,7 +185,7 @@ _RDNA1 = r"""
 import json, sys
 from pathlib import Path
 from tvk_kernels import get_device
-from tvk_kernels.kernels import conv
+from tvk_kernels.kernels import conv, conv_family
 from tvk_kernels.kernels.launch import family
 dev = get_device(0)
 fam = family(dev, conv.Conv2d)
@@ -197,7 +197,7 @@ for path in sorted(Path("tuned_configs").glob("rdna1--*.json")):
             continue  # columns multiply in pairs: such a config keeps fp32 arithmetic
         dir_id = conv.DIRS[next(d for d in ("bwd_input", "bwd_weight", "fwd") if bucket.startswith(d))]
         for wave in (32, 64):
-            d = conv.gemm_defines(dir_id, p, p["WG"], dtype="float16", packed=True)
+            d = conv_family.gemm_defines(dir_id, p, p["WG"], dtype="float16", packed=True)
             pipe = dev.pipelines.get(fam.template, d, local_size=(p["WG"], 1, 1), push_size=128, subgroup_size=wave,
                                      capture_stats=True)
             stats[f"{path.stem}.{bucket}.wave{wave}"] = pipe.stats

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from rdna1_check import assert_fits_rdna1, navi10_stats  # noqa: E402
-from tvk_kernels.kernels import conv  # noqa: E402
+from tvk_kernels.kernels import conv, conv_family  # noqa: E402
 
 REL = 2e-5
 SMALL = {"BM": 16, "BN": 16, "BK": 4, "TM": 2, "TN": 2, "PAD": 0}  # small tiles: ragged M and N, several K tiles
@@ -206,7 +206,7 @@ _STATS = """
 import json
 from tvk_kernels import get_device
 from tvk_kernels.config import default_params
-from tvk_kernels.kernels import conv
+from tvk_kernels.kernels import activations, conv, conv_family
 from tvk_kernels.search_space import search_space, with_derived
 dev = get_device(0)
 space = search_space("conv2d")
@@ -217,15 +217,15 @@ for bucket in space["buckets"]:
         continue
     prm = with_derived(space, default_params("conv2d", dev.facts, bucket))
     for act in (None, "relu") if direction == "fwd" else (None,):
-        defines = conv.gemm_defines(conv.DIRS[direction], prm, prm["WG"], act)
+        defines = conv_family.gemm_defines(conv.DIRS[direction], prm, prm["WG"], act)
         pipe = dev.pipelines.get("conv2d.comp", defines, local_size=(prm["WG"], 1, 1), push_size=128,
                                  capture_stats=True)
         stats[f"{bucket} act={act}"] = {**pipe.stats, "params": prm}
 wg = conv.family(dev, conv.Conv2d).reduce_wg()
 for per_thread in (1, 0):  # the split-K sum with the forward's epilogue
-    defines = {"PER_THREAD": per_thread, **conv.activations.act_define(conv.ACTIVATIONS["gelu"])}
-    pipe = dev.pipelines.get(conv.REDUCE_TEMPLATE, defines, local_size=(wg, 1, 1), push_size=conv._RPUSH.size,
-                             capture_stats=True, shared_bytes=0 if per_thread else 4 * wg)
+    defines = {"PER_THREAD": per_thread, **activations.act_define(conv.ACTIVATIONS["gelu"])}
+    pipe = dev.pipelines.get(conv_family.REDUCE_TEMPLATE, defines, local_size=(wg, 1, 1),
+                             push_size=conv_family.REDUCE_PUSH.size, capture_stats=True, shared_bytes=0 if per_thread else 4 * wg)
     stats[f"reduce per_thread={per_thread} act=gelu"] = {**pipe.stats, "params": {}}
 print(json.dumps(stats))
 """

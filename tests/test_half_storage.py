@@ -18,7 +18,7 @@ import torch
 import torchvk  # noqa: F401  (the tvk device)
 import torchvk.profiler
 from rdna1_check import LDS_LIMIT, assert_fits_rdna1, navi10_stats
-from tvk_kernels.kernels import conv, norm, pool
+from tvk_kernels.kernels import conv, conv_family, norm, pool
 from tvk_kernels.kernels.launch import family
 
 F = torch.nn.functional
@@ -306,7 +306,7 @@ def test_amp_cnn_training_follows_float32():
 _RDNA1 = """
 import json
 from tvk_kernels import get_device
-from tvk_kernels.kernels import conv, conv_depthwise
+from tvk_kernels.kernels import conv, conv_depthwise, conv_family
 from tvk_kernels.search_space import search_space, with_derived
 dev = get_device(0)
 stats = {}
@@ -315,7 +315,7 @@ for name, params in %r:
     prm = with_derived(search_space("conv2d"), params)
     for dtype in ("float16", "bfloat16"):
         for partials in (False, True):
-            defines = conv.gemm_defines(conv.DIRS[direction], prm, prm["WG"], None, dtype, partials)
+            defines = conv_family.gemm_defines(conv.DIRS[direction], prm, prm["WG"], None, dtype, partials)
             pipe = dev.pipelines.get("conv2d.comp", defines, local_size=(prm["WG"], 1, 1), push_size=128,
                                      capture_stats=True)
             stats[f"{name} {params} {dtype} partials={partials}"] = pipe.stats

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tvk_kernels.kernels import launch
-from tvk_kernels.kernels.conv import tune_shape
+from tvk_kernels.kernels.conv_family import tune_shape
 from tvk_kernels.kernels.matmul import matmul
 from tvk_kernels.search_space import bucket_of
 from tvk_kernels.tune import cli

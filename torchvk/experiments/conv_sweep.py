@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from tvk_kernels.bench.common import md_table
 from tvk_kernels.bench.cuda_timer import SPIN_UP_SECONDS
-from tvk_kernels.kernels import conv
+from tvk_kernels.kernels import conv, conv_family
 from tvk_kernels.tune.measure import time_candidate
 from tvk_kernels.tune.targets.conv2d import Conv2dTarget
 
@@ -94,7 +94,7 @@ def flops(layer: dict) -> int:
 
 def _gemm_mnk(direction: str, layer: dict) -> list[int]:
     """The implicit GEMM's M, N, K for one direction: what the kernel's tile choice sees."""
-    s = conv.tune_shape(direction, layer["x"], layer["w"], **_geo(layer))
+    s = conv_family.tune_shape(direction, layer["x"], layer["w"], **_geo(layer))
     return [s["M"], s["N"], s["K"]]
 
 

@@ -589,6 +589,8 @@ OWN_TABLES = [("packed_attention_ab", "Packed fp16 attention against fp32 arithm
               ("bandwidth_rows", "Memory-bound kernels beside torch CUDA", "benchmarks/bandwidth_rows.py", "table"),
               ("attention_vs_torch", "fp16 fused attention beside torch CUDA's SDPA, cooperative matrices and not",
                "benchmarks/attention_vs_torch.py", "table"),
+              ("conv_vs_cudnn", "fp16 conv2d beside cuDNN's, cooperative matrices and not", "benchmarks/conv_vs_cudnn.py",
+               "table"),
               ("cold_compile", "First step with empty caches", "benchmarks/cold_compile.py", "table"),
               ("rank_check", "The static cost model's order against measured times",
                "python -m tvk_kernels.tune.rank_check", "table")]

@@ -16,7 +16,7 @@ import os
 from ..env_flags import env_flag
 from ..errors import InvalidConfigError
 from .launch import Family, family
-from .matmul_coopmat import coop_shapes
+from .matmul_coopmat import has_16x16x16
 
 # Off unless TVK_COOPMAT_ATTENTION=1 until the device has built and run these kernels: the NVIDIA driver crashed
 # building an earlier backward (design note 54), and a crash in the first-use check would take the process with it
@@ -103,10 +103,7 @@ class CoopAttention(Family):
         sub = self.device.facts.subgroup_size
         verdict = self._checked.get(sub)
         if verdict is None:
-            shapes = [s for s in coop_shapes(self.device) if (s["M"], s["N"], s["K"]) == (16, 16, 16)
-                      and s["A"] == s["B"] == "float16" and s["C"] == s["result"] == "float32"
-                      and s["scope"] == "subgroup" and not s["saturating"]]
-            verdict = bool(shapes) and sub % 16 == 0 and MIN_SUBGROUP <= sub <= MAX_SUBGROUP
+            verdict = has_16x16x16(self.device) and sub % 16 == 0 and MIN_SUBGROUP <= sub <= MAX_SUBGROUP
             self._checked[sub] = verdict  # the check below runs attention, which asks again: no recursion
             if verdict:
                 verdict = self._checked[sub] = bool(check(self.device))

@@ -24,26 +24,17 @@ Inputs must be contiguous NCHW / (OC, IC/groups, KH, KW).
 from __future__ import annotations
 
 import math
-import struct
 
-from . import activations, conv_depthwise, dtypes, matmul_packed_f16
-from .conv_geometry import checked_split_k, conv2d_output_shape, geometry, storage_defines
+from . import conv_coopmat, conv_depthwise, dtypes
+from .conv_family import PUSH, PUSH_BACKWARD_INPUT, REDUCE_PUSH, ACTIVATIONS, DIRS, Conv2d, gemm_dims
+from .conv_geometry import checked_split_k, conv2d_output_shape, geometry
 from .kept_calls import kept_call
-from .launch import Family, address, family, grid_1d, positive, record_shape, recording
+from .launch import address, family, grid_1d
+from .matmul_coopmat import _warn_once
 from .reduce import reduce
-from .. import benchmark_mode
 from ..config import by_class
-from ..env_flags import env_flag
 from ..errors import InvalidConfigError
 from ..search_space import candidates as space_candidates, search_space
-
-REDUCE_TEMPLATE = "conv2d_reduce.comp"
-DIRS = {"fwd": 0, "bwd_input": 1, "bwd_weight": 2}
-_PUSH = struct.Struct("<4Q18I")  # a, b, c, bias; n ic h w; oc oh ow groups; kh kw sh sw; ph pw dh dw; kchunk flags
-_PUSH_BI = struct.Struct("<3Q20I2i3I")  # DIR 1: a, b, c; n ic h w; oc oh ow groups; kh kw; phase; kchunk
-_RPUSH = struct.Struct("<2Q5I")  # src, dst; count A B sa si
-_GEMM_KEYS = ("BM", "BN", "BK", "TM", "TN", "PAD")
-ACTIVATIONS = activations.EPILOGUES  # forward epilogues: name -> the template's ACT (the activation table's)
 
 
 # ------------------------------------------------------------------ shapes
@@ -63,90 +54,6 @@ def stride_phases(size: int, k: int, s: int, p: int, d: int) -> list[tuple]:
         out.append((i0, count, t0, step, len(taps), base, ostep))
     return out
 
-
-def gemm_dims(direction: str, g: dict) -> tuple[int, int, int]:
-    icg, ocg = g["ic"] // g["groups"], g["oc"] // g["groups"]
-    khw, hw, ohw = g["kh"] * g["kw"], g["h"] * g["w"], g["oh"] * g["ow"]
-    if direction == "fwd":
-        return g["n"] * ohw, ocg, icg * khw
-    if direction == "bwd_input":  # over all stride phases together
-        return g["n"] * hw, icg, ocg * khw // (g["sh"] * g["sw"]) or 1
-    return ocg, icg * khw, g["n"] * ohw
-
-
-def gemm_defines(dir_id: int, params: dict, wg: int, act: str | None = None, dtype: str = "float32",
-                 partials: bool = False, packed: bool = False) -> dict:
-    """The template's defines for one direction and parameter set. ACT and PACKED are absent unless
-    asked for, and float32 has no DTYPE or C_F32, so the tuned kernels' SPIR-V stays what was tuned
-    (tune/carry_over.py relies on it). FRAG is a specialization constant: 0 for a config tuned
-    before it existed. partials: the output is split-K's float32 partial sums; packed: float16 on
-    packed fp16 arithmetic (the module docstring)."""
-    defines = {"DIR": dir_id, "WG": wg, "FRAG": params.get("FRAG", 0), **{k: params[k] for k in _GEMM_KEYS}}
-    if act is not None:
-        defines.update(activations.act_define(ACTIVATIONS[act]))
-    if packed:
-        if dtype != "float16" or params["TN"] % 2:
-            raise InvalidConfigError(f"conv2d: packed fp16 arithmetic needs float16 storage and an even TN, not "
-                                     f"{dtype} with TN={params['TN']}")
-        defines["PACKED"] = 1
-    return {**defines, **storage_defines(dtype, partials)}
-
-
-# ------------------------------------------------------------------ the family
-class Conv2d(Family):
-    family = "conv2d"
-    template = "conv2d.comp"
-
-    def check_config(self, params: dict) -> dict:
-        return positive(self.family, params, "BM", "BN", "BK", "TM", "TN")  # a tile of 0 keeps the constraints
-
-    def gemm_pipeline(self, dir_id: int, params: dict, act: str | None = None, dtype: str = "float32",
-                      partials: bool = False):
-        """`params` as resolve gives them (WG and shared_bytes included)."""
-        push_size = _PUSH_BI.size if dir_id == 1 else _PUSH.size
-        defines = gemm_defines(dir_id, params, params["WG"], act, dtype, partials, self.packed(params, dtype))
-        return self.variant(defines, params["WG"], push_size, shared_bytes=params["shared_bytes"])
-
-    def packed(self, params: dict, dtype: str) -> bool:
-        """Whether a GEMM of this config and storage runs on packed fp16 arithmetic (module docstring):
-        TVK_PACKED_CONV=1, float16, an even TN (columns multiply in pairs), no cooperative matrices on
-        the device (TVK_COOPMAT=0 counts as none: the H200's stand-in for RDNA1), and matmul's
-        packed-fp16 kernel verified here (a GPU with shaderFloat16, TVK_PACKED_F16 not 0)."""
-        if dtype != "float16" or params["TN"] % 2 or not env_flag("TVK_PACKED_CONV", default=False):
-            return False
-        if self.device.facts.features.get("cooperative_matrix") and env_flag("TVK_COOPMAT", default=True):
-            return False
-        return matmul_packed_f16.verified(self.device) is not None
-
-    def reduce_pipeline(self, per_thread: bool, wg: int, act: str | None = None, dtype: str = "float32"):
-        """act: the forward's epilogue activation, applied to each finished sum (split-K); dtype: the
-        storage the sums are written in."""
-        defines = {"PER_THREAD": int(per_thread)}
-        if act is not None:
-            defines.update(activations.act_define(ACTIVATIONS[act]))
-        return self.variant({**defines, **dtypes.storage_define(dtype)}, wg, _RPUSH.size,
-                            shared_bytes=0 if per_thread else 4 * wg, template=REDUCE_TEMPLATE)
-
-    def reduce_wg(self) -> int:
-        """conv2d_reduce.comp's local size (tuning/conv2d.json "reduce"), within the device's limit."""
-        facts = self.device.facts
-        wg = by_class(search_space(self.family).get("reduce", {}).get("WG"), facts, 256)
-        if wg < 1 or wg & (wg - 1):  # a tree reduction
-            raise InvalidConfigError(f"conv2d: the reduce WG={wg} of tuning/conv2d.json must be a power of two")
-        return min(wg, 1 << (min(facts.max_workgroup_invocations, facts.max_workgroup_size[0]).bit_length() - 1))
-
-    def resolve_gemm(self, direction: str, g: dict, params: dict | None, run=None) -> dict:
-        """The parameters of one direction's GEMM: its bucket (tuning/conv2d.json names dir, M, N, K).
-        In benchmark mode, `run(params)` (the same call with a candidate) times this exact geometry."""
-        M, N, K = gemm_dims(direction, g)
-        shape = {"dir": direction, "M": M, "N": N, "K": K}
-        if recording():
-            record_shape(self.family, launch_tune_shape(direction, g))
-        if params is None and run is not None and benchmark_mode.enabled():
-            names = search_space(self.family)["params"]
-            return self.benchmarked((direction, *sorted(g.items())), shape,
-                                    lambda p: run({k: p[k] for k in names}))
-        return self.resolve(shape, params)
 
 
 def candidates(device, max_count: int | None = None) -> list[dict]:
@@ -208,7 +115,7 @@ def _bwd_input_phases(g: dict) -> list[tuple]:
 
 
 def _push(a, b, c, bias, g, kchunk, flags):
-    return _PUSH.pack(a, b, c, bias, g["n"], g["ic"], g["h"], g["w"], g["oc"], g["oh"], g["ow"], g["groups"],
+    return PUSH.pack(a, b, c, bias, g["n"], g["ic"], g["h"], g["w"], g["oc"], g["oh"], g["ow"], g["groups"],
                       g["kh"], g["kw"], g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"], kchunk, flags)
 
 
@@ -238,7 +145,7 @@ def _dispatch_bwd_input(device, fam, g, phases, a, b, c, params, splits=1, dtype
     n = g["ic"] // g["groups"]
     head = (a, b, c, g["n"], g["ic"], g["h"], g["w"], g["oc"], g["oh"], g["ow"], g["groups"], g["kh"], g["kw"])
     for m, k, fields in phases:
-        push = _PUSH_BI.pack(*head, *fields, _chunk(k, splits, params["BK"]))
+        push = PUSH_BACKWARD_INPUT.pack(*head, *fields, _chunk(k, splits, params["BK"]))
         device.stream.dispatch(pipe, _grid(device, m, n, params, g["groups"] * splits), push, "conv2d_bwd_input")
 
 
@@ -262,7 +169,7 @@ def _reduce(device, fam, src, dst, count, A, B, sa, si, wg, label, act=None, dty
     pipe = fam.reduce_pipeline(per_thread, wg, act, dtype)
     groups = -(-count // wg) if per_thread else count
     gx, gy, _ = grid_1d(groups, device.facts.max_workgroup_count[0])
-    device.stream.dispatch(pipe, (gx, gy, 1), _RPUSH.pack(src, dst, count, A, B, sa, si), label)
+    device.stream.dispatch(pipe, (gx, gy, 1), REDUCE_PUSH.pack(src, dst, count, A, B, sa, si), label)
 
 
 # ------------------------------------------------------------------ public API
@@ -291,7 +198,7 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
         conv_depthwise.forward(device, g, address(x_addr), address(w_addr), bias, address(out_addr), params, act, run,
                                dtype)
         return out_shape
-    fam = family(device, Conv2d)
+    fam = conv_coopmat.gemm_family(device, dtype, params, check_coopmat)
     params = fam.resolve_gemm("fwd", g, params, run)
     M, N, K = gemm_dims("fwd", g)
     splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k, direction="fwd")
@@ -317,7 +224,6 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
     x_shape = tuple(int(v) for v in x_shape)
     if x_shape[0] * x_shape[1] * x_shape[2] * x_shape[3] == 0:
         return x_shape
-    fam = family(device, Conv2d)
 
     def run(p):
         conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, w_shape, stride, padding,
@@ -327,6 +233,7 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
         conv_depthwise.backward_input(device, g, address(grad_out_addr), address(w_addr), address(grad_in_addr),
                                       params, run, dtype)
         return x_shape
+    fam = conv_coopmat.gemm_family(device, dtype, params, check_coopmat)
     params = fam.resolve_gemm("bwd_input", g, params, run)
     phases = _bwd_input_phases(g)
     numel = math.prod(x_shape)
@@ -368,6 +275,7 @@ def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, 
         _split_k_sum(device, fam, address(grad_w_addr), numel, splits, launch, label="conv2d_depthwise_split_sum",
                      dtype=dtype)
         return w_shape
+    fam = conv_coopmat.gemm_family(device, dtype, params, check_coopmat)
     params = fam.resolve_gemm("bwd_weight", g, params, run)
     splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k, direction="bwd_weight")
 
@@ -402,6 +310,40 @@ def conv2d_backward(device, grad_out_addr, x_addr, w_addr, grad_in_addr, grad_w_
                                dilation, groups, params)
     if grad_bias_addr:
         conv2d_backward_bias(device, grad_out_addr, grad_bias_addr, out_shape)
+
+
+def check_coopmat(device) -> bool:
+    """The three directions of a float16 conv on cooperative matrices (conv_coopmat.py), with ragged tiles,
+    groups, stride 2 (several grad-input phases), a bias and split-K partials, against numpy in float64; a
+    wrong result turns the route off with a warning."""
+    import numpy as np  # lazy: numpy only for this one-time check: importing the kernels loads no numpy
+
+    rng = np.random.default_rng(5)
+    xs, ws, geo = (2, 20, 9, 11), (24, 10, 3, 3), dict(stride=2, padding=1, groups=2)
+    x, w, grad = (rng.standard_normal(s).astype(np.float16) for s in (xs, ws, (2, 24, 5, 6)))
+    bias = rng.standard_normal(24).astype(np.float16)
+    ref_gi, ref_gw = reference_conv2d_backward(grad, x, w, **geo)
+    want = {"out": reference_conv2d(x, w, bias, **geo), "grad_in": ref_gi, "grad_w": ref_gw}
+    bufs = {name: device.upload(a) for name, a in (("x", x), ("w", w), ("grad", grad), ("bias", bias))}
+    bufs.update({name: device.allocator.alloc(2 * want[name].size) for name in want})
+    try:
+        conv2d_forward(device, bufs["x"], bufs["w"], bufs["bias"], bufs["out"], xs, ws, **geo, dtype="float16")
+        conv2d_backward_input(device, bufs["grad"], bufs["w"], bufs["grad_in"], xs, ws, **geo, dtype="float16")
+        conv2d_backward_weight(device, bufs["grad"], bufs["x"], bufs["grad_w"], xs, ws, **geo, split_k=2,
+                               dtype="float16")
+        got = {name: device.download(bufs[name], np.float16, want[name].shape).astype(np.float64) for name in want}
+    finally:
+        device.synchronize()
+        for buf in bufs.values():
+            buf.free()
+    errors = {name: float(np.abs(got[name] - want[name]).max() / max(np.abs(want[name]).max(), 1e-6))
+              for name in want}
+    if not all(np.isfinite(e) and e <= 5e-3 for e in errors.values()):
+        _warn_once(device, "conv", f"TorchVK: conv2d on cooperative matrices gave wrong results on {device.facts.name} "
+                  f"(relative errors {errors} against numpy); it is disabled and conv2d.comp's fp32-arithmetic "
+                  "kernels are used.")
+        return False
+    return True
 
 
 # ------------------------------------------------------------------ host reference (numpy, float64)
@@ -449,22 +391,3 @@ def reference_conv2d_backward(grad_out, x, w, stride=1, padding=0, dilation=1, g
                                                     optimize=True).reshape(n, g["ic"], oh, ow)
     gi = gip[:, :, g["ph"]:g["ph"] + g["h"], g["pw"]:g["pw"] + g["w"]]
     return gi, gw.reshape(w.shape)
-
-
-# ------------------------------------------------------------------ tuner shapes (tvk-tune --model records them)
-def tune_shape(direction: str, x, w, stride=1, padding=0, dilation=1, groups=1) -> dict:
-    """A tuner shape: the conv geometry plus the bucket names (dir, M, N, K)."""
-    g, _ = geometry(x, w, stride, padding, dilation, groups)
-    M, N, K = gemm_dims(direction, g)
-    return {"dir": direction, "M": M, "N": N, "K": K, "x": list(x), "w": list(w), "stride": stride,
-            "padding": padding, "dilation": dilation, "groups": groups}
-
-
-def launch_tune_shape(direction: str, g: dict) -> dict:
-    """tune_shape of a launch's geometry (tvk-tune --model). A transposed conv's cut output
-    (out_hw) is not kept: the uncut conv, one output row or column more, is tuned for it."""
-    def one(a, b):  # an int where both axes agree, as the suites write it
-        return a if a == b else [a, b]
-
-    return tune_shape(direction, [g["n"], g["ic"], g["h"], g["w"]], [g["oc"], g["ic"] // g["groups"], g["kh"], g["kw"]],
-                      one(g["sh"], g["sw"]), one(g["ph"], g["pw"]), one(g["dh"], g["dw"]), g["groups"])

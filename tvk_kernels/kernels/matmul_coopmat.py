@@ -218,6 +218,14 @@ def coop_shapes(device) -> list[dict]:
     return out
 
 
+def has_16x16x16(device) -> bool:
+    """Whether the device has 16 x 16 x 16 fp16 x fp16 -> fp32 matrices at subgroup scope (what the fused
+    attention and conv kernels on cooperative matrices are written for)."""
+    return any((s["M"], s["N"], s["K"]) == (16, 16, 16) and s["A"] == s["B"] == "float16"
+               and s["C"] == s["result"] == "float32" and s["scope"] == "subgroup" and not s["saturating"]
+               for s in coop_shapes(device))
+
+
 def pick_shape(shapes: list[dict]):
     """The matrix shape the kernel uses: fp16 x fp16 -> fp32, subgroup scope; 16x16x16 first
     (every vendor that has one), then the largest M*N."""

@@ -5,8 +5,9 @@ import math
 
 import numpy as np
 
-from ...kernels.conv import (DIRS, Conv2d, conv2d_backward_input, conv2d_backward_weight, conv2d_forward,
-                             gemm_defines, gemm_dims, reference_conv2d, reference_conv2d_backward, tune_shape)
+from ...kernels.conv import (conv2d_backward_input, conv2d_backward_weight, conv2d_forward, reference_conv2d,
+                             reference_conv2d_backward)
+from ...kernels.conv_family import DIRS, Conv2d, gemm_defines, gemm_dims, tune_shape
 from ...kernels.conv_geometry import conv2d_output_shape, geometry
 from ...search_space import search_space, with_derived
 from . import Case

@@ -1,0 +1,138 @@
+"""fp16 convolution on cooperative matrices: conv2d.comp's COOPMAT form, a family of its own.
+
+The same implicit GEMM, tables, stride phases, split-K and epilogues as conv2d.comp's other forms
+(conv.py launches it the same way); the BK slices of A and B are staged in fp16 and multiplied on
+16 x 16 x 16 fp16 -> fp32 subgroup matrices (VK_KHR_cooperative_matrix). conv.py routes float16
+convolutions here where the device has those matrices, a subgroup size of 16 to 64, and a first-use
+check of all three directions against numpy (conv.check_coopmat) passed; explicit parameters naming
+FM run it too. TVK_COOPMAT=0 or TVK_COOPMAT_CONV=0 turns the route off (ROUTE_BY_DEFAULT until then).
+TVK_COOPMAT_CONV=emulate[:SUBGROUP] routes float16 here on any device with the template's EMULATE (the
+matrix products on scalar code, subgroups of SUBGROUP invocations, 32 by default): how lavapipe's
+tests run the rest of this kernel; never a speed path. bfloat16 keeps the fp32-arithmetic kernel.
+
+Search space, buckets and defaults: tuning/conv2d_coopmat.json. A config's tile is BM x BN over a BK
+slice; FM x FN matrices a subgroup, so the workgroup is (BM / 16 FM) x (BN / 16 FN) subgroups.
+"""
+from __future__ import annotations
+
+import os
+
+from .conv_family import PUSH, PUSH_BACKWARD_INPUT, Conv2d, gemm_defines
+from .launch import family
+from .matmul_coopmat import has_16x16x16
+from ..env_flags import env_flag
+from ..errors import InvalidConfigError
+from ..search_space import search_space
+
+# Off unless TVK_COOPMAT_CONV=1 until the device has built and run these kernels (design note 55)
+ROUTE_BY_DEFAULT = False
+MIN_SUBGROUP, MAX_SUBGROUP = 16, 64
+
+
+def emulation() -> int | None:
+    """TVK_COOPMAT_CONV=emulate[:SUBGROUP]: the subgroup size to emulate, else None."""
+    value = os.environ.get("TVK_COOPMAT_CONV", "")
+    if not value.startswith("emulate"):
+        return None
+    size = int(value.partition(":")[2] or 32)
+    if size not in (16, 32, 64):
+        raise ValueError(f"TVK_COOPMAT_CONV={value}: the emulated subgroup size must be 16, 32 or 64")
+    return size
+
+
+class Conv2dCoopmat(Conv2d):
+    family = "conv2d_coopmat"
+    template = "conv2d.comp"
+
+    def __init__(self, device):
+        Conv2d.__init__(self, device)
+        self._checked: dict = {}  # (emulated, subgroup size) -> the first-use check's verdict
+        self.emulate_as(emulation())
+
+    def emulate_as(self, emulate: int | None):
+        """Run the EMULATE form at this subgroup size (None: the device's matrices at its own size)."""
+        self.emulate = emulate
+        self.subgroup = emulate or self.device.facts.subgroup_size
+        self._resolved.clear()  # checked against the workgroup this size gives
+
+    def geometry(self, params: dict) -> tuple[int, int]:
+        """(workgroup size, shared bytes) of a config, as the template declares them."""
+        c = params
+        wg = (c["BM"] // (16 * c["FM"])) * (c["BN"] // (16 * c["FN"])) * self.subgroup
+        tiles = 2 * c["BK"] * (c["BM"] + c["PAD"] + c["BN"] + c["PAD"])
+        tables = 12 * max(c["BM"], c["BN"]) + 16 * c["BK"]
+        return wg, tiles + tables + 4 * 256 * (wg // self.subgroup)
+
+    def check_config(self, params: dict) -> dict:
+        names = search_space(self.family)["params"]
+        unknown = [n for n in params if n not in names]
+        if unknown:
+            raise InvalidConfigError(f"conv2d_coopmat: unknown parameter {', '.join(map(repr, unknown))}; the "
+                                     f"cooperative-matrix conv takes {', '.join(names)} (tuning/conv2d_coopmat.json)")
+        c = dict(params)
+        for name in ("BM", "BN", "BK", "FM", "FN"):
+            if not isinstance(c.get(name), int) or c[name] < 1:
+                raise InvalidConfigError(f"conv2d_coopmat: {name}={c.get(name)!r} must be a positive integer")
+        if c["BM"] % (16 * c["FM"]) or c["BN"] % (16 * c["FN"]) or c["BK"] % 16 or c["PAD"] % 8:
+            raise InvalidConfigError(f"conv2d_coopmat: BM={c['BM']} must be a multiple of 16 FM, BN={c['BN']} of "
+                                     f"16 FN, BK={c['BK']} of 16 and PAD={c['PAD']} of 8 (16-byte shared rows)")
+        wg, shared = self.geometry(c)
+        self.device.pipelines.check_limits((wg, 1, 1), shared_bytes=shared, subgroup_size=self.required_subgroup(),
+                                           push_size=PUSH.size)
+        return c
+
+    def required_subgroup(self) -> int | None:
+        return self.subgroup if not self.emulate and self.device.facts.subgroup_size_control else None
+
+    def gemm_pipeline(self, dir_id: int, params: dict, act: str | None = None, dtype: str = "float16",
+                      partials: bool = False):
+        if dtype != "float16":
+            raise InvalidConfigError(f"conv2d_coopmat: cooperative matrices take float16 storage, not {dtype}")
+        wg, shared = self.geometry(params)
+        tile = {"BM": params["BM"], "BN": params["BN"], "BK": params["BK"], "TM": params["FM"], "TN": params["FN"],
+                "PAD": params["PAD"]}
+        defines = {**gemm_defines(dir_id, tile, wg, act, dtype, partials), "COOPMAT": 1,
+                   "SUBGROUP_SIZE": self.subgroup, "EMULATE": int(bool(self.emulate))}
+        push_size = PUSH_BACKWARD_INPUT.size if dir_id == 1 else PUSH.size
+        return self.variant(defines, wg, push_size, shared_bytes=shared, subgroup_size=self.required_subgroup())
+
+    def packed(self, params: dict, dtype: str) -> bool:
+        return False
+
+    def reduce_pipeline(self, per_thread: bool, wg: int, act: str | None = None, dtype: str = "float32"):
+        return family(self.device, Conv2d).reduce_pipeline(per_thread, wg, act, dtype)
+
+    def reduce_wg(self) -> int:
+        return family(self.device, Conv2d).reduce_wg()
+
+    def routed(self, check) -> bool:
+        """Whether float16 convs run here: emulated, or 16 x 16 x 16 fp16 -> fp32 subgroup matrices, a
+        subgroup size of 16 to 64, and `check(device)` (conv.py's three directions against numpy) passed
+        (once; a wrong result turns the route off with a warning)."""
+        key, sub = (self.emulate, self.subgroup), self.subgroup
+        verdict = self._checked.get(key)
+        if verdict is None:
+            verdict = bool(self.emulate) or (has_16x16x16(self.device) and MIN_SUBGROUP <= sub <= MAX_SUBGROUP
+                                             and sub & (sub - 1) == 0)
+            self._checked[key] = verdict  # the check below runs convs, which ask again: no recursion
+            if verdict:
+                verdict = self._checked[key] = bool(check(self.device))
+        return verdict
+
+
+def gemm_family(device, dtype: str, params: dict | None, check) -> Conv2d:
+    """The family a conv GEMM of this storage runs on: this one for float16 where explicit parameters name
+    FM, or (params None) where the route is on and `routed(check)`; else conv2d's."""
+    if dtype != "float16":
+        return family(device, Conv2d)
+    emulate = emulation()
+    if params is not None and "FM" not in params:
+        return family(device, Conv2d)
+    if params is None and emulate is None and not (
+            env_flag("TVK_COOPMAT", default=True) and env_flag("TVK_COOPMAT_CONV", default=ROUTE_BY_DEFAULT)
+            and "VK_KHR_cooperative_matrix" in device.facts.extensions):
+        return family(device, Conv2d)
+    fam = family(device, Conv2dCoopmat)
+    if fam.emulate != emulate:
+        fam.emulate_as(emulate)
+    return fam if params is not None or fam.routed(check) else family(device, Conv2d)
