@@ -29,6 +29,13 @@ LIST = "kernels.json"
 # cooperative-matrix modules take the device's matrix shapes and subgroup size as defines, and need
 # glslang 13 (workgroup scope: 15): not shipped; without a compiler, matmul runs its tiled kernel
 NOT_SHIPPED = {"matmul_coopmat.comp", "matmul_coopmat2.comp", "attention_coopmat.comp"}
+NOT_SHIPPED_DEFINES = ("COOPMAT",)  # conv2d.comp's cooperative-matrix form (and its emulation), for the same reason
+
+
+def shipped(entry: dict) -> bool:
+    """Whether a recorded module belongs in the list (a shipped template, no cooperative-matrix form)."""
+    return entry["template"] not in NOT_SHIPPED and not any(
+        str(entry["defines"].get(name, "0")) != "0" for name in NOT_SHIPPED_DEFINES)
 
 
 def list_path() -> Path:
@@ -47,7 +54,7 @@ def read_records(folder: Path) -> list[dict]:
         for line in Path(path).read_text().splitlines():
             if line.strip():
                 entry = json.loads(line)
-                if entry["template"] not in NOT_SHIPPED:
+                if shipped(entry):
                     seen[json.dumps(entry, sort_keys=True)] = entry
     return [seen[k] for k in sorted(seen)]
 
