@@ -35,7 +35,7 @@ def packed_defines(monkeypatch):
         seen.append(defines)
         return defines
 
-    monkeypatch.setattr(conv, "gemm_defines", spy)
+    monkeypatch.setattr(conv_family, "gemm_defines", spy)
     return seen
 
 
