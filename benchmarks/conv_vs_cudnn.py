@@ -98,10 +98,16 @@ def main():
         def fwd():
             conv.conv2d_forward(device, x, w, None, y, xs, ws, **geo, dtype="float16")
 
+        def bwd_input():
+            conv.conv2d_backward_input(device, grad, w, gx, xs, ws, **geo, dtype="float16")
+
+        def bwd_weight():
+            conv.conv2d_backward_weight(device, grad, x, gw, xs, ws, **geo, dtype="float16")
+
         def step():
             fwd()
-            conv.conv2d_backward_input(device, grad, w, gx, xs, ws, **geo, dtype="float16")
-            conv.conv2d_backward_weight(device, grad, x, gw, xs, ws, **geo, dtype="float16")
+            bwd_input()
+            bwd_weight()
 
         def results():
             step()
@@ -115,12 +121,14 @@ def main():
                 continue
             os.environ["TVK_COOPMAT_CONV"] = flag
             config.reload()  # kept launches go with the route
-            timed[route] = {"fwd_s": _gpu(device, fwd, args.quick), "step_s": _gpu(device, step, args.quick),
-                            "results": results()}
+            timed[route] = {"fwd_s": _gpu(device, fwd, args.quick), "bwd_input_s": _gpu(device, bwd_input, args.quick),
+                            "bwd_weight_s": _gpu(device, bwd_weight, args.quick),
+                            "step_s": _gpu(device, step, args.quick), "results": results()}
         os.environ.pop("TVK_COOPMAT_CONV", None)
         config.reload()
         for route, t in timed.items():
-            row[f"{route}_fwd_s"], row[f"{route}_step_s"] = t["fwd_s"], t["step_s"]
+            for kind in ("fwd", "bwd_input", "bwd_weight", "step"):
+                row[f"{route}_{kind}_s"] = t[f"{kind}_s"]
             row[f"{route}_step_tflops"] = 3 * flops / t["step_s"] / 1e12
         if "coopmat" in timed:
             ref = timed["fp32_arith"]["results"]
@@ -143,12 +151,14 @@ def main():
         return None if v is None else v * 1e3
 
     table = md_table(
-        ["layer", "x * w", "stride, pad, dil, groups", "coopmat fwd ms", "coopmat step ms", "coopmat step TFLOP/s",
-         "fp32-arithmetic step ms", "cuDNN fwd ms", "cuDNN step ms", "cuDNN step TFLOP/s", "tvk speed / cuDNN's, fwd",
+        ["layer", "x * w", "stride, pad, dil, groups", "coopmat fwd ms", "coopmat grad-input ms",
+         "coopmat grad-weight ms", "coopmat step ms", "coopmat step TFLOP/s", "fp32-arithmetic fwd ms",
+         "fp32-arithmetic grad-input ms", "fp32-arithmetic grad-weight ms", "fp32-arithmetic step ms", "cuDNN fwd ms", "cuDNN step ms", "cuDNN step TFLOP/s", "tvk speed / cuDNN's, fwd",
          "tvk speed / cuDNN's, step", "coopmat vs fp32-arithmetic max error"],
         [[r["layer"], f"{r['x']} * {r['w']}", f"{r['stride']}, {r['padding']}, {r['dilation']}, {r['groups']}",
-          ms(r.get("coopmat_fwd_s")), ms(r.get("coopmat_step_s")), r.get("coopmat_step_tflops"),
-          ms(r.get("fp32_arith_step_s")), ms(r.get("cudnn_fwd_s")), ms(r.get("cudnn_step_s")),
+          ms(r.get("coopmat_fwd_s")), ms(r.get("coopmat_bwd_input_s")), ms(r.get("coopmat_bwd_weight_s")),
+          ms(r.get("coopmat_step_s")), r.get("coopmat_step_tflops"), ms(r.get("fp32_arith_fwd_s")),
+          ms(r.get("fp32_arith_bwd_input_s")), ms(r.get("fp32_arith_bwd_weight_s")), ms(r.get("fp32_arith_step_s")), ms(r.get("cudnn_fwd_s")), ms(r.get("cudnn_step_s")),
           r.get("cudnn_step_tflops"), r.get("cudnn_over_tvk_fwd"), r.get("cudnn_over_tvk_step"),
           r.get("coopmat_max_error")] for r in rows])
     ratios = [r["cudnn_over_tvk_step"] for r in rows if r.get("cudnn_over_tvk_step")]

@@ -14,6 +14,7 @@
 #      attention.comp's fp16 kernels (benchmarks/attention_vs_torch.py)
 #   cconv: fp16 conv2d on cooperative matrices: its device tests, then beside cuDNN and beside conv2d.comp's
 #      fp32-arithmetic kernels (benchmarks/conv_vs_cudnn.py)
+#   ctune: tuning of conv2d_coopmat (fp16 conv on cooperative matrices) into the shipped file (TVK_TUNE_BUDGET seconds)
 #   cold: the first compiled step with empty caches, split into Dynamo, AOTAutograd and ours (benchmarks/cold_compile.py;
 #      TVK_COLD_MODELS: some of tvk-bench models' models, TVK_COLD_VARIANTS: some variants; needs their wheels in .whl)
 #   lns: layer norm backward's row chunks (benchmarks/layer_norm_split.py) with the device's own config
@@ -78,6 +79,9 @@ for phase in "$@"; do
        step python3 benchmarks/attention_vs_torch.py --out $R ;;
     cconv) step python3 -m pytest -q -p no:cacheprovider tests/test_conv_coopmat.py -k "real_route or route_off"
        step python3 benchmarks/conv_vs_cudnn.py --out $R ;;
+    ctune) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/
+       step python3 -m tvk_kernels.tune.cli --device 0 --ops conv2d_coopmat --trials 12 --time-budget ${TVK_TUNE_BUDGET:-200} \
+         --out $TVK_CONFIG_DIR --no-progress ;;
     bw) step python3 benchmarks/bandwidth_rows.py --out $R ;;
     lns) step python3 benchmarks/layer_norm_split.py --out $R ;;
     cold) step python3 benchmarks/cold_compile.py --timeout 150 --out $R ${TVK_COLD_MODELS:+--models $TVK_COLD_MODELS} \

@@ -37,6 +37,13 @@
 #ifndef EMULATE
 #define EMULATE 0
 #endif
+// BISECT (backward kernels; a build diagnostic, benchmarks/coopmat_attention_build.py: the NVIDIA driver crashes
+// building them, design note 54): bits that leave parts out, the results then wrong. 1: one kept array serves
+// both products; 2: kept matrices loaded from the step's tile inside the loop (none carried across it);
+// 4: no products accumulated (ADD_PRODUCT); 8: no second score product.
+#ifndef BISECT
+#define BISECT 0
+#endif
 #if !EMULATE
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -359,11 +366,19 @@ void main() {
         LOAD_TILE(sK, p.q, qbase, qrs, i0 + c0, p.lq, (BR < BC ? BR : BC))
         LOAD_TILE(sV, p.o, gbase, grs, i0 + c0, p.lq, (BR < BC ? BR : BC))
         barrier();
+#if (BISECT & 2) == 0
         if (sg * 16u >= c0 && sg * 16u < c0 + BC) {
             KEEP_ROWS(KEPT_Q, sK, sg * 16u - c0)
+#if (BISECT & 1) == 0
             KEEP_ROWS(KEPT_DO, sV, sg * 16u - c0)
+#endif
         }
+#endif
     }
+#if BISECT & 1
+#undef KEPT_DO
+#define KEPT_DO KEPT_Q
+#endif
     REGS(dq)
 #if CAUSAL
     const uint jend = write_ds ? p.lk : min(p.lk, i0 + BR);  // dS is written (as 0) past the diagonal too
@@ -375,6 +390,10 @@ void main() {
         LOAD_TILE(sK, p.k, kbase, krs, j0, p.lk, BC)
         LOAD_TILE(sV, p.v, vbase, vrs, j0, p.lk, BC)
         barrier();
+#if BISECT & 2
+        KEEP_ROWS(KEPT_Q, sK, 0u)
+        KEEP_ROWS(KEPT_DO, sV, 0u)
+#endif
         ROWS_BY_TILE_T(sS, KEPT_Q, sK)
         barrier();
         float pr[CPT];
@@ -383,7 +402,9 @@ void main() {
             pr[c] = s == NEG_INF ? 0.0 : exp(s - lse_i);
         }
         barrier();
+#if (BISECT & 8) == 0
         ROWS_BY_TILE_T(sS, KEPT_DO, sV)
+#endif
         barrier();
         [[unroll]] for (uint c = 0u; c < CPT; ++c) {
             const uint j = j0 + t * CPT + c;
@@ -396,7 +417,9 @@ void main() {
             if (write_ds && i < p.lq && j < p.lk) FBuf(p.x2).v[row * p.lk + j] = ds;
         }
         barrier();
+#if (BISECT & 4) == 0
         ADD_PRODUCT(dq, sP, sK)
+#endif
     }
     WRITE_REGS(dq, p.scale, p.x0, SDQ, h, i0, p.lq)
 }
@@ -436,11 +459,19 @@ void main() {
         LOAD_TILE(sQ, p.k, kbase, krs, j0 + c0, p.lk, (BR < BC ? BR : BC))
         LOAD_TILE(sdO, p.v, vbase, vrs, j0 + c0, p.lk, (BR < BC ? BR : BC))
         barrier();
+#if (BISECT & 2) == 0
         if (sg * 16u >= c0 && sg * 16u < c0 + BC) {
             KEEP_ROWS(KEPT_K, sQ, sg * 16u - c0)
+#if (BISECT & 1) == 0
             KEEP_ROWS(KEPT_V, sdO, sg * 16u - c0)
+#endif
         }
+#endif
     }
+#if BISECT & 1
+#undef KEPT_V
+#define KEPT_V KEPT_K
+#endif
     REGS(dk)
     REGS(dv)
 #if CAUSAL
@@ -456,6 +487,10 @@ void main() {
             LOAD_TILE(sQ, p.q, qbase, qrs, i0, p.lq, BC)
             LOAD_TILE(sdO, p.o, gbase, grs, i0, p.lq, BC)
             barrier();
+#if BISECT & 2
+            KEEP_ROWS(KEPT_K, sQ, 0u)
+            KEEP_ROWS(KEPT_V, sdO, 0u)
+#endif
             ROWS_BY_TILE_T(sS, KEPT_K, sQ)
             barrier();
             float pr[CPT];
@@ -465,7 +500,9 @@ void main() {
                 pr[c] = s == NEG_INF ? 0.0 : exp(s - L.v[lbase + i]);
             }
             barrier();
+#if (BISECT & 8) == 0
             ROWS_BY_TILE_T(sS, KEPT_V, sdO)
+#endif
             barrier();
             [[unroll]] for (uint c = 0u; c < CPT; ++c) {
                 const uint i = i0 + t * CPT + c;
@@ -481,8 +518,10 @@ void main() {
                 sdS[r * PST + t * CPT + c] = float16_t(pr[c] == 0.0 ? 0.0 : pr[c] * (dp - Dl.v[lbase + i]));
             }
             barrier();
+#if (BISECT & 4) == 0
             ADD_PRODUCT(dv, sP, sdO)
             ADD_PRODUCT(dk, sdS, sQ)
+#endif
         }
     }
     WRITE_REGS(dk, p.scale, p.x0, SDK, hk, j0, p.lk)

@@ -236,7 +236,7 @@ def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype
     pre = fam.variant(defines, wg, _PUSH.size)
     device.stream.dispatch(pre, grid_1d(-(-rows // wg), device.facts.max_workgroup_count[0]),
                            _PUSH.pack(0, 0, 0, o, 0, 0, 0, d_o, delta, 0, rows, lq, *common), "attention_backward_delta")
-    coop = attention_coopmat.route(device, dtype, check_coopmat) if params is None else None
+    coop = attention_coopmat.route(device, dtype, check_coopmat, backward=True) if params is None else None
     if coop:
         cfam, emulate = coop
         cprm = cfam.resolve({"head": d})

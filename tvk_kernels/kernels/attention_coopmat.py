@@ -1,7 +1,8 @@
 """Fused attention on cooperative matrices (templates/attention_coopmat.comp): attention.py's route for
 float16 where the device has 16 x 16 x 16 fp16 -> fp32 subgroup matrices and a small forward and
-backward checked against numpy passed (`routed`), with TVK_COOPMAT_ATTENTION=1 (ROUTE_BY_DEFAULT). Same arguments, tensors and strides as attention.py's
-kernels; its delta kernel (attention.comp KERNEL 1) runs before the dQ and dK/dV passes.
+backward checked against numpy passed (`routed`), with TVK_COOPMAT_ATTENTION=1 (ROUTE_BY_DEFAULT). Same
+arguments, tensors and strides as attention.py's kernels; its delta kernel (attention.comp KERNEL 1) runs
+before the dQ and dK/dV passes. The backward kernels run only where BACKWARD_ROUTE allows (emulated: always).
 
 Search space, buckets and defaults: tuning/attention_coopmat.json (BR, BC of the forward; BBR, BBC of
 both backward passes). TVK_COOPMAT=0 or TVK_COOPMAT_ATTENTION=0 turns the route off.
@@ -18,9 +19,13 @@ from ..errors import InvalidConfigError
 from .launch import Family, family
 from .matmul_coopmat import has_16x16x16
 
-# Off unless TVK_COOPMAT_ATTENTION=1 until the device has built and run these kernels: the NVIDIA driver crashed
-# building an earlier backward (design note 54), and a crash in the first-use check would take the process with it
+# Off unless TVK_COOPMAT_ATTENTION=1 until the device has built and run these kernels: a crash in the first-use
+# check would take the process with it
 ROUTE_BY_DEFAULT = False
+# The backward kernels (dQ, dK/dV) crash the NVIDIA driver's pipeline build (SIGSEGV in vkCreateComputePipelines on
+# the lent H100, both staged and unstaged forms: design note 54): attention.comp's backward runs after this
+# forward (the same lse and dropout numbering) until they build; the emulation runs them everywhere
+BACKWARD_ROUTE = False
 MIN_SUBGROUP, MAX_SUBGROUP = 16, 64  # a row's scalar threads (SUBGROUP / 16) in its own subgroup
 
 
@@ -110,14 +115,16 @@ class CoopAttention(Family):
         return verdict
 
 
-def route(device, dtype: str, check) -> tuple[CoopAttention, int | None] | None:
-    """(family, emulated subgroup size or None) where float16 attention runs on this template, else None;
-    `check(device)` decides once whether the device's matrices give right results."""
+def route(device, dtype: str, check, backward: bool = False) -> tuple[CoopAttention, int | None] | None:
+    """(family, emulated subgroup size or None) where float16 attention (its backward: `backward`) runs on this
+    template, else None; `check(device)` decides once whether the device's matrices give right results."""
     if dtype != "float16":
         return None
     emulate = emulation()
     if emulate:
         return family(device, CoopAttention), emulate
+    if backward and not BACKWARD_ROUTE:
+        return None
     if not env_flag("TVK_COOPMAT", default=True) or not env_flag("TVK_COOPMAT_ATTENTION", default=ROUTE_BY_DEFAULT):
         return None
     if "VK_KHR_cooperative_matrix" not in device.facts.extensions:
