@@ -48,7 +48,9 @@
 // owning TM x TN accumulator matrices of 16 x 16; TM and TN count matrices here, not outputs. PAD
 // (halves) keeps shared rows 16-byte aligned (a multiple of 8). The accumulators go back through a
 // per-subgroup 16 x 16 fp32 staging area, laid out so that neighbouring invocations store neighbouring
-// output addresses (pixels for DIR 0 and 1, weight taps for DIR 2). EMULATE 1: the same kernel with each
+// output addresses (pixels for DIR 0 and 1, weight taps for DIR 2). Its K loop prefetches: the next tile's
+// global loads go out before this tile's products, into registers, with the tile tables in two halves of
+// ktab (two barriers a tile instead of three). EMULATE 1: the same kernel with each
 // matrix operation done by scalar code on the same shared tiles (no cooperative matrices needed): how
 // lavapipe's tests run the rest of it; never a speed path.
 #extension GL_EXT_buffer_reference : require
@@ -175,15 +177,20 @@ shared SH Bs[BK][BN + PAD];
 #define A_SH(k, m) As[k][m]
 #define B_SH(k, n) Bs[k][n]
 #endif
+#if COOPMAT == 1
+#define KTAB_LEN (2u * BK)  // two tiles' tables: the prefetching loop's
+#else
+#define KTAB_LEN BK
+#endif
 #if DIR == 0
 shared ivec3 mtab[BM];  // (x plane base of row's image, oh*sh - ph, ow*sw - pw)
-shared ivec3 ktab[BK];  // (ic*H*W, kh*dh, kw*dw)
+shared ivec3 ktab[KTAB_LEN];  // (ic*H*W, kh*dh, kw*dw)
 #elif DIR == 1
 shared ivec3 mtab[BM];  // (grad_out image base, base_h + a, base_w + b)
-shared ivec4 ktab[BK];  // (oc*OH*OW, b_h*step_h, b_w*step_w, weight offset oc*ICg*KH*KW + kh*KW + kw or -1)
+shared ivec4 ktab[KTAB_LEN];  // (oc*OH*OW, b_h*step_h, b_w*step_w, weight offset oc*ICg*KH*KW + kh*KW + kw or -1)
 #else
 shared ivec3 ntab[BN];  // (ic*H*W, kh*dh, kw*dw)
-shared ivec4 ktab[BK];  // (grad_out offset n*OC*OHW + oh*OW + ow or -1, x image base n*IC*HW, oh*sh - ph, ow*sw - pw)
+shared ivec4 ktab[KTAB_LEN];  // (grad_out offset n*OC*OHW + oh*OW + ow or -1, x image base n*IC*HW, oh*sh - ph, ow*sw - pw)
 #endif
 
 #if PACKED == 1
@@ -256,6 +263,107 @@ void store_exact(uint m, uint col, uint g, uint split, float v) {
 #endif
 }
 #endif
+
+// One K tile's table entry for k (DECODE_K), and element i of its A and B tiles (A_ELEMENT, B_ELEMENT: their
+// tile coordinates kl, ml / kl, nl and value v), as statements over main's names; KT(kl) reads the tile's
+// table entries (the prefetching form keeps two tiles' tables). Both loop forms below use them.
+#define KTAB(kl) ktab[kl]
+#if DIR == 0
+#define DECODE_K(t, k) \
+            ivec3 t = ivec3(0, FAR, FAR); \
+            if (k < kend) { \
+                uint cc = k / khw, r = k - cc * khw; \
+                uint ky = r / p.kw, kx = r - ky * p.kw; \
+                t = ivec3(int(cc * hw), int(ky * p.dh), int(kx * p.dw)); \
+            }
+#define A_ELEMENT(v, i, KT) \
+                uint ml = i % BM, kl = i / BM; \
+                ivec3 mt = mtab[ml]; \
+                ivec3 kt = KT(kl); \
+                int y = mt.y + kt.y, x = mt.z + kt.z; \
+                float v = 0.0; \
+                if (uint(y) < p.h && uint(x) < p.w) { \
+                    v = TVK_LOAD(A.v[uint(mt.x + kt.x + y * int(p.w) + x)]); \
+                }
+#define B_ELEMENT(v, i, K0, KT) \
+                uint kl = i % BK, nl = i / BK; \
+                uint nn = n0 + nl, k = K0 + kl; \
+                float v = 0.0; \
+                if (nn < N && k < kend) { \
+                    v = TVK_LOAD(B.v[(g * ocg + nn) * K + k]); \
+                }
+#elif DIR == 1
+#define DECODE_K(t, k) \
+            ivec4 t = ivec4(0, FAR, FAR, -1); \
+            if (k < kend) { \
+                uint o = k / khwc, r = k - o * khwc; \
+                uint by = r / p.kwc, bx = r - by * p.kwc; \
+                t = ivec4(int(o * ohw), int(by * p.step_h), int(bx * p.step_w), \
+                          int(o * icg * khw + p.wtap0 + by * p.wtap_h + bx * p.wtap_w)); \
+            }
+#define A_ELEMENT(v, i, KT) \
+                uint ml = i % BM, kl = i / BM; \
+                ivec3 mt = mtab[ml]; \
+                ivec4 kt = KT(kl); \
+                int y = mt.y - kt.y, x = mt.z - kt.z; \
+                float v = 0.0; \
+                if (uint(y) < p.oh && uint(x) < p.ow) { \
+                    v = TVK_LOAD(A.v[uint(mt.x + kt.x + y * int(p.ow) + x)]); \
+                }
+#define B_ELEMENT(v, i, K0, KT) \
+                uint kl = i % BK, nl = i / BK; \
+                uint nn = n0 + nl, k = K0 + kl; \
+                float v = 0.0; \
+                int wo = KT(kl).w; \
+                if (nn < N && wo >= 0) { \
+                    v = TVK_LOAD(B.v[wbase + uint(wo) + nn * khw]); \
+                }
+#else
+#define DECODE_K(t, k) \
+            ivec4 t = ivec4(-1, 0, FAR, FAR); \
+            if (k < kend) { \
+                uint nn = k / ohw, r = k - nn * ohw; \
+                uint y = r / p.ow, x = r - y * p.ow; \
+                t = ivec4(int(nn * p.oc * ohw + r), int(nn * p.ic * hw), int(y * p.sh) - int(p.ph), int(x * p.sw) - int(p.pw)); \
+            }
+#define A_ELEMENT(v, i, KT) \
+                uint kl = i % BK, ml = i / BK; \
+                ivec4 kt = KT(kl); \
+                uint m = m0 + ml; \
+                float v = 0.0; \
+                if (kt.x >= 0 && m < M) { \
+                    v = TVK_LOAD(A.v[uint(kt.x) + (g * ocg + m) * ohw]); \
+                }
+#define B_ELEMENT(v, i, K0, KT) \
+                uint kl = i % BK, nl = i / BK; \
+                uint nn = n0 + nl, k = K0 + kl; \
+                float v = 0.0; \
+                ivec4 kt = KT(kl); \
+                ivec3 nt = ntab[nl]; \
+                int y = kt.z + nt.y, x = kt.w + nt.z; \
+                if (uint(y) < p.h && uint(x) < p.w) { \
+                    v = TVK_LOAD(B.v[uint(kt.y + nt.x + y * int(p.w) + x)]); \
+                }
+#endif
+#define A_PER ((BM * BK + WG - 1) / WG)  // A elements an invocation stages
+#define B_PER ((BK * BN + WG - 1) / WG)
+
+// the A and B elements of the tile at K0 into ra, rb (its table: ktab's half tb)
+#define FETCH(K0) \
+        [[unroll]] for (uint l = 0; l < A_PER; ++l) { \
+            uint i = tid + l * WG; \
+            if ((BM * BK) % WG == 0 || i < BM * BK) { \
+                A_ELEMENT(v, i, KTAB_AT) \
+                ra[l] = TO_SH(v); \
+            } \
+        } \
+        [[unroll]] for (uint l = 0; l < B_PER; ++l) { \
+            uint i = tid + l * WG; \
+            if ((BK * BN) % WG == 0 || i < BK * BN) { \
+                B_ELEMENT(v, i, (K0), KTAB_AT) \
+                rb[l] = TO_SH(v); \
+            } \
+        }
 
 void main() {
     const uint tid = gl_LocalInvocationID.x;
@@ -368,100 +476,49 @@ void main() {
 #define TILE_ROW(i) (FRAG != 0u ? (i) / 4u * (4u * BMT) + tm * 4u + (i) % 4u : tm + (i) * BMT)
 #define TILE_COL(j) (FRAG != 0u ? (j) / 4u * (4u * BNT) + tn * 4u + (j) % 4u : tn + (j) * BNT)
 
+#if COOPMAT == 1
+    // The next K tile's global loads go out before this tile's products and land in registers (ra, rb), so
+    // their latency overlaps the matrix products; the tile tables alternate between ktab's two halves.
+#define KTAB_AT(kl) ktab[tb + (kl)]
+    SH ra[A_PER], rb[B_PER];
+    uint tb = 0u;  // the half of ktab holding the table of the tile in registers
+    for (uint i = tid; i < BK; i += WG) {
+        uint k = kbeg + i;
+        DECODE_K(t, k)
+        ktab[i] = t;
+    }
+    barrier();
+    FETCH(kbeg)
     for (uint k0 = kbeg; k0 < kend; k0 += BK) {
-        // decode this K tile
-        for (uint i = tid; i < BK; i += WG) {
-            uint k = k0 + i;
-#if DIR == 0
-            ivec3 t = ivec3(0, FAR, FAR);
-            if (k < kend) {
-                uint cc = k / khw, r = k - cc * khw;
-                uint ky = r / p.kw, kx = r - ky * p.kw;
-                t = ivec3(int(cc * hw), int(ky * p.dh), int(kx * p.dw));
-            }
-#elif DIR == 1
-            ivec4 t = ivec4(0, FAR, FAR, -1);
-            if (k < kend) {
-                uint o = k / khwc, r = k - o * khwc;
-                uint by = r / p.kwc, bx = r - by * p.kwc;
-                t = ivec4(int(o * ohw), int(by * p.step_h), int(bx * p.step_w),
-                          int(o * icg * khw + p.wtap0 + by * p.wtap_h + bx * p.wtap_w));
-            }
-#else
-            ivec4 t = ivec4(-1, 0, FAR, FAR);
-            if (k < kend) {
-                uint nn = k / ohw, r = k - nn * ohw;
-                uint y = r / p.ow, x = r - y * p.ow;
-                t = ivec4(int(nn * p.oc * ohw + r), int(nn * p.ic * hw), int(y * p.sh) - int(p.ph), int(x * p.sw) - int(p.pw));
-            }
-#endif
-            ktab[i] = t;
-        }
-        barrier();
-
-        // stage A (BM x BK) and B (BK x BN) in shared memory
-        [[unroll]] for (uint l = 0; l < (BM * BK + WG - 1) / WG; ++l) {
+        const bool more = k0 + BK < kend;
+        [[unroll]] for (uint l = 0; l < A_PER; ++l) {
             uint i = tid + l * WG;
             if ((BM * BK) % WG == 0 || i < BM * BK) {
 #if DIR == 2
-                uint kl = i % BK, ml = i / BK;  // along K: grad_out rows are contiguous
-                ivec4 kt = ktab[kl];
-                uint m = m0 + ml;
-                float v = 0.0;
-                if (kt.x >= 0 && m < M) {
-                    v = TVK_LOAD(A.v[uint(kt.x) + (g * ocg + m) * ohw]);
-                }
+                A_SH(i % BK, i / BK) = ra[l];
 #else
-                uint ml = i % BM, kl = i / BM;  // along M: neighbouring pixels
-                ivec3 mt = mtab[ml];
-#if DIR == 0
-                ivec3 kt = ktab[kl];
-                int y = mt.y + kt.y, x = mt.z + kt.z;
-                float v = 0.0;
-                if (uint(y) < p.h && uint(x) < p.w) {
-                    v = TVK_LOAD(A.v[uint(mt.x + kt.x + y * int(p.w) + x)]);
-                }
-#else
-                ivec4 kt = ktab[kl];
-                int y = mt.y - kt.y, x = mt.z - kt.z;  // the output pixel this tap reads
-                float v = 0.0;
-                if (uint(y) < p.oh && uint(x) < p.ow) {
-                    v = TVK_LOAD(A.v[uint(mt.x + kt.x + y * int(p.ow) + x)]);
-                }
+                A_SH(i / BM, i % BM) = ra[l];
 #endif
-#endif
-                A_SH(kl, ml) = TO_SH(v);
             }
         }
-        [[unroll]] for (uint l = 0; l < (BK * BN + WG - 1) / WG; ++l) {
+        [[unroll]] for (uint l = 0; l < B_PER; ++l) {
             uint i = tid + l * WG;
             if ((BK * BN) % WG == 0 || i < BK * BN) {
-                uint kl = i % BK, nl = i / BK;
-                uint nn = n0 + nl, k = k0 + kl;
-                float v = 0.0;
-#if DIR == 0
-                if (nn < N && k < kend) {
-                    v = TVK_LOAD(B.v[(g * ocg + nn) * K + k]);
-                }
-#elif DIR == 1
-                int wo = ktab[kl].w;
-                if (nn < N && wo >= 0) {
-                    v = TVK_LOAD(B.v[wbase + uint(wo) + nn * khw]);
-                }
-#else
-                ivec4 kt = ktab[kl];
-                ivec3 nt = ntab[nl];
-                int y = kt.z + nt.y, x = kt.w + nt.z;
-                if (uint(y) < p.h && uint(x) < p.w) {
-                    v = TVK_LOAD(B.v[uint(kt.y + nt.x + y * int(p.w) + x)]);
-                }
-#endif
-                B_SH(kl, nl) = TO_SH(v);
+                B_SH(i % BK, i / BK) = rb[l];
+            }
+        }
+        if (more) {
+            for (uint i = tid; i < BK; i += WG) {
+                uint k = k0 + BK + i;
+                DECODE_K(t, k)
+                ktab[(tb ^ BK) + i] = t;
             }
         }
         barrier();
-
-#if COOPMAT == 1
+        tb ^= BK;
+        if (more) {
+            FETCH(k0 + BK)
+        }
         [[unroll]] for (uint kk = 0; kk < BK; kk += 16u) {
 #if EMULATE == 1
             [[unroll]] for (uint i = 0; i < TM; ++i) {
@@ -492,7 +549,36 @@ void main() {
             }
 #endif
         }
-#elif PACKED == 1
+        barrier();
+    }
+#else
+    for (uint k0 = kbeg; k0 < kend; k0 += BK) {
+        // decode this K tile
+        for (uint i = tid; i < BK; i += WG) {
+            uint k = k0 + i;
+            DECODE_K(t, k)
+            ktab[i] = t;
+        }
+        barrier();
+
+        // stage A (BM x BK) and B (BK x BN) in shared memory
+        [[unroll]] for (uint l = 0; l < (BM * BK + WG - 1) / WG; ++l) {
+            uint i = tid + l * WG;
+            if ((BM * BK) % WG == 0 || i < BM * BK) {
+                A_ELEMENT(v, i, KTAB)
+                A_SH(kl, ml) = TO_SH(v);
+            }
+        }
+        [[unroll]] for (uint l = 0; l < (BK * BN + WG - 1) / WG; ++l) {
+            uint i = tid + l * WG;
+            if ((BK * BN) % WG == 0 || i < BK * BN) {
+                B_ELEMENT(v, i, k0, KTAB)
+                B_SH(kl, nl) = TO_SH(v);
+            }
+        }
+        barrier();
+
+#if PACKED == 1
         [[unroll]] for (uint k1 = 0; k1 < BK; k1 += CHAIN) {
             f16vec2 part[TM][TN / 2u];
             [[unroll]] for (uint i = 0; i < TM; ++i) {
@@ -540,6 +626,7 @@ void main() {
 #endif
         barrier();
     }
+#endif
 #if PACKED == 1
     // outputs whose fp16 partials left fp16's range (bit i * TN + j; TM * TN <= 64): stored as they are
     // below, then summed again in fp32 and stored again, in one loop (the fp32 path is not unrolled)

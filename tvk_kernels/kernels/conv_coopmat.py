@@ -60,7 +60,7 @@ class Conv2dCoopmat(Conv2d):
         c = params
         wg = (c["BM"] // (16 * c["FM"])) * (c["BN"] // (16 * c["FN"])) * self.subgroup
         tiles = 2 * c["BK"] * (c["BM"] + c["PAD"] + c["BN"] + c["PAD"])
-        tables = 12 * max(c["BM"], c["BN"]) + 16 * c["BK"]
+        tables = 12 * max(c["BM"], c["BN"]) + 32 * c["BK"]  # ktab holds two tiles' entries
         return wg, tiles + tables + 4 * 256 * (wg // self.subgroup)
 
     def check_config(self, params: dict) -> dict:
