@@ -13,7 +13,6 @@ backward. The route's output and gradients are checked against the other route's
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -57,17 +56,6 @@ print(json.dumps(out))
 """
 
 
-def cuda_peer(shapes) -> dict:
-    from tvk_kernels.bench import cuda_timer
-
-    code = cuda_timer.source() + f"\nSHAPES = {shapes!r}\n" + _CUDA
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    if done.returncode != 0:
-        print("torch CUDA peer failed:", done.stderr[-2000:], file=sys.stderr)
-        return {}
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny shapes, few repeats (a check of the script)")
@@ -76,13 +64,14 @@ def main():
     import numpy as np
     import torch
     from tvk_kernels import config, get_device
+    from tvk_kernels.bench import cuda_timer
     from tvk_kernels.bench.common import environment, md_table, write_result
     from tvk_kernels.kernels import attention, attention_coopmat
     from torchvk.experiments.kernels import _gpu
 
     device = get_device(0)
     shapes = QUICK if args.quick else SHAPES
-    cuda = cuda_peer(shapes) if torch.cuda.is_available() else {}
+    cuda = (cuda_timer.run_peer(_CUDA, "attention_vs_torch", SHAPES=shapes) or {}) if torch.cuda.is_available() else {}
     os.environ["TVK_COOPMAT_ATTENTION"] = "1"  # the route on, as TorchVK takes it where it is on by default
     routed = attention_coopmat.route(device, "float16", attention.check_coopmat) is not None
     rows = []

@@ -13,7 +13,6 @@ three times that for the step. The route's results are checked against the other
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -59,17 +58,6 @@ print(json.dumps(out))
 """
 
 
-def cuda_peer(layers) -> dict:
-    from tvk_kernels.bench import cuda_timer
-
-    code = cuda_timer.source() + f"\nLAYERS = {layers!r}\n" + _CUDA
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    if done.returncode != 0:
-        print("torch CUDA peer failed:", done.stderr[-2000:], file=sys.stderr)
-        return {}
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny shapes, few repeats (a check of the script)")
@@ -78,13 +66,14 @@ def main():
     import numpy as np
     import torch
     from tvk_kernels import config, get_device
+    from tvk_kernels.bench import cuda_timer
     from tvk_kernels.bench.common import environment, md_table, write_result
     from tvk_kernels.kernels import conv, conv_coopmat
     from torchvk.experiments.kernels import _gpu
 
     device = get_device(0)
     layers = QUICK if args.quick else LAYERS
-    cuda = cuda_peer(layers) if torch.cuda.is_available() else {}
+    cuda = (cuda_timer.run_peer(_CUDA, "conv_vs_cudnn", LAYERS=layers) or {}) if torch.cuda.is_available() else {}
     os.environ["TVK_COOPMAT_CONV"] = "1"  # the route on, as TorchVK takes it where it is on by default
     routed = type(conv_coopmat.gemm_family(device, "float16", None, conv.check_coopmat)) is conv_coopmat.Conv2dCoopmat
     rows = []

@@ -15,6 +15,9 @@ that run in a process of their own read its source (`source()`) and start with i
 """
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -30,6 +33,17 @@ CUDA_GRAPH, PROFILER_KERNELS = "cuda_graph", "profiler_kernels"
 def source() -> str:
     """This module's source, for peer scripts run with `python -c` in a process without torchvk."""
     return Path(__file__).read_text()
+
+
+def run_peer(body: str, what: str, **values):
+    """Run a peer script in a process without torchvk: this module's source, `values` as Python literals
+    (NAME = repr(value)), then `body`. Returns the JSON its last line prints, or None (its error printed)."""
+    code = source() + "".join(f"\n{name} = {value!r}" for name, value in values.items()) + "\n" + body
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"{what}: the torch CUDA peer failed: {done.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def median(values):

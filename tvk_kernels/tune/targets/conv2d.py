@@ -23,6 +23,8 @@ class Conv2dTarget:
 
     family = Conv2d.family
     template = Conv2d.template
+    dtype = "float32"  # the storage the candidates run in
+    tolerance = 1e-4  # of the largest reference magnitude (at least 1)
     suites = {
         "suite": (_suite((8, 64, 56, 56), (64, 64, 3, 3), 1, 1) + _suite((8, 128, 28, 28), (128, 128, 3, 3), 1, 1)
                   + _suite((8, 256, 14, 14), (256, 256, 3, 3), 1, 1) + _suite((8, 64, 56, 56), (128, 64, 1, 1), 2)
@@ -43,26 +45,26 @@ class Conv2dTarget:
         geo = (shape["stride"], shape["padding"], shape["dilation"], shape["groups"])
         out_shape = conv2d_output_shape(xs, ws, *geo)
         rng = np.random.default_rng(seed)
-        host = [tuple(rng.standard_normal(s, dtype=np.float32) for s in (xs, ws, out_shape))
+        host = [tuple(rng.standard_normal(s).astype(self.dtype) for s in (xs, ws, out_shape))
                 for _ in range(n_inputs + 1)]
         bufs = [tuple(device.upload(a) for a in h) for h in host]
         result_shape = {"fwd": out_shape, "bwd_input": xs, "bwd_weight": ws}[direction]
-        out = device.allocator.alloc(4 * math.prod(result_shape))
+        out = device.allocator.alloc(np.dtype(self.dtype).itemsize * math.prod(result_shape))
 
         def run(params, i):
             x, w, go = bufs[i]
             if direction == "fwd":
-                conv2d_forward(device, x, w, None, out, xs, ws, *geo, params=params)
+                conv2d_forward(device, x, w, None, out, xs, ws, *geo, params=params, dtype=self.dtype)
             elif direction == "bwd_input":
-                conv2d_backward_input(device, go, w, out, xs, ws, *geo, params=params)
+                conv2d_backward_input(device, go, w, out, xs, ws, *geo, params=params, dtype=self.dtype)
             else:
-                conv2d_backward_weight(device, go, x, out, xs, ws, *geo, params=params)
+                conv2d_backward_weight(device, go, x, out, xs, ws, *geo, params=params, dtype=self.dtype)
 
         ref = []
 
         def check(params):
             run(params, n_inputs)  # the set never used for timing
-            got = device.download(out, np.float32, result_shape).astype(np.float64)
+            got = device.download(out, self.dtype, result_shape).astype(np.float64)
             if not ref:
                 x, w, go = host[-1]
                 if direction == "fwd":
@@ -71,7 +73,7 @@ class Conv2dTarget:
                     gi, gw = reference_conv2d_backward(go, x, w, *geo)
                     ref.append(gi if direction == "bwd_input" else gw)
             err = float(np.abs(got - ref[0]).max()) if got.size else 0.0
-            return bool(err <= 1e-4 * max(1.0, float(np.abs(ref[0]).max()))), err
+            return bool(err <= self.tolerance * max(1.0, float(np.abs(ref[0]).max()))), err
 
         return Case(device, shape, run, check, [bufs, out])
 
