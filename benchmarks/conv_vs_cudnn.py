@@ -32,7 +32,8 @@ LAYERS = [
     ("grouped 3x3 g4 128 @28", (16, 128, 28, 28), (128, 32, 3, 3), 1, 1, 1, 4),
     ("dilated 3x3 d2 64 @40", (16, 64, 40, 40), (64, 64, 3, 3), 1, 2, 2, 1),
 ]
-QUICK = [("quick 3x3", (2, 8, 9, 9), (16, 8, 3, 3), 1, 1, 1, 1), ("quick 5x5/2 g2", (1, 8, 11, 10), (8, 4, 5, 5), 2, 2, 1, 2)]
+QUICK = [("quick 3x3", (2, 16, 9, 9), (16, 16, 3, 3), 1, 1, 1, 1),
+         ("quick 5x5/2 g2", (1, 32, 11, 10), (32, 16, 5, 5), 2, 2, 1, 2)]
 
 _CUDA = r"""
 import json, torch
@@ -75,7 +76,8 @@ def main():
     layers = QUICK if args.quick else LAYERS
     cuda = (cuda_timer.run_peer(_CUDA, "conv_vs_cudnn", LAYERS=layers) or {}) if torch.cuda.is_available() else {}
     os.environ["TVK_COOPMAT_CONV"] = "1"  # the route on, as TorchVK takes it where it is on by default
-    routed = type(conv_coopmat.gemm_family(device, "float16", None, conv.check_coopmat)) is conv_coopmat.Conv2dCoopmat
+    fam = conv_coopmat.gemm_family(device, "float16", None, conv.check_coopmat, 64, 64)
+    routed = type(fam) is conv_coopmat.Conv2dCoopmat
     rows = []
     for name, xs, ws, s, p, d, g in layers:
         geo = dict(stride=s, padding=p, dilation=d, groups=g)
@@ -100,7 +102,8 @@ def main():
 
         def results():
             step()
-            return [device.download(b, np.float16, shape).astype(np.float64) for b, shape in ((y, ys), (gx, xs), (gw, ws))]
+            return [device.download(b, np.float16, shape).astype(np.float64)
+                    for b, shape in ((y, ys), (gx, xs), (gw, ws))]
 
         row = {"layer": name, "x": list(xs), "w": list(ws), **geo}
         flops = 2 * int(np.prod(ys)) * int(np.prod(ws[1:]))

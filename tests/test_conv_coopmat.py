@@ -89,18 +89,28 @@ def _compare(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1, bias=T
 
 CASES = [
     dict(x_shape=(2, 16, 9, 11), w_shape=(24, 16, 3, 3), padding=1),  # ragged tiles on every side
-    dict(x_shape=(2, 3, 20, 18), w_shape=(16, 3, 7, 7), stride=2, padding=3),  # a stem: K = 147, four phases
+    # a stem: K = 147, four stride phases; its grad-input has 3 columns: conv2d's narrow kernel (min_size)
+    dict(x_shape=(2, 3, 20, 18), w_shape=(16, 3, 7, 7), stride=2, padding=3),
     dict(x_shape=(1, 40, 6, 7), w_shape=(36, 40, 1, 1)),  # a 1x1: K = channels
-    dict(x_shape=(2, 12, 10, 10), w_shape=(20, 6, 3, 3), padding=2, dilation=2, groups=2),
+    dict(x_shape=(2, 36, 10, 10), w_shape=(40, 18, 3, 3), padding=2, dilation=2, groups=2),
     dict(x_shape=(1, 16, 11, 9), w_shape=(48, 16, 3, 3), stride=2, padding=1, split_k=3),  # split-K partials
 ]
+
+
+def _routes(x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1, **_) -> set:
+    """(DIR, on cooperative matrices) of each direction: the route where both GEMM sides reach min_size."""
+    from tvk_kernels.kernels.conv_family import DIRS, gemm_dims
+    from tvk_kernels.kernels.conv_geometry import geometry
+
+    g, _ = geometry(x_shape, w_shape, stride, padding, dilation, groups)
+    return {(dir_id, min(gemm_dims(d, g)[:2]) >= 16) for d, dir_id in DIRS.items()}
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_three_directions_match_float64(emulated, case):
     _compare(**case)
-    assert {(0, True), (1, True), (2, True)} <= set(emulated), emulated
-    assert not any(not coop for _, coop in emulated), emulated
+    assert set(emulated) == _routes(**case), emulated
+    assert sum(coop for _, coop in _routes(**case)) >= 2
 
 
 def test_forward_epilogue(emulated):
@@ -110,8 +120,8 @@ def test_forward_epilogue(emulated):
 
 def test_wave64(emulated64):
     """AMD's wave64: four invocations an element row of a 16 x 16 matrix fewer, the same results."""
-    _compare((2, 16, 9, 11), (24, 8, 3, 3), stride=2, padding=1, groups=2, split_k=2)
-    assert {(0, True), (1, True), (2, True)} <= set(emulated64)
+    _compare((2, 32, 9, 11), (48, 16, 3, 3), stride=2, padding=1, groups=2, split_k=2)
+    assert set(emulated64) == {(0, True), (1, True), (2, True)}
 
 
 def test_explicit_parameters(emulated):
@@ -135,8 +145,13 @@ def test_explicit_parameters(emulated):
 def test_only_float16_routes(emulated):
     device = get_device(0)
     for dtype in ("float32", "bfloat16"):
-        assert type(conv_coopmat.gemm_family(device, dtype, None, conv.check_coopmat)) is Conv2d
-    assert type(conv_coopmat.gemm_family(device, "float16", None, conv.check_coopmat)) is conv_coopmat.Conv2dCoopmat
+        assert type(conv_coopmat.gemm_family(device, dtype, None, conv.check_coopmat, 64, 64)) is Conv2d
+    coop = conv_coopmat.Conv2dCoopmat
+    assert type(conv_coopmat.gemm_family(device, "float16", None, conv.check_coopmat, 64, 64)) is coop
+    # a side under min_size: conv2d's narrow kernels; explicit parameters naming FM still run the matrices
+    assert type(conv_coopmat.gemm_family(device, "float16", None, conv.check_coopmat, 4096, 3)) is Conv2d
+    explicit = {"BM": 32, "BN": 16, "BK": 16, "FM": 1, "FN": 1, "PAD": 8}
+    assert type(conv_coopmat.gemm_family(device, "float16", explicit, conv.check_coopmat, 4096, 3)) is coop
 
 
 def test_route_off_without_matrices(monkeypatch):
@@ -146,7 +161,7 @@ def test_route_off_without_matrices(monkeypatch):
     monkeypatch.setenv("TVK_COOPMAT_CONV", "1")
     if "VK_KHR_cooperative_matrix" in device.facts.extensions:
         pytest.skip("the device has cooperative matrices: test_real_route_matches_float64 covers it")
-    assert type(conv_coopmat.gemm_family(device, "float16", None, conv.check_coopmat)) is Conv2d
+    assert type(conv_coopmat.gemm_family(device, "float16", None, conv.check_coopmat, 64, 64)) is Conv2d
     monkeypatch.setenv("TVK_COOPMAT_CONV", "emulate:48")
     with pytest.raises(ValueError, match="16, 32 or 64"):
         conv_coopmat.emulation()
@@ -164,15 +179,15 @@ def test_wrong_results_turn_the_route_off(emulated, monkeypatch):
     monkeypatch.setenv("TVK_COOPMAT_CONV", "1")
     monkeypatch.setitem(device.facts.__dict__, "extensions", (*device.facts.extensions, "VK_KHR_cooperative_matrix"))
     monkeypatch.setattr(fam, "subgroup", 32)
-    assert type(conv_coopmat.gemm_family(device, "float16", None, lambda dev: False)) is Conv2d
+    assert type(conv_coopmat.gemm_family(device, "float16", None, lambda dev: False, 64, 64)) is Conv2d
     assert fam._checked[(None, 32)] is False
 
 
 def test_autograd_through_torch(emulated):
     """F.conv2d in float16 on tvk, forward and backward, against float64 on the CPU."""
     gen = torch.Generator().manual_seed(2)
-    x = torch.randn(2, 8, 10, 9, generator=gen).half()
-    w = (torch.randn(16, 8, 3, 3, generator=gen) / 8).half()
+    x = torch.randn(2, 16, 10, 9, generator=gen).half()
+    w = (torch.randn(16, 16, 3, 3, generator=gen) / 12).half()
     b = torch.randn(16, generator=gen).half()
     xt, wt, bt = (t.to("tvk").requires_grad_() for t in (x, w, b))
     out = F.conv2d(xt, wt, bt, stride=2, padding=1)
@@ -184,7 +199,7 @@ def test_autograd_through_torch(emulated):
     for got, want in ((out, ref), (xt.grad, x64.grad), (wt.grad, w64.grad), (bt.grad, b64.grad)):
         got = got.detach().cpu().double()
         assert (got - want.detach()).abs().max() / want.abs().max() < 4e-3
-    assert {(0, True), (1, True), (2, True)} <= set(emulated)
+    assert set(emulated) == {(0, True), (1, True), (2, True)}
 
 
 def test_real_route_matches_float64(monkeypatch):
@@ -194,7 +209,7 @@ def test_real_route_matches_float64(monkeypatch):
         pytest.skip("this device has no 16x16x16 fp16 cooperative matrices (lavapipe: the emulated tests above)")
     monkeypatch.setenv("TVK_COOPMAT_CONV", "1")
     config.reload()
-    fam = conv_coopmat.gemm_family(device, "float16", None, conv.check_coopmat)
+    fam = conv_coopmat.gemm_family(device, "float16", None, conv.check_coopmat, 64, 64)
     assert type(fam) is conv_coopmat.Conv2dCoopmat, "the first-use check failed on this device"
     for case in CASES:
         _compare(**case)

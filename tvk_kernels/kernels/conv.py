@@ -198,9 +198,9 @@ def conv2d_forward(device, x_addr, w_addr, bias_addr, out_addr, x_shape, w_shape
         conv_depthwise.forward(device, g, address(x_addr), address(w_addr), bias, address(out_addr), params, act, run,
                                dtype)
         return out_shape
-    fam = conv_coopmat.gemm_family(device, dtype, params, check_coopmat)
-    params = fam.resolve_gemm("fwd", g, params, run)
     M, N, K = gemm_dims("fwd", g)
+    fam = conv_coopmat.gemm_family(device, dtype, params, check_coopmat, M, N)
+    params = fam.resolve_gemm("fwd", g, params, run)
     splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k, direction="fwd")
 
     def launch(c):  # split: act(sum of partials) is not the sum of act(partial), so the reduce applies it
@@ -233,7 +233,8 @@ def conv2d_backward_input(device, grad_out_addr, w_addr, grad_in_addr, x_shape, 
         conv_depthwise.backward_input(device, g, address(grad_out_addr), address(w_addr), address(grad_in_addr),
                                       params, run, dtype)
         return x_shape
-    fam = conv_coopmat.gemm_family(device, dtype, params, check_coopmat)
+    M, N, _ = gemm_dims("bwd_input", g)
+    fam = conv_coopmat.gemm_family(device, dtype, params, check_coopmat, M, N)
     params = fam.resolve_gemm("bwd_input", g, params, run)
     phases = _bwd_input_phases(g)
     numel = math.prod(x_shape)
@@ -275,7 +276,7 @@ def conv2d_backward_weight(device, grad_out_addr, x_addr, grad_w_addr, x_shape, 
         _split_k_sum(device, fam, address(grad_w_addr), numel, splits, launch, label="conv2d_depthwise_split_sum",
                      dtype=dtype)
         return w_shape
-    fam = conv_coopmat.gemm_family(device, dtype, params, check_coopmat)
+    fam = conv_coopmat.gemm_family(device, dtype, params, check_coopmat, M, N)
     params = fam.resolve_gemm("bwd_weight", g, params, run)
     splits, chunk = _split_plan(device, params, M, N, K, g["groups"], split_k, direction="bwd_weight")
 
@@ -319,9 +320,10 @@ def check_coopmat(device) -> bool:
     import numpy as np  # lazy: numpy only for this one-time check: importing the kernels loads no numpy
 
     rng = np.random.default_rng(5)
-    xs, ws, geo = (2, 20, 9, 11), (24, 10, 3, 3), dict(stride=2, padding=1, groups=2)
-    x, w, grad = (rng.standard_normal(s).astype(np.float16) for s in (xs, ws, (2, 24, 5, 6)))
-    bias = rng.standard_normal(24).astype(np.float16)
+    # every GEMM side at least conv2d_coopmat.json's min_size, so all three directions take the route
+    xs, ws, geo = (2, 36, 9, 11), (40, 18, 3, 3), dict(stride=2, padding=1, groups=2)
+    x, w, grad = (rng.standard_normal(s).astype(np.float16) for s in (xs, ws, (2, 40, 5, 6)))
+    bias = rng.standard_normal(40).astype(np.float16)
     ref_gi, ref_gw = reference_conv2d_backward(grad, x, w, **geo)
     want = {"out": reference_conv2d(x, w, bias, **geo), "grad_in": ref_gi, "grad_w": ref_gw}
     bufs = {name: device.upload(a) for name, a in (("x", x), ("w", w), ("grad", grad), ("bias", bias))}

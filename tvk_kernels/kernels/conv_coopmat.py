@@ -120,13 +120,17 @@ class Conv2dCoopmat(Conv2d):
         return verdict
 
 
-def gemm_family(device, dtype: str, params: dict | None, check) -> Conv2d:
-    """The family a conv GEMM of this storage runs on: this one for float16 where explicit parameters name
-    FM, or (params None) where the route is on and `routed(check)`; else conv2d's."""
+def gemm_family(device, dtype: str, params: dict | None, check, M: int, N: int) -> Conv2d:
+    """The family a conv GEMM (M x N outputs per group) of this storage runs on: this one for float16 where
+    explicit parameters name FM, or (params None) where the route is on, both sides are at least min_size
+    (tuning/conv2d_coopmat.json: a 3-channel grad-input would compute 16-wide matrices of mostly zeros) and
+    `routed(check)`; else conv2d's."""
     if dtype != "float16":
         return family(device, Conv2d)
     emulate = emulation()
     if params is not None and "FM" not in params:
+        return family(device, Conv2d)
+    if params is None and min(M, N) < search_space(Conv2dCoopmat.family).get("min_size", 16):
         return family(device, Conv2d)
     if params is None and emulate is None and not (
             env_flag("TVK_COOPMAT", default=True) and env_flag("TVK_COOPMAT_CONV", default=ROUTE_BY_DEFAULT)
