@@ -37,13 +37,6 @@
 #ifndef EMULATE
 #define EMULATE 0
 #endif
-// BISECT (backward kernels; a build diagnostic, benchmarks/coopmat_attention_build.py: the NVIDIA driver crashes
-// building them, design note 54): bits that leave parts out, the results then wrong. 1: one kept array serves
-// both products; 2: kept matrices loaded from the step's tile inside the loop (none carried across it);
-// 4: no products accumulated (ADD_PRODUCT); 8: no second score product.
-#ifndef BISECT
-#define BISECT 0
-#endif
 #if !EMULATE
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -163,6 +156,20 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
             }                                                                               \
         }                                                                                   \
     }
+// ROWS_BY_TILE_T with the kept rows in a shared tile MS (the subgroup's 16 rows from row sg * 16), loaded into
+// matrices for each product: the backward keeps its second operand so (design note 54)
+#define ROWS_BY_SHARED_T(OUT, MS, T)                                                        \
+    [[unroll]] for (uint cb = 0u; cb < KB; ++cb) {                                          \
+        ACC_T acc = ACC_T(0.0);                                                             \
+        [[unroll]] for (uint kd = 0u; kd < HB; ++kd) {                                      \
+            A_T am;                                                                         \
+            B_T bt;                                                                         \
+            coopMatLoad(am, MS, sg * 16u * TS8 + kd * 2u, TS8, ROWMAJOR);                   \
+            coopMatLoad(bt, T, cb * 16u * TS8 + kd * 2u, TS8, COLMAJOR);                    \
+            acc = coopMatMulAdd(am, bt, acc);                                               \
+        }                                                                                   \
+        coopMatStore(acc, OUT, sg * 16u * SST + cb * 16u, SST, ROWMAJOR);                   \
+    }
 #define ACC_ARRAY(NAME) ACC_T NAME[HB]; [[unroll]] for (uint db = 0u; db < HB; ++db) NAME[db] = ACC_T(0.0);
 // head block DB of ACC into the subgroup's rows of sS at column C0
 #define STORE_BLOCK(ACC, DB, C0) coopMatStore(ACC[DB], sS, sg * 16u * SST + (C0), SST, ROWMAJOR);
@@ -188,6 +195,7 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
             ACC[db][k] += acc;                                                              \
         }                                                                                   \
     }
+#define ROWS_BY_SHARED_T(OUT, MS, T) ROWS_BY_TILE_T(OUT, MS, T)
 #define ACC_ARRAY(NAME) float NAME[HB][EPL]; [[unroll]] for (uint db = 0u; db < HB; ++db) [[unroll]] for (uint k = 0u; k < EPL; ++k) NAME[db][k] = 0.0;
 #define STORE_BLOCK(ACC, DB, C0)                                                            \
     [[unroll]] for (uint k = 0u; k < EPL; ++k) {                                            \
@@ -196,6 +204,8 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
     }
 #endif
 
+// the subgroup's 16 rows of tile T (from row ROW0) copied into shared tile MS (rows sg * 16 on)
+#define KEEP_ROWS_SHARED(MS, T, ROW0) [[unroll]] for (uint e = lane; e < 16u * TS8; e += SUBGROUP_SIZE) MS[sg * 16u * TS8 + e] = T[(ROW0) * TS8 + e];
 // Per-thread output registers: thread (r, t) keeps dims db * 16 + t * DPB + k of its row for every head block db.
 #define REGS(NAME) float NAME[HB][DPB]; [[unroll]] for (uint db = 0u; db < HB; ++db) [[unroll]] for (uint k = 0u; k < DPB; ++k) NAME[db][k] = 0.0;
 // OUTR += the subgroup's 16 rows of H (halves) times tile T: a step's products staged in sS, SB head blocks at a time
@@ -333,14 +343,14 @@ void main() {
 shared uvec4 sK[BC * TS8];
 shared uvec4 sV[BC * TS8];
 shared float16_t sP[BR * PST];  // dS
+// dO's rows are kept in shared memory, not in matrices: NVIDIA's driver crashes building this kernel with two
+// kept arrays of matrices (q's and dO's) live together (design note 54)
+shared uvec4 sdO[BR * TS8];
 #if EMULATE
 shared uvec4 sQ[BR * TS8];
-shared uvec4 sdO[BR * TS8];
 #define KEPT_Q sQ
-#define KEPT_DO sdO
 #else
 #define KEPT_Q qa
-#define KEPT_DO ga
 #endif
 
 void main() {
@@ -359,26 +369,18 @@ void main() {
     const float delta_i = i < p.lq ? FBuf(p.x1).v[row] : 0.0;
     const bool write_ds = p.x2 != uvec2(0u);
 #if !EMULATE
-    A_T qa[HB], ga[HB];
+    A_T qa[HB];
 #endif
     for (uint c0 = 0u; c0 < BR; c0 += BC) {
         barrier();
         LOAD_TILE(sK, p.q, qbase, qrs, i0 + c0, p.lq, (BR < BC ? BR : BC))
         LOAD_TILE(sV, p.o, gbase, grs, i0 + c0, p.lq, (BR < BC ? BR : BC))
         barrier();
-#if (BISECT & 2) == 0
         if (sg * 16u >= c0 && sg * 16u < c0 + BC) {
             KEEP_ROWS(KEPT_Q, sK, sg * 16u - c0)
-#if (BISECT & 1) == 0
-            KEEP_ROWS(KEPT_DO, sV, sg * 16u - c0)
-#endif
+            KEEP_ROWS_SHARED(sdO, sV, sg * 16u - c0)
         }
-#endif
     }
-#if BISECT & 1
-#undef KEPT_DO
-#define KEPT_DO KEPT_Q
-#endif
     REGS(dq)
 #if CAUSAL
     const uint jend = write_ds ? p.lk : min(p.lk, i0 + BR);  // dS is written (as 0) past the diagonal too
@@ -390,10 +392,6 @@ void main() {
         LOAD_TILE(sK, p.k, kbase, krs, j0, p.lk, BC)
         LOAD_TILE(sV, p.v, vbase, vrs, j0, p.lk, BC)
         barrier();
-#if BISECT & 2
-        KEEP_ROWS(KEPT_Q, sK, 0u)
-        KEEP_ROWS(KEPT_DO, sV, 0u)
-#endif
         ROWS_BY_TILE_T(sS, KEPT_Q, sK)
         barrier();
         float pr[CPT];
@@ -402,9 +400,7 @@ void main() {
             pr[c] = s == NEG_INF ? 0.0 : exp(s - lse_i);
         }
         barrier();
-#if (BISECT & 8) == 0
-        ROWS_BY_TILE_T(sS, KEPT_DO, sV)
-#endif
+        ROWS_BY_SHARED_T(sS, sdO, sV)
         barrier();
         [[unroll]] for (uint c = 0u; c < CPT; ++c) {
             const uint j = j0 + t * CPT + c;
@@ -417,9 +413,7 @@ void main() {
             if (write_ds && i < p.lq && j < p.lk) FBuf(p.x2).v[row * p.lk + j] = ds;
         }
         barrier();
-#if (BISECT & 4) == 0
         ADD_PRODUCT(dq, sP, sK)
-#endif
     }
     WRITE_REGS(dq, p.scale, p.x0, SDQ, h, i0, p.lq)
 }
@@ -430,14 +424,12 @@ shared uvec4 sQ[BC * TS8];
 shared uvec4 sdO[BC * TS8];
 shared float16_t sP[BR * PST];   // P^T (with dropout)
 shared float16_t sdS[BR * PST];  // dS^T
+shared uvec4 sVk[BR * TS8];  // v's rows, kept in shared memory as dO's in the dQ pass
 #if EMULATE
 shared uvec4 sKk[BR * TS8];
-shared uvec4 sVk[BR * TS8];
 #define KEPT_K sKk
-#define KEPT_V sVk
 #else
 #define KEPT_K ka
-#define KEPT_V va
 #endif
 
 void main() {
@@ -452,26 +444,18 @@ void main() {
     const uvec2 seed = rs.seed, offset = rs.offset;
 #endif
 #if !EMULATE
-    A_T ka[HB], va[HB];
+    A_T ka[HB];
 #endif
     for (uint c0 = 0u; c0 < BR; c0 += BC) {
         barrier();
         LOAD_TILE(sQ, p.k, kbase, krs, j0 + c0, p.lk, (BR < BC ? BR : BC))
         LOAD_TILE(sdO, p.v, vbase, vrs, j0 + c0, p.lk, (BR < BC ? BR : BC))
         barrier();
-#if (BISECT & 2) == 0
         if (sg * 16u >= c0 && sg * 16u < c0 + BC) {
             KEEP_ROWS(KEPT_K, sQ, sg * 16u - c0)
-#if (BISECT & 1) == 0
-            KEEP_ROWS(KEPT_V, sdO, sg * 16u - c0)
-#endif
+            KEEP_ROWS_SHARED(sVk, sdO, sg * 16u - c0)
         }
-#endif
     }
-#if BISECT & 1
-#undef KEPT_V
-#define KEPT_V KEPT_K
-#endif
     REGS(dk)
     REGS(dv)
 #if CAUSAL
@@ -487,10 +471,6 @@ void main() {
             LOAD_TILE(sQ, p.q, qbase, qrs, i0, p.lq, BC)
             LOAD_TILE(sdO, p.o, gbase, grs, i0, p.lq, BC)
             barrier();
-#if BISECT & 2
-            KEEP_ROWS(KEPT_K, sQ, 0u)
-            KEEP_ROWS(KEPT_V, sdO, 0u)
-#endif
             ROWS_BY_TILE_T(sS, KEPT_K, sQ)
             barrier();
             float pr[CPT];
@@ -500,9 +480,7 @@ void main() {
                 pr[c] = s == NEG_INF ? 0.0 : exp(s - L.v[lbase + i]);
             }
             barrier();
-#if (BISECT & 8) == 0
-            ROWS_BY_TILE_T(sS, KEPT_V, sdO)
-#endif
+            ROWS_BY_SHARED_T(sS, sVk, sdO)
             barrier();
             [[unroll]] for (uint c = 0u; c < CPT; ++c) {
                 const uint i = i0 + t * CPT + c;
@@ -518,10 +496,8 @@ void main() {
                 sdS[r * PST + t * CPT + c] = float16_t(pr[c] == 0.0 ? 0.0 : pr[c] * (dp - Dl.v[lbase + i]));
             }
             barrier();
-#if (BISECT & 4) == 0
             ADD_PRODUCT(dv, sP, sdO)
             ADD_PRODUCT(dk, sdS, sQ)
-#endif
         }
     }
     WRITE_REGS(dk, p.scale, p.x0, SDK, hk, j0, p.lk)

@@ -22,24 +22,23 @@ from .matmul_coopmat import has_16x16x16
 # Off unless TVK_COOPMAT_ATTENTION=1 until the device has built and run these kernels: a crash in the first-use
 # check would take the process with it
 ROUTE_BY_DEFAULT = False
-# The backward kernels (dQ, dK/dV) crash the NVIDIA driver's pipeline build (SIGSEGV in vkCreateComputePipelines on
-# the lent H100, both staged and unstaged forms: design note 54): attention.comp's backward runs after this
-# forward (the same lse and dropout numbering) until they build; the emulation runs them everywhere
-BACKWARD_ROUTE = False
+# The backward kernels (dQ, dK/dV) run here too; False would run attention.comp's backward after this forward (the
+# same lse and dropout numbering): how the forward alone was measured while the backward crashed NVIDIA's pipeline
+# build (design note 54); the emulation runs them everywhere
+BACKWARD_ROUTE = True
 MIN_SUBGROUP, MAX_SUBGROUP = 16, 64  # a row's scalar threads (SUBGROUP / 16) in its own subgroup
 
 
 def shared_bytes(kernel: int, br: int, bc: int, head: int, subgroup: int, emulate: bool) -> int:
     """Shared memory of one kernel (forward 0, dQ 2, dK/dV 3) at these tiles, as the template declares it."""
     tile = bc * (head // 8 + 1) * 16  # BC rows of octets, one octet of padding
-    kept = br * (head // 8 + 1) * 16 if emulate else 0  # the emulation's kept matrices
+    kept = br * (head // 8 + 1) * 16  # a tile of kept rows in shared memory
     halves = br * (bc + 8) * 2
     common = br * (bc + 4) * 4 + (br // 16) * subgroup * 4  # sS, sRed
-    if kernel == 0:
-        return common + tile + halves + kept
-    if kernel == 2:
-        return common + 2 * tile + halves + 2 * kept
-    return common + 2 * tile + 2 * halves + 2 * kept
+    if kernel == 0:  # q kept in matrices (the emulation: in shared memory)
+        return common + tile + halves + (kept if emulate else 0)
+    # the backward keeps one operand in matrices (the emulation: in shared memory) and the other in shared memory
+    return common + 2 * tile + (1 if kernel == 2 else 2) * halves + (2 if emulate else 1) * kept
 
 
 def emulation() -> int | None:
