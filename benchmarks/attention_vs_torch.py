@@ -56,6 +56,12 @@ print(json.dumps(out))
 """
 
 
+def route_words(routed: bool, backward: bool) -> str:
+    if not routed:
+        return "attention.comp (no cooperative matrices)"
+    return "cooperative matrices" + ("" if backward else " for the forward, attention.comp's backward after it")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny shapes, few repeats (a check of the script)")
@@ -142,14 +148,14 @@ def main():
           r.get("cuda_fwd_bwd_tflops"), r.get("torch_over_tvk_fwd"), r.get("torch_over_tvk_fwd_bwd"),
           r.get("coopmat_max_error")] for r in rows])
     ratios = [r["torch_over_tvk_fwd_bwd"] for r in rows if r.get("torch_over_tvk_fwd_bwd")]
-    summary = {"routed": routed}
+    summary = {"routed": routed, "backward_routed": routed and attention_coopmat.BACKWARD_ROUTE}
     if ratios:
         summary["geomean_speed_over_torch_fwd_bwd"] = float(np.exp(np.mean(np.log(ratios))))
         summary["min_speed_over_torch_fwd_bwd"] = min(ratios)
         table += (f"\n\nfloat16 fwd+bwd, tvk's speed as a fraction of torch CUDA's: geometric mean "
                   f"{summary['geomean_speed_over_torch_fwd_bwd']:.3g} over {len(ratios)} shapes, lowest "
                   f"{summary['min_speed_over_torch_fwd_bwd']:.3g} (issue 33's target: 0.5)."
-                  f" Route taken: {'cooperative matrices' if routed else 'attention.comp (no cooperative matrices)'}.\n")
+                  f" Route taken: {route_words(routed, attention_coopmat.BACKWARD_ROUTE)}.\n")
     print(table)
     if args.out:
         write_result(args.out, "attention_vs_torch", {"experiment": "attention_vs_torch",

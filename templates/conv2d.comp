@@ -102,6 +102,9 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #ifndef DIR
 #define DIR 0
 #endif
+#if !(DIR == 0 || DIR == 1 || DIR == 2)
+#error "conv2d.comp: DIR must be 0 (forward), 1 (grad-input) or 2 (grad-weight)"
+#endif
 layout(constant_id = 3) const uint BM = 64u;
 layout(constant_id = 4) const uint BN = 64u;
 layout(constant_id = 5) const uint BK = 16u;

@@ -17,6 +17,7 @@ class DepthwiseConvTarget:
 
     family = DepthwiseConv.family
     template = DepthwiseConv.template
+    dtype, tolerance = Conv2dTarget.dtype, Conv2dTarget.tolerance  # conv2d's cases (prepare)
     suites = {
         "suite": (_suite(32, 32, 112) + _suite(32, 96, 112, stride=2) + _suite(32, 144, 56)
                   + _suite(32, 144, 56, stride=2) + _suite(32, 192, 28) + _suite(32, 576, 14, stride=2)
