@@ -111,8 +111,12 @@ def test_routing(device, monkeypatch):
     monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "0")
     assert attention_coopmat.route(device, "float16", attention.check_coopmat) is None
     monkeypatch.delenv("TVK_COOPMAT_ATTENTION")
-    if not attention_coopmat.ROUTE_BY_DEFAULT:  # off until the device has run it
-        assert attention_coopmat.route(device, "float16", attention.check_coopmat) is None
+    monkeypatch.setattr(attention_coopmat, "BACKWARD_ROUTE", False)  # the forward alone (design note 54)
+    monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "emulate")
+    assert attention_coopmat.route(device, "float16", attention.check_coopmat, backward=True) is not None
+    monkeypatch.delenv("TVK_COOPMAT_ATTENTION")
+    assert attention_coopmat.route(device, "float16", attention.check_coopmat, backward=True) is None
+    monkeypatch.setattr(attention_coopmat, "BACKWARD_ROUTE", True)
     monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "emulate")
     fam, sub = attention_coopmat.route(device, "float16", attention.check_coopmat)
     assert sub == 32 and isinstance(fam, attention_coopmat.CoopAttention)
@@ -140,7 +144,7 @@ def test_real_route_matches_float64(device, monkeypatch):
     shapes = [(s["M"], s["N"], s["K"], s["A"], s["C"]) for s in coop_shapes(device)]
     if (16, 16, 16, "float16", "float32") not in shapes:
         pytest.skip(f"{device.facts.name} has no 16x16x16 fp16 cooperative matrices (the emulation tests above run)")
-    monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "1")  # off by default until measured (ROUTE_BY_DEFAULT)
+    monkeypatch.setenv("TVK_COOPMAT_ATTENTION", "1")  # on by default (ROUTE_BY_DEFAULT); asked for all the same
     config.reload()
     routed = attention_coopmat.route(device, "float16", attention.check_coopmat)
     assert routed is not None, "the check against numpy failed (see its warning)"
