@@ -153,3 +153,16 @@ def test_real_route_matches_float64(device, monkeypatch):
         case = dict(case)
         q, k, v, grad = _inputs(*case.pop("shape"), seed=12)
         _compare(q, k, v, grad, torch.float16, **case)
+
+
+def test_a_dry_run_leaves_the_decision_to_a_real_run(device, monkeypatch):
+    """As conv's: a compiled program's dry first run neither runs the check nor keeps a verdict."""
+    fam = family(device, attention_coopmat.CoopAttention)
+    monkeypatch.setattr(fam, "_checked", {})
+    monkeypatch.setattr(attention_coopmat, "has_16x16x16", lambda dev: True)
+    calls = []
+    with device.stream.dry_run():
+        assert not fam.routed(lambda dev: calls.append(dev) or True)
+    assert calls == [] and fam._checked == {}
+    if device.facts.subgroup_size % 16 == 0:  # lavapipe at LP_NATIVE_VECTOR_WIDTH 512 and up
+        assert fam.routed(lambda dev: calls.append(dev) or True) and len(calls) == 1

@@ -213,3 +213,23 @@ def test_real_route_matches_float64(monkeypatch):
     assert type(fam) is conv_coopmat.Conv2dCoopmat, "the first-use check failed on this device"
     for case in CASES:
         _compare(**case)
+
+
+def test_a_dry_run_leaves_the_decision_to_a_real_run(emulated, monkeypatch):
+    """A compiled program's first run is dry (its kernels discarded): the first-use check would read garbage and
+    turn the route off for good, so a dry run takes conv2d's kernels without deciding, and the next real call
+    runs the check."""
+    device = get_device(0)
+    fam = family(device, conv_coopmat.Conv2dCoopmat)
+    monkeypatch.setattr(fam, "_checked", {})
+    calls = []
+
+    def check(dev):
+        calls.append(dev.stream.dry)
+        return True
+
+    with device.stream.dry_run():
+        assert type(conv_coopmat.gemm_family(device, "float16", None, check, 64, 64)) is Conv2d
+    assert calls == [] and fam._checked == {}
+    assert type(conv_coopmat.gemm_family(device, "float16", None, check, 64, 64)) is conv_coopmat.Conv2dCoopmat
+    assert calls == [False]

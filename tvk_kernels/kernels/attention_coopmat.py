@@ -107,6 +107,8 @@ class CoopAttention(Family):
         passed (once)."""
         sub = self.device.facts.subgroup_size
         verdict = self._checked.get(sub)
+        if verdict is None and getattr(self.device.stream, "dry", False):
+            return False  # a dry run (a compiled program's first) discards the check's kernels: decide on a real run
         if verdict is None:
             verdict = has_16x16x16(self.device) and sub % 16 == 0 and MIN_SUBGROUP <= sub <= MAX_SUBGROUP
             self._checked[sub] = verdict  # the check below runs attention, which asks again: no recursion

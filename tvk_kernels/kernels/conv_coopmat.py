@@ -112,6 +112,8 @@ class Conv2dCoopmat(Conv2d):
         (once; a wrong result turns the route off with a warning)."""
         key, sub = (self.emulate, self.subgroup), self.subgroup
         verdict = self._checked.get(key)
+        if verdict is None and getattr(self.device.stream, "dry", False):
+            return False  # a dry run (a compiled program's first) discards the check's kernels: decide on a real run
         if verdict is None:
             verdict = bool(self.emulate) or (has_16x16x16(self.device) and MIN_SUBGROUP <= sub <= MAX_SUBGROUP
                                              and sub & (sub - 1) == 0)
