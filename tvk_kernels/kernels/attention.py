@@ -297,11 +297,4 @@ def check_coopmat(device) -> bool:
         device.synchronize()
         for buf in bufs.values():
             buf.free()
-    errors = {name: float(np.abs(got[name] - want[name]).max() / max(np.abs(want[name]).max(), 1e-6))
-              for name in want}
-    if not all(np.isfinite(e) and e <= 2e-2 for e in errors.values()):
-        matmul_coopmat._warn_once(device, "attention", "TorchVK: attention on cooperative matrices gave wrong results "
-                                  f"on {device.facts.name} (relative errors {errors} against numpy); it is disabled "
-                                  "and attention.comp's kernels are used.")
-        return False
-    return True
+    return matmul_coopmat.agrees(device, "attention", got, want, 2e-2, "attention.comp's kernels")

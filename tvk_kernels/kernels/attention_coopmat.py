@@ -12,12 +12,11 @@ tests run the rest of this kernel; never a speed path.
 """
 from __future__ import annotations
 
-import os
 
 from ..env_flags import env_flag
 from ..errors import InvalidConfigError
 from .launch import Family, family
-from .matmul_coopmat import has_16x16x16
+from .matmul_coopmat import emulated_subgroup, has_16x16x16
 
 # On: the lent H100 built all three kernels and ran them right (tests/test_attention_coopmat.py's device test), 2.1 to
 # 4.1x faster forward + backward than attention.comp's fp16 kernels (benchmarks/attention_vs_torch.py, design note 54);
@@ -44,13 +43,7 @@ def shared_bytes(kernel: int, br: int, bc: int, head: int, subgroup: int, emulat
 
 def emulation() -> int | None:
     """TVK_COOPMAT_ATTENTION=emulate[:SUBGROUP]: the subgroup size to emulate, else None."""
-    value = os.environ.get("TVK_COOPMAT_ATTENTION", "")
-    if not value.startswith("emulate"):
-        return None
-    size = int(value.partition(":")[2] or 32)
-    if size % 16 or not MIN_SUBGROUP <= size <= MAX_SUBGROUP:
-        raise ValueError(f"TVK_COOPMAT_ATTENTION={value}: the emulated subgroup size must be 16, 32, 48 or 64")
-    return size
+    return emulated_subgroup("TVK_COOPMAT_ATTENTION", (16, 32, 48, 64))
 
 
 class CoopAttention(Family):

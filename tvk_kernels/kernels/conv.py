@@ -30,7 +30,7 @@ from .conv_family import PUSH, PUSH_BACKWARD_INPUT, REDUCE_PUSH, ACTIVATIONS, DI
 from .conv_geometry import checked_split_k, conv2d_output_shape, geometry
 from .kept_calls import kept_call
 from .launch import address, family, grid_1d
-from .matmul_coopmat import _warn_once
+from .matmul_coopmat import agrees
 from .reduce import reduce
 from ..config import by_class
 from ..errors import InvalidConfigError
@@ -116,7 +116,7 @@ def _bwd_input_phases(g: dict) -> list[tuple]:
 
 def _push(a, b, c, bias, g, kchunk, flags):
     return PUSH.pack(a, b, c, bias, g["n"], g["ic"], g["h"], g["w"], g["oc"], g["oh"], g["ow"], g["groups"],
-                      g["kh"], g["kw"], g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"], kchunk, flags)
+                     g["kh"], g["kw"], g["sh"], g["sw"], g["ph"], g["pw"], g["dh"], g["dw"], kchunk, flags)
 
 
 def _grid(device, M, N, params, gz):
@@ -338,14 +338,7 @@ def check_coopmat(device) -> bool:
         device.synchronize()
         for buf in bufs.values():
             buf.free()
-    errors = {name: float(np.abs(got[name] - want[name]).max() / max(np.abs(want[name]).max(), 1e-6))
-              for name in want}
-    if not all(np.isfinite(e) and e <= 5e-3 for e in errors.values()):
-        _warn_once(device, "conv", f"TorchVK: conv2d on cooperative matrices gave wrong results on {device.facts.name} "
-                  f"(relative errors {errors} against numpy); it is disabled and conv2d.comp's fp32-arithmetic "
-                  "kernels are used.")
-        return False
-    return True
+    return agrees(device, "conv2d", got, want, 5e-3, "conv2d.comp's fp32-arithmetic kernels")
 
 
 # ------------------------------------------------------------------ host reference (numpy, float64)

@@ -15,11 +15,9 @@ slice; FM x FN matrices a subgroup, so the workgroup is (BM / 16 FM) x (BN / 16 
 """
 from __future__ import annotations
 
-import os
-
 from .conv_family import PUSH, PUSH_BACKWARD_INPUT, Conv2d, gemm_defines
 from .launch import family
-from .matmul_coopmat import has_16x16x16
+from .matmul_coopmat import emulated_subgroup, has_16x16x16
 from ..env_flags import env_flag
 from ..errors import InvalidConfigError
 from ..search_space import search_space
@@ -32,13 +30,7 @@ MIN_SUBGROUP, MAX_SUBGROUP = 16, 64
 
 def emulation() -> int | None:
     """TVK_COOPMAT_CONV=emulate[:SUBGROUP]: the subgroup size to emulate, else None."""
-    value = os.environ.get("TVK_COOPMAT_CONV", "")
-    if not value.startswith("emulate"):
-        return None
-    size = int(value.partition(":")[2] or 32)
-    if size not in (16, 32, 64):
-        raise ValueError(f"TVK_COOPMAT_CONV={value}: the emulated subgroup size must be 16, 32 or 64")
-    return size
+    return emulated_subgroup("TVK_COOPMAT_CONV", (16, 32, 64))
 
 
 class Conv2dCoopmat(Conv2d):
@@ -96,9 +88,6 @@ class Conv2dCoopmat(Conv2d):
                    "SUBGROUP_SIZE": self.subgroup, "EMULATE": int(bool(self.emulate))}
         push_size = PUSH_BACKWARD_INPUT.size if dir_id == 1 else PUSH.size
         return self.variant(defines, wg, push_size, shared_bytes=shared, subgroup_size=self.required_subgroup())
-
-    def packed(self, params: dict, dtype: str) -> bool:
-        return False
 
     def reduce_pipeline(self, per_thread: bool, wg: int, act: str | None = None, dtype: str = "float32"):
         return family(self.device, Conv2d).reduce_pipeline(per_thread, wg, act, dtype)

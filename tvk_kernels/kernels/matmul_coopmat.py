@@ -11,6 +11,7 @@ Operands arrive checked by matmul(), so `prepare` only picks the config, layout 
 from __future__ import annotations
 
 import itertools
+import os
 import warnings
 
 from ..env_flags import env_flag
@@ -216,6 +217,34 @@ def coop_shapes(device) -> list[dict]:
                     "result": names.get(p.ResultType, int(p.ResultType)), "saturating": bool(p.saturatingAccumulation),
                     "scope": "subgroup" if p.scope == lib.VK_SCOPE_SUBGROUP_KHR else int(p.scope)})
     return out
+
+
+def emulated_subgroup(variable: str, allowed: tuple) -> int | None:
+    """A cooperative-matrix route's `variable`=emulate[:SUBGROUP] (its template's scalar emulation, how lavapipe's
+    tests run it): the subgroup size to emulate (32 by default, one of `allowed`), else None."""
+    value = os.environ.get(variable, "")
+    if not value.startswith("emulate"):
+        return None
+    size = int(value.partition(":")[2] or 32)
+    if size not in allowed:
+        sizes = ", ".join(map(str, allowed[:-1])) + f" or {allowed[-1]}"
+        raise ValueError(f"{variable}={value}: the emulated subgroup size must be {sizes}")
+    return size
+
+
+def agrees(device, what: str, got: dict, want: dict, tolerance: float, fallback: str) -> bool:
+    """A route's first-use check: whether every result in `got` is within `tolerance` of its float64 reference in
+    `want`, relative to the reference's largest magnitude; if not, a warning (once) that `what` on cooperative
+    matrices is disabled and `fallback` is used."""
+    import numpy as np  # lazy: numpy only for these one-time checks: importing the kernels loads no numpy
+
+    errors = {name: float(np.abs(got[name] - want[name]).max() / max(np.abs(want[name]).max(), 1e-6))
+              for name in want}
+    if all(np.isfinite(e) and e <= tolerance for e in errors.values()):
+        return True
+    _warn_once(device, what, f"TorchVK: {what} on cooperative matrices gave wrong results on {device.facts.name} "
+               f"(relative errors {errors} against numpy); it is disabled and {fallback} are used.")
+    return False
 
 
 def has_16x16x16(device) -> bool:
