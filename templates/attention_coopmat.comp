@@ -7,15 +7,19 @@
 // forward and dQ, key rows in dK/dV) and every product that row block takes part in. The other side
 // comes through shared memory in steps of BC rows. Between the products, the softmax and the dropout
 // run on scalar threads: TPR = SUBGROUP_SIZE / 16 threads per row, each on BC / TPR adjacent columns of
-// the fp32 scores the subgroup stored; a row's threads are in the subgroup that owns it.
+// the fp32 scores the subgroup stored; a row's threads are in the subgroup that owns it. So a step needs
+// the workgroup's barrier only around the shared K/V (q/dO) tiles: everything else a subgroup writes to
+// shared memory (its rows of scores, P, dS, staged accumulators) only it reads, after a subgroup barrier.
+// Accumulators (O, dQ, dK, dV) stay in matrices across steps and leave through the subgroup's rows of sS.
 // KERNEL 0 forward: q stays in matrices (registers); per step S = q k^T (fp32, in sS), the online
-//          softmax (m, l as attention.comp), P (fp16, in sP), then P v per 16-wide block of the head
-//          dim, staged in the subgroup's rows of sS and added to O, which each thread keeps in
-//          registers (16 / TPR dims of every block) so the rescale by exp(m_old - m_new) is scalar.
-// KERNEL 2 dQ: q and dO stay in matrices; per step S = q k^T and dP = dO v^T pass through sS, dS =
-//          P (dP - delta) goes to sP in fp16, and dQ += dS k accumulates in matrices.
-// KERNEL 3 dK, dV: k and v stay in matrices; per step (over every query head of the group) S^T = k q^T
-//          and dP^T = v dO^T pass through sS, and dV += P^T dO, dK += dS^T q accumulate in matrices.
+//          softmax, P (fp16, in sP), then O += P v in matrices. The running row maximum m is lazy: P =
+//          exp(s - m) may reach e^TAU, and only a step whose scores pass m + TAU in some row of the
+//          subgroup moves m and rescales O (through sS; FlashAttention-4's conditional rescaling).
+//          TAU = 4 keeps P, times dropout's 1 / (1 - p) up to p = 0.999, within fp16's range.
+// KERNEL 2 dQ: q stays in matrices and dO in shared memory; per step S = q k^T and dP = dO v^T pass
+//          through sS, dS = P (dP - delta) goes to sP in fp16, and dQ += dS k in matrices.
+// KERNEL 3 dK, dV: k stays in matrices and v in shared memory; per step (over every query head of the
+//          group) S^T = k q^T and dP^T = v dO^T pass through sS, and dV += P^T dO, dK += dS^T q in matrices.
 // (attention.comp's KERNEL 1, delta = rowsum(dO * O), runs before 2 and 3.)
 // The scale multiplies the fp32 scores, not q: the matrices take the stored fp16 values exactly.
 // P and dS are rounded to fp16 for their products (FlashAttention does the same).
@@ -25,7 +29,8 @@
 // EMULATE 1 runs the matrix products with scalar code on the same shared tiles: the matrices a
 // subgroup keeps are kept in shared memory, the accumulators in a fixed lane layout. It is how a GPU
 // without cooperative matrices (lavapipe, in the tests) runs every other line of this kernel; it is
-// never routed to for speed.
+// never routed to for speed. Its subgroups are not the hardware's, so their barriers and the
+// rescale's vote are the workgroup's.
 // Defines (a module each): KERNEL, HEAD (the head dim rounded up to a multiple of 16), BR, BC,
 // SUBGROUP_SIZE, VEC, MASK, CAUSAL, DROPOUT, SEED_BUF, EMULATE.
 #extension GL_EXT_buffer_reference : require
@@ -40,6 +45,8 @@
 #if !EMULATE
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_vote : require
 #endif
 #include "common/dtypes.glsl"
 #define STYPE float16_t
@@ -171,8 +178,11 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
         coopMatStore(acc, OUT, sg * 16u * SST + cb * 16u, SST, ROWMAJOR);                   \
     }
 #define ACC_ARRAY(NAME) ACC_T NAME[HB]; [[unroll]] for (uint db = 0u; db < HB; ++db) NAME[db] = ACC_T(0.0);
-// head block DB of ACC into the subgroup's rows of sS at column C0
+// head block DB of ACC into (out of) the subgroup's rows of sS at column C0
 #define STORE_BLOCK(ACC, DB, C0) coopMatStore(ACC[DB], sS, sg * 16u * SST + (C0), SST, ROWMAJOR);
+#define LOAD_BLOCK(ACC, DB, C0) coopMatLoad(ACC[DB], sS, sg * 16u * SST + (C0), SST, ROWMAJOR);
+// what a subgroup wrote to its own rows of shared memory, visible to the subgroup
+#define SG_SYNC() subgroupBarrier()
 #else
 // Emulation. A kept matrix is the tile rows themselves (MROWS: a shared tile of the workgroup's BR rows);
 // an accumulator block is 256 / SUBGROUP_SIZE floats per lane, element e = lane + k SUBGROUP_SIZE at
@@ -202,36 +212,33 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
         const uint e = lane + k * SUBGROUP_SIZE;                                            \
         sS[(sg * 16u + e / 16u) * SST + (C0) + e % 16u] = ACC[DB][k];                       \
     }
+#define LOAD_BLOCK(ACC, DB, C0)                                                             \
+    [[unroll]] for (uint k = 0u; k < EPL; ++k) {                                            \
+        const uint e = lane + k * SUBGROUP_SIZE;                                            \
+        ACC[DB][k] = sS[(sg * 16u + e / 16u) * SST + (C0) + e % 16u];                       \
+    }
+#define SG_SYNC() barrier()
 #endif
 
 // the subgroup's 16 rows of tile T (from row ROW0) copied into shared tile MS (rows sg * 16 on)
 #define KEEP_ROWS_SHARED(MS, T, ROW0) [[unroll]] for (uint e = lane; e < 16u * TS8; e += SUBGROUP_SIZE) MS[sg * 16u * TS8 + e] = T[(ROW0) * TS8 + e];
-// Per-thread output registers: thread (r, t) keeps dims db * 16 + t * DPB + k of its row for every head block db.
-#define REGS(NAME) float NAME[HB][DPB]; [[unroll]] for (uint db = 0u; db < HB; ++db) [[unroll]] for (uint k = 0u; k < DPB; ++k) NAME[db][k] = 0.0;
-// OUTR += the subgroup's 16 rows of H (halves) times tile T: a step's products staged in sS, SB head blocks at a time
-// (sS free: the caller's scalar phase is done and a barrier passed)
-#define ADD_PRODUCT(OUTR, H, T)                                                             \
-    [[unroll]] for (uint d0 = 0u; d0 < HB; d0 += SB) {                                      \
-        {                                                                                   \
-            ACC_ARRAY(prod)                                                                 \
-            HALVES_BY_TILE(prod, H, T, d0, min(SB, HB - d0))                                \
-            [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db) STORE_BLOCK(prod, db, (db - d0) * 16u) \
-        }                                                                                   \
-        barrier();                                                                          \
-        [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db)                          \
-            [[unroll]] for (uint k = 0u; k < DPB; ++k) OUTR[db][k] += sS[r * SST + (db - d0) * 16u + t * DPB + k]; \
-        barrier();                                                                          \
-    }
-// OUTR times MUL into row ROW0 + r of the tensor at ADDR (slot SLOT, head H) where it is under COUNT
-#define WRITE_REGS(OUTR, MUL, ADDR, SLOT, H, ROW0, COUNT)                                   \
-    if ((ROW0) + r < (COUNT)) {                                                             \
+// ACC (every head block) times MUL into row ROW0 + r of the tensor at ADDR (slot SLOT, head H) where it is under
+// COUNT, staged through the subgroup's rows of sS SB blocks at a time (MUL: per row, the scalar phase's)
+#define WRITE_ACC(ACC, MUL, ADDR, SLOT, H, ROW0, COUNT)                                     \
+    {                                                                                       \
         SBuf OUTB = SBuf(ADDR);                                                             \
         const uint obase = AT(G, SLOT, b, H, (ROW0) + r);                                   \
-        [[unroll]] for (uint db = 0u; db < HB; ++db)                                        \
-            [[unroll]] for (uint k = 0u; k < DPB; ++k) {                                    \
-                const uint dd = db * 16u + t * DPB + k;                                     \
-                if (dd < p.d) OUTB.v[obase + dd] = STYPE(OUTR[db][k] * (MUL));              \
-            }                                                                               \
+        [[unroll]] for (uint d0 = 0u; d0 < HB; d0 += SB) {                                  \
+            SG_SYNC();                                                                      \
+            [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db) STORE_BLOCK(ACC, db, (db - d0) * 16u) \
+            SG_SYNC();                                                                      \
+            if ((ROW0) + r < (COUNT))                                                       \
+                [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db)                  \
+                    [[unroll]] for (uint k = 0u; k < DPB; ++k) {                            \
+                        const uint dd = db * 16u + t * DPB + k;                             \
+                        if (dd < p.d) OUTB.v[obase + dd] = STYPE(sS[r * SST + (db - d0) * 16u + t * DPB + k] * (MUL)); \
+                    }                                                                       \
+        }                                                                                   \
     }
 
 #define tid gl_LocalInvocationIndex
@@ -245,7 +252,8 @@ shared float sRed[WG];              // per-thread partial row maxima and sums
 
 #if KERNEL == 0
 // ---------------------------------------------------------------- forward
-shared uvec4 sKV[BC * TS8];
+shared uvec4 sK[BC * TS8];
+shared uvec4 sV[BC * TS8];
 shared float16_t sP[BR * PST];
 #if EMULATE
 shared uvec4 sQ[BR * TS8];
@@ -253,6 +261,22 @@ shared uvec4 sQ[BR * TS8];
 #else
 #define KEPT_Q qa
 #endif
+#define TAU 4.0  // the lazy maximum's slack: P < e^TAU (see the top)
+
+// whether any row of the subgroup (the emulation: of the workgroup) votes true; the same answer for all of them
+bool any_row(bool vote) {
+#if EMULATE
+    barrier();
+    sRed[tid] = vote ? 1.0 : 0.0;
+    barrier();
+    float any = 0.0;
+    for (uint u = 0u; u < WG; ++u) any = max(any, sRed[u]);
+    barrier();
+    return any > 0.0;
+#else
+    return subgroupAny(vote);
+#endif
+}
 
 void main() {
     const uint b = gl_WorkGroupID.z, h = gl_WorkGroupID.y, hk = h / p.group;
@@ -275,18 +299,18 @@ void main() {
     }
     const uint nrow = ((b * p.hq + h) * p.lq + i) * p.lk;
 #endif
-    // q, staged through sKV BC rows at a time, kept by the subgroup that owns its rows
+    // q, staged through sK BC rows at a time, kept by the subgroup that owns its rows
 #if !EMULATE
     A_T qa[HB];
 #endif
     for (uint c0 = 0u; c0 < BR; c0 += BC) {
         barrier();
-        LOAD_TILE(sKV, p.q, qbase, qrs, i0 + c0, p.lq, (BR < BC ? BR : BC))
+        LOAD_TILE(sK, p.q, qbase, qrs, i0 + c0, p.lq, (BR < BC ? BR : BC))
         barrier();
-        if (sg * 16u >= c0 && sg * 16u < c0 + BC) { KEEP_ROWS(KEPT_Q, sKV, sg * 16u - c0) }
+        if (sg * 16u >= c0 && sg * 16u < c0 + BC) { KEEP_ROWS(KEPT_Q, sK, sg * 16u - c0) }
     }
-    REGS(o)
-    float m = NEG_INF, lsum = 0.0;  // lsum: this thread's columns' share of the row sum
+    ACC_ARRAY(o)
+    float m = NEG_INF, lsum = 0.0;  // m: the row's lazy maximum; lsum: this thread's columns' share of the row sum
 #if CAUSAL
     const uint jend = min(p.lk, i0 + BR);
 #else
@@ -294,10 +318,11 @@ void main() {
 #endif
     for (uint j0 = 0u; j0 < jend; j0 += BC) {
         barrier();
-        LOAD_TILE(sKV, p.k, kbase, krs, j0, p.lk, BC)
+        LOAD_TILE(sK, p.k, kbase, krs, j0, p.lk, BC)
+        LOAD_TILE(sV, p.v, vbase, vrs, j0, p.lk, BC)
         barrier();
-        ROWS_BY_TILE_T(sS, KEPT_Q, sKV)
-        barrier();
+        ROWS_BY_TILE_T(sS, KEPT_Q, sK)
+        SG_SYNC();
         float s[CPT];
         float mx = NEG_INF;
         [[unroll]] for (uint c = 0u; c < CPT; ++c) {
@@ -306,36 +331,42 @@ void main() {
             mx = max(mx, s[c]);
         }
         sRed[tid] = mx;
-        barrier();
-        float mt = m;
-        [[unroll]] for (uint u = 0u; u < TPR; ++u) mt = max(mt, sRed[r * TPR + u]);
-        const float alpha = mt == NEG_INF ? 1.0 : exp(m - mt);  // m = -inf: 0 (o and lsum are 0 then)
-        lsum *= alpha;
+        SG_SYNC();
+        [[unroll]] for (uint u = 0u; u < TPR; ++u) mx = max(mx, sRed[r * TPR + u]);
+        if (m == NEG_INF) m = mx;  // nothing kept yet (o and lsum are 0): no rescale
+        if (any_row(mx > m + TAU)) {
+            const float mn = max(m, mx), alpha = mn == NEG_INF ? 1.0 : exp(m - mn);  // m = -inf: so is mx
+            m = mn;
+            lsum *= alpha;
+            [[unroll]] for (uint d0 = 0u; d0 < HB; d0 += SB) {  // o's rows times alpha, through sS
+                SG_SYNC();
+                [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db) STORE_BLOCK(o, db, (db - d0) * 16u)
+                SG_SYNC();
+                for (uint c = t; c < min(SB, HB - d0) * 16u; c += TPR) sS[r * SST + c] *= alpha;
+                SG_SYNC();
+                [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db) LOAD_BLOCK(o, db, (db - d0) * 16u)
+            }
+        }
         [[unroll]] for (uint c = 0u; c < CPT; ++c) {
-            float pr = s[c] == NEG_INF ? 0.0 : exp(s[c] - mt);
+            float pr = s[c] == NEG_INF ? 0.0 : exp(s[c] - m);
             lsum += pr;
 #if DROPOUT
             if (pr != 0.0) pr *= keep_scale(nrow + j0 + t * CPT + c, seed, offset);
 #endif
             sP[r * PST + t * CPT + c] = float16_t(pr);
         }
-        m = mt;
-        [[unroll]] for (uint db = 0u; db < HB; ++db) [[unroll]] for (uint k = 0u; k < DPB; ++k) o[db][k] *= alpha;
-        barrier();
-        LOAD_TILE(sKV, p.v, vbase, vrs, j0, p.lk, BC)
-        barrier();
-        ADD_PRODUCT(o, sP, sKV)
+        SG_SYNC();
+        HALVES_BY_TILE(o, sP, sV, 0u, HB)
     }
+    SG_SYNC();
     sRed[tid] = lsum;
-    barrier();
+    SG_SYNC();
     float total = 0.0;
     [[unroll]] for (uint u = 0u; u < TPR; ++u) total += sRed[r * TPR + u];
-    if (i < p.lq) {
-        // a row with every score masked: O = 0 and lse = -inf (its gradients are 0)
-        const float inv = total > 0.0 ? 1.0 / total : 0.0;
-        WRITE_REGS(o, inv, p.o, SO, h, i0, p.lq)
-        if (t == 0u) FBuf(p.lse).v[(b * p.hq + h) * p.lq + i] = total > 0.0 ? m + log(total) : NEG_INF;
-    }
+    // a row with every score masked: O = 0 and lse = -inf (its gradients are 0)
+    const float inv = total > 0.0 ? 1.0 / total : 0.0;
+    WRITE_ACC(o, inv, p.o, SO, h, i0, p.lq)
+    if (i < p.lq && t == 0u) FBuf(p.lse).v[(b * p.hq + h) * p.lq + i] = total > 0.0 ? m + log(total) : NEG_INF;
 }
 
 #elif KERNEL == 2
@@ -381,7 +412,7 @@ void main() {
             KEEP_ROWS_SHARED(sdO, sV, sg * 16u - c0)
         }
     }
-    REGS(dq)
+    ACC_ARRAY(dq)
 #if CAUSAL
     const uint jend = write_ds ? p.lk : min(p.lk, i0 + BR);  // dS is written (as 0) past the diagonal too
 #else
@@ -393,15 +424,15 @@ void main() {
         LOAD_TILE(sV, p.v, vbase, vrs, j0, p.lk, BC)
         barrier();
         ROWS_BY_TILE_T(sS, KEPT_Q, sK)
-        barrier();
+        SG_SYNC();
         float pr[CPT];
         [[unroll]] for (uint c = 0u; c < CPT; ++c) {
             const float s = masked(sS[r * SST + t * CPT + c] * p.scale, b, h, i, j0 + t * CPT + c);
             pr[c] = s == NEG_INF ? 0.0 : exp(s - lse_i);
         }
-        barrier();
+        SG_SYNC();
         ROWS_BY_SHARED_T(sS, sdO, sV)
-        barrier();
+        SG_SYNC();
         [[unroll]] for (uint c = 0u; c < CPT; ++c) {
             const uint j = j0 + t * CPT + c;
             float dp = sS[r * SST + t * CPT + c];
@@ -412,10 +443,10 @@ void main() {
             sP[r * PST + t * CPT + c] = float16_t(ds);
             if (write_ds && i < p.lq && j < p.lk) FBuf(p.x2).v[row * p.lk + j] = ds;
         }
-        barrier();
-        ADD_PRODUCT(dq, sP, sK)
+        SG_SYNC();
+        HALVES_BY_TILE(dq, sP, sK, 0u, HB)
     }
-    WRITE_REGS(dq, p.scale, p.x0, SDQ, h, i0, p.lq)
+    WRITE_ACC(dq, p.scale, p.x0, SDQ, h, i0, p.lq)
 }
 
 #elif KERNEL == 3
@@ -456,8 +487,8 @@ void main() {
             KEEP_ROWS_SHARED(sVk, sdO, sg * 16u - c0)
         }
     }
-    REGS(dk)
-    REGS(dv)
+    ACC_ARRAY(dk)
+    ACC_ARRAY(dv)
 #if CAUSAL
     const uint istart = (j0 / BC) * BC;  // queries above the diagonal see none of these keys
 #else
@@ -472,16 +503,16 @@ void main() {
             LOAD_TILE(sdO, p.o, gbase, grs, i0, p.lq, BC)
             barrier();
             ROWS_BY_TILE_T(sS, KEPT_K, sQ)
-            barrier();
+            SG_SYNC();
             float pr[CPT];
             [[unroll]] for (uint c = 0u; c < CPT; ++c) {
                 const uint i = i0 + t * CPT + c;
                 const float s = masked(sS[r * SST + t * CPT + c] * p.scale, b, h, i, j);
                 pr[c] = s == NEG_INF ? 0.0 : exp(s - L.v[lbase + i]);
             }
-            barrier();
+            SG_SYNC();
             ROWS_BY_SHARED_T(sS, sVk, sdO)
-            barrier();
+            SG_SYNC();
             [[unroll]] for (uint c = 0u; c < CPT; ++c) {
                 const uint i = i0 + t * CPT + c;
                 float dp = sS[r * SST + t * CPT + c], pd = pr[c];
@@ -495,12 +526,12 @@ void main() {
                 sP[r * PST + t * CPT + c] = float16_t(pd);
                 sdS[r * PST + t * CPT + c] = float16_t(pr[c] == 0.0 ? 0.0 : pr[c] * (dp - Dl.v[lbase + i]));
             }
-            barrier();
-            ADD_PRODUCT(dv, sP, sdO)
-            ADD_PRODUCT(dk, sdS, sQ)
+            SG_SYNC();
+            HALVES_BY_TILE(dv, sP, sdO, 0u, HB)
+            HALVES_BY_TILE(dk, sdS, sQ, 0u, HB)
         }
     }
-    WRITE_REGS(dk, p.scale, p.x0, SDK, hk, j0, p.lk)
-    WRITE_REGS(dv, 1.0, p.x2, SDV, hk, j0, p.lk)
+    WRITE_ACC(dk, p.scale, p.x0, SDK, hk, j0, p.lk)
+    WRITE_ACC(dv, 1.0, p.x2, SDV, hk, j0, p.lk)
 }
 #endif

@@ -63,6 +63,20 @@ def test_wave64(emulated64):
     assert {0, 2, 3} <= set(emulated64)
 
 
+def test_scores_rising_along_the_keys_move_the_lazy_maximum(emulated):
+    """The forward keeps a row's maximum until a step's scores pass it by more than TAU, then rescales O: rows whose
+    scores rise along the keys (q along +k) rescale at every step, rows whose scores fall (q along -k) never do,
+    in the same subgroup; a causal row sees only its first keys."""
+    q, k, v, grad = _inputs(1, 2, 2, 16, 100, 32, seed=21)
+    ramp = torch.linspace(0.0, 6.0, 100).view(1, 1, 100, 1)  # later keys longer: scores up to ~35 apart
+    k = k * 0.2 + ramp
+    sign = torch.tensor([1.0, -1.0]).repeat(8).view(1, 1, 16, 1)
+    q = q * 0.2 + sign
+    _compare(q, k, v, grad, torch.float16)
+    _compare(q[:, :, :, :], k[:, :, :16], v[:, :, :16], grad, torch.float16, is_causal=True)
+    assert {0, 2, 3} <= set(emulated)
+
+
 def test_masks(emulated):
     q, k, v, grad = _inputs(2, 2, 2, 19, 35, 32, seed=4)
     keep = torch.rand(2, 1, 19, 35, generator=torch.Generator().manual_seed(5)) > 0.3
