@@ -1,0 +1,77 @@
+"""Where the forward of attention on cooperative matrices spends its GPU time (a diagnostic, prints only): the
+forward kernel timed whole and with one part of its step loop taken out at a time (the results are wrong then;
+only the time counts), at one shape and config.
+
+    python benchmarks/attention_coopmat_ablation.py [--shape 8,8,1024,64] [--causal] [--br 64 --bc 64]
+
+Each variant is the template's text with lines removed, written next to it under its own name and built once.
+"""
+import argparse
+import json
+from pathlib import Path
+
+# (name, [(text, replacement), ...]): each replacement applies to the first occurrence (the forward comes first)
+QK = ("        ROWS_BY_TILE_T(sS, KEPT_Q, sK)\n        SG_SYNC();\n        float s[CPT];", "        SG_SYNC();\n        float s[CPT];")
+PV = ("        HALVES_BY_TILE(o, sP, sV, 0u, HB)\n", "")
+LOADS = ("        LOAD_TILE(sK, p.k, kbase, krs, j0, p.lk, BC)\n        LOAD_TILE(sV, p.v, vbase, vrs, j0, p.lk, BC)\n", "")
+SOFTMAX = [("s[c] = masked(sS[r * SST + col] * p.scale, b, h, i, j0 + col);", "s[c] = sS[r * SST + col] * p.scale;"),
+           ("float pr = s[c] == NEG_INF ? 0.0 : exp(s[c] - m);", "float pr = s[c];")]
+RESCALE = ("if (any_row(mx > m + TAU)) {", "if (false) {")
+VARIANTS = [
+    ("whole", []),
+    ("no q k^T", [QK]),
+    ("no P v", [PV]),
+    ("no K/V loads", [LOADS]),
+    ("no exp or mask", SOFTMAX),
+    ("no rescale", [RESCALE]),
+    ("loads only", [QK, PV] + SOFTMAX),
+    ("products only", [LOADS] + SOFTMAX),
+    ("neither products nor loads", [QK, PV, LOADS] + SOFTMAX),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="8,8,1024,64", help="batch,heads,length,head")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--br", type=int, default=None)
+    ap.add_argument("--bc", type=int, default=None)
+    args = ap.parse_args()
+    import numpy as np
+    from tvk_kernels import config, get_device
+    from tvk_kernels.paths import data_dir
+    from tvk_kernels.kernels import attention, attention_coopmat
+    from torchvk.experiments.kernels import _gpu
+
+    device = get_device(0)
+    b, h, n, d = (int(x) for x in args.shape.split(","))
+    if args.br or args.bc:  # this config in place of the device's
+        resolve = attention_coopmat.CoopAttention.resolve
+        attention_coopmat.CoopAttention.resolve = lambda self, shape, params=None: {
+            **resolve(self, shape, params), **({"BR": args.br} if args.br else {}), **({"BC": args.bc} if args.bc else {})}
+    rng = np.random.default_rng(0)
+    q, k, v, o = (device.upload(rng.standard_normal((b, h, n, d)).astype(np.float16)) for _ in range(4))
+    lse = device.allocator.alloc(4 * b * h * n)
+    shape = (b, h, h, n, n, d)
+    flops = 4 * b * h * n * n * d * (0.5 if args.causal else 1.0)
+    templates = data_dir("templates")
+    source = (templates / "attention_coopmat.comp").read_text()
+    for i, (name, edits) in enumerate(VARIANTS):
+        text = source
+        for old, new in edits:
+            if old not in text:
+                raise SystemExit(f"{name}: the template no longer has {old!r}")
+            text = text.replace(old, new, 1)
+        template = f"attention_coopmat_ablation{i}.comp"
+        (templates / template).write_text(text)
+        attention_coopmat.CoopAttention.template = template
+        config.reload()  # kept launches go with the template
+        seconds = _gpu(device, lambda: attention.attention_forward(device, q, k, v, o, lse, shape, dtype="float16",
+                                                                   scale=d ** -0.5, causal=args.causal))
+        print(json.dumps({"variant": name, "shape": args.shape, "causal": args.causal, "BR": args.br, "BC": args.bc, "ms": round(seconds * 1e3, 4), "tflops": round(flops / seconds / 1e12, 2)}),
+              flush=True)
+        (templates / template).unlink()
+
+
+if __name__ == "__main__":
+    main()
