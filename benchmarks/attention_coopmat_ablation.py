@@ -41,6 +41,7 @@ def main():
     from tvk_kernels import config, get_device
     from tvk_kernels.paths import data_dir
     from tvk_kernels.kernels import attention, attention_coopmat
+    from tvk_kernels.kernels.launch import family
     from torchvk.experiments.kernels import _gpu
 
     device = get_device(0)
@@ -65,6 +66,7 @@ def main():
         template = f"attention_coopmat_ablation{i}.comp"
         (templates / template).write_text(text)
         attention_coopmat.CoopAttention.template = template
+        family(device, attention_coopmat.CoopAttention)._pipelines.clear()  # its memo keys on the defines alone
         config.reload()  # kept launches go with the template
         seconds = _gpu(device, lambda: attention.attention_forward(device, q, k, v, o, lse, shape, dtype="float16",
                                                                    scale=d ** -0.5, causal=args.causal))
