@@ -131,6 +131,33 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
 // the half at (row, col) of an octet tile
 #define TILE_HALF(T, ROW, COL) float(unpackFloat2x16(T[(ROW) * TS8 + (COL) / 8u][((COL) % 8u) / 2u])[(COL) % 2u])
 
+// The step loops' BC-row tiles: with PREFETCH, the next step's tile is fetched into registers (PT octets a thread)
+// while this step computes, and stored to shared memory after the next barrier, so the loads' latency hides
+// behind the products (the forward spent a third of its time waiting on them); without, loaded in place.
+// dK/dV above head dim 64 keeps 2 HB accumulators and HB kept matrices: no registers left for a tile in flight.
+#ifndef PREFETCH
+#define PREFETCH (KERNEL != 3 || HEAD <= 64)
+#endif
+#define TILE_OCTETS (BC * (HEAD / 8u))
+#define PT ((TILE_OCTETS + WG - 1u) / WG)
+#if PREFETCH
+#define TILE_REGS(R) uvec4 R[PT];
+#define FETCH_TILE(R, ADDR, BASE, RS, FIRST, COUNT)                                         \
+    [[unroll]] for (uint u = 0u; u < PT; ++u) {                                             \
+        const uint e = tid + u * WG, rr = e / (HEAD / 8u), oc = e % (HEAD / 8u), row = (FIRST) + rr; \
+        R[u] = e < TILE_OCTETS && row < (COUNT) ? load_octet(ADDR, (BASE) + row * (RS), oc * 8u) : uvec4(0u); \
+    }
+#define PUT_TILE(DST, R, ADDR, BASE, RS, FIRST, COUNT)                                      \
+    [[unroll]] for (uint u = 0u; u < PT; ++u) {                                             \
+        const uint e = tid + u * WG;                                                        \
+        if (e < TILE_OCTETS) DST[(e / (HEAD / 8u)) * TS8 + e % (HEAD / 8u)] = R[u];         \
+    }
+#else
+#define TILE_REGS(R)
+#define FETCH_TILE(R, ADDR, BASE, RS, FIRST, COUNT)
+#define PUT_TILE(DST, R, ADDR, BASE, RS, FIRST, COUNT) LOAD_TILE(DST, ADDR, BASE, RS, FIRST, COUNT, BC)
+#endif
+
 #if !EMULATE
 #define ACC_T coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
 #define A_T coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
@@ -316,11 +343,19 @@ void main() {
 #else
     const uint jend = p.lk;
 #endif
+    TILE_REGS(kr)
+    TILE_REGS(vr)
+    FETCH_TILE(kr, p.k, kbase, krs, 0u, p.lk)
+    FETCH_TILE(vr, p.v, vbase, vrs, 0u, p.lk)
     for (uint j0 = 0u; j0 < jend; j0 += BC) {
         barrier();
-        LOAD_TILE(sK, p.k, kbase, krs, j0, p.lk, BC)
-        LOAD_TILE(sV, p.v, vbase, vrs, j0, p.lk, BC)
+        PUT_TILE(sK, kr, p.k, kbase, krs, j0, p.lk)
+        PUT_TILE(sV, vr, p.v, vbase, vrs, j0, p.lk)
         barrier();
+        if (j0 + BC < jend) {
+            FETCH_TILE(kr, p.k, kbase, krs, j0 + BC, p.lk)
+            FETCH_TILE(vr, p.v, vbase, vrs, j0 + BC, p.lk)
+        }
         ROWS_BY_TILE_T(sS, KEPT_Q, sK)
         SG_SYNC();
         float s[CPT];
@@ -418,11 +453,19 @@ void main() {
 #else
     const uint jend = p.lk;
 #endif
+    TILE_REGS(kr)
+    TILE_REGS(vr)
+    FETCH_TILE(kr, p.k, kbase, krs, 0u, p.lk)
+    FETCH_TILE(vr, p.v, vbase, vrs, 0u, p.lk)
     for (uint j0 = 0u; j0 < jend; j0 += BC) {
         barrier();
-        LOAD_TILE(sK, p.k, kbase, krs, j0, p.lk, BC)
-        LOAD_TILE(sV, p.v, vbase, vrs, j0, p.lk, BC)
+        PUT_TILE(sK, kr, p.k, kbase, krs, j0, p.lk)
+        PUT_TILE(sV, vr, p.v, vbase, vrs, j0, p.lk)
         barrier();
+        if (j0 + BC < jend) {
+            FETCH_TILE(kr, p.k, kbase, krs, j0 + BC, p.lk)
+            FETCH_TILE(vr, p.v, vbase, vrs, j0 + BC, p.lk)
+        }
         ROWS_BY_TILE_T(sS, KEPT_Q, sK)
         SG_SYNC();
         float pr[CPT];
@@ -494,42 +537,53 @@ void main() {
 #else
     const uint istart = 0u;
 #endif
-    for (uint hh = 0u; hh < p.group; ++hh) {
-        const uint h = hk * p.group + hh;
+    // one loop over the steps of every query head of the group: the next step's tile may be another head's
+    const uint tiles = istart < p.lq ? (p.lq - istart + BC - 1u) / BC : 0u;
+    TILE_REGS(qr)
+    TILE_REGS(gr)
+    if (tiles > 0u) {
+        FETCH_TILE(qr, p.q, AT(G, SQ, b, hk * p.group, 0), qrs, istart, p.lq)
+        FETCH_TILE(gr, p.o, AT(G, SDO, b, hk * p.group, 0), grs, istart, p.lq)
+    }
+    for (uint qstep = 0u; qstep < p.group * tiles; ++qstep) {
+        const uint h = hk * p.group + qstep / tiles, i0 = istart + (qstep % tiles) * BC;
         const uint qbase = AT(G, SQ, b, h, 0), gbase = AT(G, SDO, b, h, 0), lbase = (b * p.hq + h) * p.lq;
-        for (uint i0 = istart; i0 < p.lq; i0 += BC) {
-            barrier();
-            LOAD_TILE(sQ, p.q, qbase, qrs, i0, p.lq, BC)
-            LOAD_TILE(sdO, p.o, gbase, grs, i0, p.lq, BC)
-            barrier();
-            ROWS_BY_TILE_T(sS, KEPT_K, sQ)
-            SG_SYNC();
-            float pr[CPT];
-            [[unroll]] for (uint c = 0u; c < CPT; ++c) {
-                const uint i = i0 + t * CPT + c;
-                const float s = masked(sS[r * SST + t * CPT + c] * p.scale, b, h, i, j);
-                pr[c] = s == NEG_INF ? 0.0 : exp(s - L.v[lbase + i]);
-            }
-            SG_SYNC();
-            ROWS_BY_SHARED_T(sS, sVk, sdO)
-            SG_SYNC();
-            [[unroll]] for (uint c = 0u; c < CPT; ++c) {
-                const uint i = i0 + t * CPT + c;
-                float dp = sS[r * SST + t * CPT + c], pd = pr[c];
-#if DROPOUT
-                if (pr[c] != 0.0) {
-                    const float z = keep_scale((lbase + i) * p.lk + j, seed, offset);
-                    pd *= z;
-                    dp *= z;
-                }
-#endif
-                sP[r * PST + t * CPT + c] = float16_t(pd);
-                sdS[r * PST + t * CPT + c] = float16_t(pr[c] == 0.0 ? 0.0 : pr[c] * (dp - Dl.v[lbase + i]));
-            }
-            SG_SYNC();
-            HALVES_BY_TILE(dv, sP, sdO, 0u, HB)
-            HALVES_BY_TILE(dk, sdS, sQ, 0u, HB)
+        barrier();
+        PUT_TILE(sQ, qr, p.q, qbase, qrs, i0, p.lq)
+        PUT_TILE(sdO, gr, p.o, gbase, grs, i0, p.lq)
+        barrier();
+        if (qstep + 1u < p.group * tiles) {
+            const uint nh = hk * p.group + (qstep + 1u) / tiles, ni0 = istart + ((qstep + 1u) % tiles) * BC;
+            FETCH_TILE(qr, p.q, AT(G, SQ, b, nh, 0), qrs, ni0, p.lq)
+            FETCH_TILE(gr, p.o, AT(G, SDO, b, nh, 0), grs, ni0, p.lq)
         }
+        ROWS_BY_TILE_T(sS, KEPT_K, sQ)
+        SG_SYNC();
+        float pr[CPT];
+        [[unroll]] for (uint c = 0u; c < CPT; ++c) {
+            const uint i = i0 + t * CPT + c;
+            const float s = masked(sS[r * SST + t * CPT + c] * p.scale, b, h, i, j);
+            pr[c] = s == NEG_INF ? 0.0 : exp(s - L.v[lbase + i]);
+        }
+        SG_SYNC();
+        ROWS_BY_SHARED_T(sS, sVk, sdO)
+        SG_SYNC();
+        [[unroll]] for (uint c = 0u; c < CPT; ++c) {
+            const uint i = i0 + t * CPT + c;
+            float dp = sS[r * SST + t * CPT + c], pd = pr[c];
+#if DROPOUT
+            if (pr[c] != 0.0) {
+                const float z = keep_scale((lbase + i) * p.lk + j, seed, offset);
+                pd *= z;
+                dp *= z;
+            }
+#endif
+            sP[r * PST + t * CPT + c] = float16_t(pd);
+            sdS[r * PST + t * CPT + c] = float16_t(pr[c] == 0.0 ? 0.0 : pr[c] * (dp - Dl.v[lbase + i]));
+        }
+        SG_SYNC();
+        HALVES_BY_TILE(dv, sP, sdO, 0u, HB)
+        HALVES_BY_TILE(dk, sdS, sQ, 0u, HB)
     }
     WRITE_ACC(dk, p.scale, p.x0, SDK, hk, j0, p.lk)
     WRITE_ACC(dv, 1.0, p.x2, SDV, hk, j0, p.lk)
