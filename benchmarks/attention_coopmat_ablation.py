@@ -13,14 +13,12 @@ from pathlib import Path
 
 # (name, [(text, replacement), ...]): each replacement applies to the first occurrence (the forward comes first)
 QK = ("        ROWS_BY_TILE_T(sS, KEPT_Q, sK)\n        SG_SYNC();\n        float s[CPT];", "        SG_SYNC();\n        float s[CPT];")
-PV = ("        HALVES_BY_TILE(o, sP, sV, 0u, HB)\n", "")
-LOADS = [("        PUT_TILE(sK, kr, p.k, kbase, krs, j0, p.lk)\n        PUT_TILE(sV, vr, p.v, vbase, vrs, j0, p.lk)\n", ""),
+PV = ("        HALVES_BY_TILE(o, sP, sVt, 0u, HB)\n", "")
+LOADS = [("        PUT_TILE(sK, kr, p.k, kbase, krs, j0, p.lk)\n        PUT_TILE_T(sVt, vr, p.v, vbase, vrs, j0, p.lk)\n", ""),
          ("            FETCH_TILE(kr, p.k, kbase, krs, j0 + BC, p.lk)\n            FETCH_TILE(vr, p.v, vbase, vrs, j0 + BC, p.lk)\n", "")]
 SOFTMAX = [("s[c] = masked(sS[r * SST + col] * p.scale, b, h, i, j0 + col);", "s[c] = sS[r * SST + col] * p.scale;"),
            ("float pr = s[c] == NEG_INF ? 0.0 : exp(s[c] - m);", "float pr = s[c];")]
 RESCALE = ("if (any_row(mx > m + TAU)) {", "if (false) {")
-# P v's B (the V tile, row-major) loaded as column-major instead: the layout NVIDIA's matrices take directly
-PV_COLMAJOR = ("coopMatLoad(bt, T, kb * 16u * TS8 + db * 2u, TS8, ROWMAJOR);", "coopMatLoad(bt, T, kb * 16u * TS8 + db * 2u, TS8, COLMAJOR);")
 VARIANTS = [
     ("whole", []),
     ("no q k^T", [QK]),
@@ -28,7 +26,6 @@ VARIANTS = [
     ("no K/V loads", LOADS),
     ("no exp or mask", SOFTMAX),
     ("no rescale", [RESCALE]),
-    ("P v's B loaded column-major", [PV_COLMAJOR]),
     ("loads only", [QK, PV] + SOFTMAX),
     ("products only", LOADS + SOFTMAX),
     ("neither products nor loads", [QK, PV] + LOADS + SOFTMAX),

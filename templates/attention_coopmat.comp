@@ -12,7 +12,7 @@
 // shared memory (its rows of scores, P, dS, staged accumulators) only it reads, after a subgroup barrier.
 // Accumulators (O, dQ, dK, dV) stay in matrices across steps and leave through the subgroup's rows of sS.
 // KERNEL 0 forward: q stays in matrices (registers); per step S = q k^T (fp32, in sS), the online
-//          softmax, P (fp16, in sP), then O += P v in matrices. The running row maximum m is lazy: P =
+//          softmax, P (fp16, in sP), then O += P v in matrices (v's tile stored transposed, see TT). The running row maximum m is lazy: P =
 //          exp(s - m) may reach e^TAU, and only a step whose scores pass m + TAU in some row of the
 //          subgroup moves m and rescales O (through sS; FlashAttention-4's conditional rescaling).
 //          TAU = 4 keeps P, times dropout's 1 / (1 - p) up to p = 0.999, within fp16's range.
@@ -157,6 +157,30 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
 #define FETCH_TILE(R, ADDR, BASE, RS, FIRST, COUNT)
 #define PUT_TILE(DST, R, ADDR, BASE, RS, FIRST, COUNT) LOAD_TILE(DST, ADDR, BASE, RS, FIRST, COUNT, BC)
 #endif
+// Transposed tiles (halves, a row of BC + 8 per head dim): the second operand of P v (dS k, P^T dO, dS^T q) as the
+// column-major B matrix NVIDIA's products take directly; from the row-major tile a B load is far slower
+// (benchmarks/attention_coopmat_ablation.py: P v took 4x the time of q k^T)
+#define TT (BC + 8u)
+#define PUT_OCTET_T(DST, ROW, OC, V)                                                        \
+    [[unroll]] for (uint w = 0u; w < 4u; ++w) {                                             \
+        const f16vec2 pair = unpackFloat2x16(V[w]);                                         \
+        DST[((OC) * 8u + 2u * w) * TT + (ROW)] = pair.x;                                    \
+        DST[((OC) * 8u + 2u * w + 1u) * TT + (ROW)] = pair.y;                               \
+    }
+#if PREFETCH
+#define PUT_TILE_T(DST, R, ADDR, BASE, RS, FIRST, COUNT)                                    \
+    [[unroll]] for (uint u = 0u; u < PT; ++u) {                                             \
+        const uint e = tid + u * WG;                                                        \
+        if (e < TILE_OCTETS) PUT_OCTET_T(DST, e / (HEAD / 8u), e % (HEAD / 8u), R[u])        \
+    }
+#else
+#define PUT_TILE_T(DST, R, ADDR, BASE, RS, FIRST, COUNT)                                    \
+    for (uint e = tid; e < TILE_OCTETS; e += WG) {                                          \
+        const uint rr = e / (HEAD / 8u), oc = e % (HEAD / 8u), row = (FIRST) + rr;          \
+        const uvec4 octet = row < (COUNT) ? load_octet(ADDR, (BASE) + row * (RS), oc * 8u) : uvec4(0u); \
+        PUT_OCTET_T(DST, rr, oc, octet)                                                     \
+    }
+#endif
 
 #if !EMULATE
 #define ACC_T coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
@@ -177,15 +201,16 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
         }                                                                                   \
         coopMatStore(acc, OUT, sg * 16u * SST + cb * 16u, SST, ROWMAJOR);                   \
     }
-// ACC[db] += the subgroup's 16 rows of H (halves, row stride PST) times tile T's BC rows, head blocks D0..D0+N
-#define HALVES_BY_TILE(ACC, H, T, D0, N)                                                    \
+// ACC[db] += the subgroup's 16 rows of H (halves, row stride PST) times the BC rows of a tile, head blocks
+// D0..D0+N; the tile comes transposed (TT_: halves, row d holding the BC rows' element d)
+#define HALVES_BY_TILE(ACC, H, TT_, D0, N)                                                \
     {                                                                                       \
         A_T ha[KB];                                                                         \
         [[unroll]] for (uint kb = 0u; kb < KB; ++kb) coopMatLoad(ha[kb], H, sg * 16u * PST + kb * 16u, PST, ROWMAJOR); \
         [[unroll]] for (uint db = (D0); db < (D0) + (N); ++db) {                            \
             [[unroll]] for (uint kb = 0u; kb < KB; ++kb) {                                  \
                 B_T bt;                                                                     \
-                coopMatLoad(bt, T, kb * 16u * TS8 + db * 2u, TS8, ROWMAJOR);                \
+                coopMatLoad(bt, TT_, db * 16u * TT + kb * 16u, TT, COLMAJOR);               \
                 ACC[db] = coopMatMulAdd(ha[kb], bt, ACC[db]);                               \
             }                                                                               \
         }                                                                                   \
@@ -223,12 +248,12 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
         for (uint dd = 0u; dd < HEAD; ++dd) acc += TILE_HALF(M, sg * 16u + rr, dd) * TILE_HALF(T, cc, dd); \
         OUT[(sg * 16u + rr) * SST + cc] = acc;                                              \
     }
-#define HALVES_BY_TILE(ACC, H, T, D0, N)                                                    \
+#define HALVES_BY_TILE(ACC, H, TT_, D0, N)                                                \
     [[unroll]] for (uint db = (D0); db < (D0) + (N); ++db) {                                \
         [[unroll]] for (uint k = 0u; k < EPL; ++k) {                                        \
             const uint e = lane + k * SUBGROUP_SIZE, rr = e / 16u, cc = db * 16u + e % 16u; \
             float acc = 0.0;                                                                \
-            for (uint kk = 0u; kk < BC; ++kk) acc += float(H[(sg * 16u + rr) * PST + kk]) * TILE_HALF(T, kk, cc); \
+            for (uint kk = 0u; kk < BC; ++kk) acc += float(H[(sg * 16u + rr) * PST + kk]) * float(TT_[cc * TT + kk]); \
             ACC[db][k] += acc;                                                              \
         }                                                                                   \
     }
@@ -280,7 +305,7 @@ shared float sRed[WG];              // per-thread partial row maxima and sums
 #if KERNEL == 0
 // ---------------------------------------------------------------- forward
 shared uvec4 sK[BC * TS8];
-shared uvec4 sV[BC * TS8];
+shared float16_t sVt[HEAD * TT];  // v's tile, transposed
 shared float16_t sP[BR * PST];
 #if EMULATE
 shared uvec4 sQ[BR * TS8];
@@ -350,7 +375,7 @@ void main() {
     for (uint j0 = 0u; j0 < jend; j0 += BC) {
         barrier();
         PUT_TILE(sK, kr, p.k, kbase, krs, j0, p.lk)
-        PUT_TILE(sV, vr, p.v, vbase, vrs, j0, p.lk)
+        PUT_TILE_T(sVt, vr, p.v, vbase, vrs, j0, p.lk)
         barrier();
         if (j0 + BC < jend) {
             FETCH_TILE(kr, p.k, kbase, krs, j0 + BC, p.lk)
@@ -391,7 +416,7 @@ void main() {
             sP[r * PST + t * CPT + c] = float16_t(pr);
         }
         SG_SYNC();
-        HALVES_BY_TILE(o, sP, sV, 0u, HB)
+        HALVES_BY_TILE(o, sP, sVt, 0u, HB)
     }
     SG_SYNC();
     sRed[tid] = lsum;
@@ -407,6 +432,7 @@ void main() {
 #elif KERNEL == 2
 // ---------------------------------------------------------------- backward: dQ
 shared uvec4 sK[BC * TS8];
+shared float16_t sKt[HEAD * TT];  // k's tile again, transposed, for dS k
 shared uvec4 sV[BC * TS8];
 shared float16_t sP[BR * PST];  // dS
 // dO's rows are kept in shared memory, not in matrices: NVIDIA's driver crashes building this kernel with two
@@ -460,6 +486,7 @@ void main() {
     for (uint j0 = 0u; j0 < jend; j0 += BC) {
         barrier();
         PUT_TILE(sK, kr, p.k, kbase, krs, j0, p.lk)
+        PUT_TILE_T(sKt, kr, p.k, kbase, krs, j0, p.lk)
         PUT_TILE(sV, vr, p.v, vbase, vrs, j0, p.lk)
         barrier();
         if (j0 + BC < jend) {
@@ -487,7 +514,7 @@ void main() {
             if (write_ds && i < p.lq && j < p.lk) FBuf(p.x2).v[row * p.lk + j] = ds;
         }
         SG_SYNC();
-        HALVES_BY_TILE(dq, sP, sK, 0u, HB)
+        HALVES_BY_TILE(dq, sP, sKt, 0u, HB)
     }
     WRITE_ACC(dq, p.scale, p.x0, SDQ, h, i0, p.lq)
 }
@@ -496,6 +523,8 @@ void main() {
 // ---------------------------------------------------------------- backward: dK, dV
 shared uvec4 sQ[BC * TS8];
 shared uvec4 sdO[BC * TS8];
+shared float16_t sQt[HEAD * TT];   // the same two tiles transposed, for dS^T q and P^T dO
+shared float16_t sdOt[HEAD * TT];
 shared float16_t sP[BR * PST];   // P^T (with dropout)
 shared float16_t sdS[BR * PST];  // dS^T
 shared uvec4 sVk[BR * TS8];  // v's rows, kept in shared memory as dO's in the dQ pass
@@ -551,6 +580,8 @@ void main() {
         barrier();
         PUT_TILE(sQ, qr, p.q, qbase, qrs, i0, p.lq)
         PUT_TILE(sdO, gr, p.o, gbase, grs, i0, p.lq)
+        PUT_TILE_T(sQt, qr, p.q, qbase, qrs, i0, p.lq)
+        PUT_TILE_T(sdOt, gr, p.o, gbase, grs, i0, p.lq)
         barrier();
         if (qstep + 1u < p.group * tiles) {
             const uint nh = hk * p.group + (qstep + 1u) / tiles, ni0 = istart + ((qstep + 1u) % tiles) * BC;
@@ -582,8 +613,8 @@ void main() {
             sdS[r * PST + t * CPT + c] = float16_t(pr[c] == 0.0 ? 0.0 : pr[c] * (dp - Dl.v[lbase + i]));
         }
         SG_SYNC();
-        HALVES_BY_TILE(dv, sP, sdO, 0u, HB)
-        HALVES_BY_TILE(dk, sdS, sQ, 0u, HB)
+        HALVES_BY_TILE(dv, sP, sdOt, 0u, HB)
+        HALVES_BY_TILE(dk, sdS, sQt, 0u, HB)
     }
     WRITE_ACC(dk, p.scale, p.x0, SDK, hk, j0, p.lk)
     WRITE_ACC(dv, 1.0, p.x2, SDV, hk, j0, p.lk)
