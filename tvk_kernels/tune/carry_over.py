@@ -1,6 +1,6 @@
 """Keep tuned configs across a template edit that does not change the tuned kernels.
 
-    python -m tvk_kernels.tune.carry_over conv2d.comp --since <git revision> [--configs tuned_configs]
+    python -m tvk_kernels.tune.carry_over conv2d.comp --since <git revision> [--configs tuned_configs] [--family F]
 
 A tuned config is stamped with its template's checksum (the template and the files it
 #includes), and any edit makes it stale (defaults are used until the device is tuned again).
@@ -22,6 +22,10 @@ ACO, the RDNA1 compiler; re-run there automatically): the template at `--since` 
 config as defines, the template now with the config as specialization constants, and compares
 ACO's statistics: registers, spills, LDS and scratch no more, occupancy no less, every other count
 (instructions, code size, ...) at most 2% more: the tuned config's kernel is no worse.
+
+An edit that changes one family's kernels on purpose (a new shared layout for conv2d.comp's COOPMAT form)
+carries over the other families of the template with `--family conv2d`: only those entries are compared
+and restamped; the changed family's entries go stale, as they should (its kernels are new: tune again).
 
 An edit may also renumber what a define means (dtype codes unified into one table): with
 `--old-value IN_F16:5=2` the template at `--since` is compiled with IN_F16=2 wherever the code
@@ -62,6 +66,8 @@ def main(argv=None) -> int:
     ap.add_argument("--machine-code", action="store_true",
                     help="compare RDNA1 compiler statistics (for an edit to specialization constants)")
     ap.add_argument("--dry-run", action="store_true", help="compare only; restamp nothing")
+    ap.add_argument("--family", action="append", default=[],
+                    help="only this family's entries (repeatable; default: every family of the template)")
     ap.add_argument("--old-value", action="append", default=[], metavar="NAME:NEW=OLD",
                     help="the template at --since took define NAME=OLD where the code now passes NAME=NEW")
     args = ap.parse_args(argv)
@@ -90,7 +96,8 @@ def main(argv=None) -> int:
             data = json.loads(path.read_text())
             for family, entry in data.get("families", {}).items():
                 if entry.get("template_checksum") == old_sum and search_space(family).get("template") == args.template:
-                    files.append((path, data, family))
+                    if not args.family or family in args.family:
+                        files.append((path, data, family))
         checked = 0
         for path, data, family in files:
             for bucket, res in data["families"][family]["buckets"].items():
