@@ -167,12 +167,10 @@ layout(push_constant) uniform Params {
 #endif
 
 #if COOPMAT == 1  // flat: cooperative loads take an array and an element offset
-// A row-major (a row of BK per m) and B column-major (a row of BK per n): the layouts NVIDIA's products
-// take directly; from A column-major and B row-major they ran several times slower
-shared SH As[BM * (BK + PAD)];
-shared SH Bs[BN * (BK + PAD)];
-#define A_SH(k, m) As[(m) * (BK + PAD) + (k)]
-#define B_SH(k, n) Bs[(n) * (BK + PAD) + (k)]
+shared SH As[BK * (BM + PAD)];
+shared SH Bs[BK * (BN + PAD)];
+#define A_SH(k, m) As[(k) * (BM + PAD) + (m)]
+#define B_SH(k, n) Bs[(k) * (BN + PAD) + (n)]
 const uint NSG = WG / SUBGROUP_SIZE;  // subgroups
 const uint SG_N = BN / (16u * TN);     // subgroups along N
 shared float Cs[NSG * 256u];          // each subgroup's 16 x 16 staging area
@@ -541,11 +539,11 @@ void main() {
 #else
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> fa[TM];
             coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> fb[TN];
-            [[unroll]] for (uint i = 0; i < TM; ++i) {  // As is [m][k]: A (m x k) row-major
-                coopMatLoad(fa[i], As, (row0 + i * 16u) * (BK + PAD) + kk, BK + PAD, gl_CooperativeMatrixLayoutRowMajor);
+            [[unroll]] for (uint i = 0; i < TM; ++i) {  // As is [k][m]: A (m x k) is column-major
+                coopMatLoad(fa[i], As, kk * (BM + PAD) + row0 + i * 16u, BM + PAD, gl_CooperativeMatrixLayoutColumnMajor);
             }
-            [[unroll]] for (uint j = 0; j < TN; ++j) {  // Bs is [n][k]: B (k x n) column-major
-                coopMatLoad(fb[j], Bs, (col0 + j * 16u) * (BK + PAD) + kk, BK + PAD, gl_CooperativeMatrixLayoutColumnMajor);
+            [[unroll]] for (uint j = 0; j < TN; ++j) {
+                coopMatLoad(fb[j], Bs, kk * (BN + PAD) + col0 + j * 16u, BN + PAD, gl_CooperativeMatrixLayoutRowMajor);
             }
             [[unroll]] for (uint i = 0; i < TM; ++i) {
                 [[unroll]] for (uint j = 0; j < TN; ++j) {

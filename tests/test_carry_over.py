@@ -75,14 +75,14 @@ def test_family_carries_over_one_family_and_leaves_the_changed_one_stale(head_te
     """An edit to conv2d.comp's COOPMAT form alone: --family conv2d restamps conv2d's entry (its kernels are the
     same) and leaves conv2d_coopmat's stale, uncompared."""
     text, configs = head_template
-    line = "#define A_SH(k, m) As[(m) * (BK + PAD) + (k)]"  # inside #if COOPMAT == 1
+    line = "#define A_SH(k, m) As[(k) * (BM + PAD) + (m)]"  # inside #if COOPMAT == 1
     assert line in text
     data = json.loads((configs / LLVMPIPE.name).read_text())
     old_sum = data["families"]["conv2d"]["template_checksum"]
     data["families"]["conv2d_coopmat"] = {"template_checksum": old_sum, "buckets": {"fwd": {"params": {
         "BM": 32, "BN": 32, "BK": 16, "FM": 1, "FN": 1, "PAD": 8}}}}
     (configs / LLVMPIPE.name).write_text(json.dumps(data))
-    new_sum = _edit(monkeypatch, tmp_path, text.replace(line, "#define A_SH(k, m) As[(m) * (BK + PAD + 8u) + (k)]"))
+    new_sum = _edit(monkeypatch, tmp_path, text.replace(line, "#define A_SH(k, m) As[(k) * (BM + PAD + 8u) + (m)]"))
     assert carry_over.main(["conv2d.comp", "--since", "HEAD", "--configs", str(configs), "--family", "conv2d"]) == 0
     families = json.loads((configs / LLVMPIPE.name).read_text())["families"]
     assert families["conv2d"]["template_checksum"] == new_sum

@@ -52,7 +52,7 @@ class Conv2dCoopmat(Conv2d):
         """(workgroup size, shared bytes) of a config, as the template declares them."""
         c = params
         wg = (c["BM"] // (16 * c["FM"])) * (c["BN"] // (16 * c["FN"])) * self.subgroup
-        tiles = 2 * (c["BM"] + c["BN"]) * (c["BK"] + c["PAD"])  # A as [m][k], B as [n][k], halves
+        tiles = 2 * c["BK"] * (c["BM"] + c["PAD"] + c["BN"] + c["PAD"])
         tables = 12 * max(c["BM"], c["BN"]) + 32 * c["BK"]  # ktab holds two tiles' entries
         return wg, tiles + tables + 4 * 256 * (wg // self.subgroup)
 

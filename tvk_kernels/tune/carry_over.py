@@ -23,7 +23,7 @@ config as defines, the template now with the config as specialization constants,
 ACO's statistics: registers, spills, LDS and scratch no more, occupancy no less, every other count
 (instructions, code size, ...) at most 2% more: the tuned config's kernel is no worse.
 
-An edit that changes one family's kernels on purpose (a new shared layout for conv2d.comp's COOPMAT form)
+An edit that changes one family's kernels on purpose (say, a new shared layout for conv2d.comp's COOPMAT form)
 carries over the other families of the template with `--family conv2d`: only those entries are compared
 and restamped; the changed family's entries go stale, as they should (its kernels are new: tune again).
 
