@@ -8,7 +8,6 @@ Each variant is the template's text with lines removed, written next to it under
 """
 import argparse
 import json
-from pathlib import Path
 
 # (name, [(text, replacement), ...]): each replacement applies to the first occurrence (the forward comes first)
 QK = ("        ROWS_BY_TILE_T(sS, KEPT_Q, sK)\n        SG_SYNC();\n        float s[CPT];", "        SG_SYNC();\n        float s[CPT];")
@@ -65,15 +64,16 @@ def main():
             text = text.replace(old, new, 1)
         template = f"attention_coopmat_ablation{i}.comp"
         (templates / template).write_text(text)
-        attention_coopmat.CoopAttention.template = template
-        family(device, attention_coopmat.CoopAttention)._pipelines.clear()  # its memo keys on the defines alone
-        config.reload()  # kept launches go with the template
-        seconds = _gpu(device, lambda: attention.attention_forward(device, q, k, v, o, lse, shape, dtype="float16",
-                                                                   scale=d ** -0.5, causal=args.causal))
-        print(json.dumps({"variant": name, "shape": args.shape, "causal": args.causal, "BR": args.br, "BC": args.bc, "ms": round(seconds * 1e3, 4), "tflops": round(flops / seconds / 1e12, 2)}),
-              flush=True)
-        (templates / template).unlink()
-
+        try:
+            attention_coopmat.CoopAttention.template = template
+            family(device, attention_coopmat.CoopAttention)._pipelines.clear()  # its memo keys on the defines alone
+            config.reload()  # kept launches go with the template
+            seconds = _gpu(device, lambda: attention.attention_forward(device, q, k, v, o, lse, shape, dtype="float16",
+                                                                       scale=d ** -0.5, causal=args.causal))
+        finally:  # the templates folder keeps no variant, even after Ctrl-C
+            (templates / template).unlink()
+        print(json.dumps({"variant": name, "shape": args.shape, "causal": args.causal, "BR": args.br, "BC": args.bc,
+                          "ms": round(seconds * 1e3, 4), "tflops": round(flops / seconds / 1e12, 2)}), flush=True)
 
 if __name__ == "__main__":
     main()

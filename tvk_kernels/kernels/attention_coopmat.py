@@ -12,7 +12,6 @@ tests run the rest of this kernel; never a speed path.
 """
 from __future__ import annotations
 
-
 from ..env_flags import env_flag
 from ..errors import InvalidConfigError
 from .launch import Family, family
