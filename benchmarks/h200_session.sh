@@ -12,6 +12,8 @@
 #   pattn: the same for fp16 fused attention (benchmarks/packed_attention_ab.py)
 #   cattn: fp16 attention on cooperative matrices: its device tests, then beside torch CUDA's SDPA and beside
 #      attention.comp's fp16 kernels (benchmarks/attention_vs_torch.py)
+#   cgemm: fp16 GEMM on cooperative matrices per operand layout, tiles staged in the operands' contiguity against
+#      k-contiguous (KMAJOR), and on workgroup-scope matrices, beside cuBLAS (benchmarks/coopmat_gemm_layouts.py)
 #   cconv: fp16 conv2d on cooperative matrices: its device tests, then beside cuDNN and beside conv2d.comp's
 #      fp32-arithmetic kernels (benchmarks/conv_vs_cudnn.py)
 #   ctune: tuning of conv2d_coopmat (fp16 conv on cooperative matrices) into the shipped file (TVK_TUNE_BUDGET seconds)
@@ -77,6 +79,7 @@ for phase in "$@"; do
     cattn) step python3 -m pytest -q -p no:cacheprovider tests/test_attention_coopmat.py -k "real_route or routing" \
              tests/test_attention.py
        step python3 benchmarks/attention_vs_torch.py --out $R ;;
+    cgemm) step python3 benchmarks/coopmat_gemm_layouts.py --tiles --out $R/ab ;;
     cconv) step python3 -m pytest -q -p no:cacheprovider tests/test_conv_coopmat.py -k "real_route or route_off"
        step python3 benchmarks/conv_vs_cudnn.py --out $R ;;
     ctune) mkdir -p $TVK_CONFIG_DIR; cp -n tuned_configs/hopper--*.json $TVK_CONFIG_DIR/
