@@ -1,16 +1,19 @@
-"""fp16 GEMM on cooperative matrices, per operand layout: the shared tiles in the operands' own
-contiguity (KMAJOR 0) against both tiles staged k-contiguous (KMAJOR 1: a row-major B or a
-column-major A gathered down k), interleaved on one device, beside cuBLAS (diagnostic):
+"""fp16 GEMM on cooperative matrices per operand layout, beside cuBLAS (diagnostic):
 
     python benchmarks/coopmat_gemm_layouts.py [--out DIR] [--tiles]
 
 Every shape runs in all four layouts (NN, NT, TN, TT: A and/or B read transposed through its
-strides) with its bucket's config and KMAJOR 0 and 1 (and, where the device has them, on workgroup-scope
-matrices at two tiles), each twice in alternating order (the better
-kept); each result is checked against numpy on sampled rows. --tiles adds a few larger tiles at
-4096^3 NN with KMAJOR 1. cuBLAS runs in a process of its own (TF32 off, GPU-only timing, as
-gemm_sweep). The squares and transformer shapes here are not the tuner's suite shapes except
-4096^3. Writes coopmat_gemm_layouts.{json,md} to --out.
+strides) on the subgroup-scope kernel with its bucket's config ("coopmat") and, where the device has
+them, on workgroup-scope matrices at two tiles, each twice in alternating order (the better kept);
+each result is checked against numpy on sampled rows. --tiles adds other subgroup-scope tiles at
+4096^3 NN. cuBLAS runs in a process of its own (TF32 off, GPU-only timing, as gemm_sweep). The
+squares and transformer shapes here are not the tuner's suite shapes except 4096^3. Writes
+coopmat_gemm_layouts.{json,md} to --out.
+
+Its H100 run at d1751b0 (benchmarks/results/h100/ab/coopmat_gemm_layouts-d1751b0.json) also timed a
+KMAJOR variant that staged both tiles k-contiguous, gathering a row-major B or column-major A down k:
+half the speed (4096^3 NN 83 against 175 TFLOP/s), while the layouts ran alike without it (NN 175,
+NT 163), so the cooperative loads' layout is not what holds this kernel back; the variant went.
 """
 import argparse
 import math
@@ -24,8 +27,8 @@ SHAPES = [  # (M, N, K): squares, a GPT-2-sized MLP's three GEMMs (4096 tokens, 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 COOP2 = {"coop2 128x128x32": {"BM": 128, "BN": 128, "BK": 32, "WGS": 256},  # workgroup scope, where present
          "coop2 128x256x32": {"BM": 128, "BN": 256, "BK": 32, "WGS": 256}}
-TILES = [  # SG_M, SG_N, FM, FN, BK: larger warp tiles that the register-to-shared path could not feed
-    (2, 2, 4, 4, 32), (2, 2, 4, 4, 64), (2, 4, 4, 2, 64), (4, 2, 2, 4, 32), (2, 4, 4, 4, 32)]
+TILES = [  # SG_M, SG_N, FM, FN, BK that fit 48 KiB of shared memory (NVIDIA's Vulkan limit)
+    (2, 2, 4, 4, 32), (4, 2, 2, 4, 32), (2, 4, 4, 2, 16), (4, 4, 2, 2, 32)]
 
 
 def main():
@@ -83,7 +86,7 @@ def main():
             g = {"M": M, "N": N, "K": K, "batch": 1, "layout": layout}
             base = dict(coop.resolve({**g}))
             base = {n: base[n] for n in ("SG_M", "SG_N", "FM", "FN", "BK", "PAD", "STAGES")}
-            modes = {"kmajor0": {**base, "KMAJOR": 0}, "kmajor1": {**base, "KMAJOR": 1}}
+            modes = {"coopmat": base}
             if coop2 is not None:
                 modes.update(COOP2)
             cases.append((g, modes))
@@ -91,9 +94,8 @@ def main():
         g = {"M": 4096, "N": 4096, "K": 4096, "batch": 1, "layout": "nn"}
         modes = {}
         for sgm, sgn, fm, fn, bk in TILES:
-            for km in (0, 1):
-                modes[f"{sgm}x{sgn}x{fm}x{fn} bk{bk} k{km}"] = {"SG_M": sgm, "SG_N": sgn, "FM": fm, "FN": fn, "BK": bk,
-                                                                 "PAD": 8, "STAGES": 2, "KMAJOR": km}
+            modes[f"{sgm}x{sgn}x{fm}x{fn} bk{bk}"] = {"SG_M": sgm, "SG_N": sgn, "FM": fm, "FN": fn, "BK": bk,
+                                                       "PAD": 8, "STAGES": 2}
         cases.append((g, modes))
 
     gemms = [g for g, _ in cases]
@@ -122,14 +124,14 @@ def main():
               " ".join(f"{n} {r.get('tflops', 0):.0f} TF/s err {r.get('rel_err', float('nan')):.1e}"
                        for n, r in best.items()), flush=True)
 
-    names = sorted({n for r in rows for n in r["modes"]}, key=lambda n: (not n.startswith("kmajor"), n))
+    names = sorted({n for r in rows for n in r["modes"]}, key=lambda n: (n != "coopmat", n))
     table = md_table(["GEMM", "cuBLAS TFLOP/s"] + [f"{n} TFLOP/s (x cuBLAS)" for n in names],
                      [[r["label"], r["cuda_tflops"]] + [
                          (f"{r['modes'][n]['tflops']:.1f} ({r['modes'][n].get('speed_over_cublas', 0):.2f})"
                           if "s" in r["modes"].get(n, {}) else r["modes"].get(n, {}).get("error", "-"))
                          for n in names] for r in rows])
     summary = {}
-    for n in ("kmajor0", "kmajor1"):
+    for n in ("coopmat", *COOP2):
         xs = [r["modes"][n]["speed_over_cublas"] for r in rows if "speed_over_cublas" in r["modes"].get(n, {})]
         if xs:
             summary[n] = {"geomean_speed_over_cublas": math.exp(sum(map(math.log, xs)) / len(xs)), "rows": len(xs)}

@@ -12,8 +12,8 @@
 #   pattn: the same for fp16 fused attention (benchmarks/packed_attention_ab.py)
 #   cattn: fp16 attention on cooperative matrices: its device tests, then beside torch CUDA's SDPA and beside
 #      attention.comp's fp16 kernels (benchmarks/attention_vs_torch.py)
-#   cgemm: fp16 GEMM on cooperative matrices per operand layout, tiles staged in the operands' contiguity against
-#      k-contiguous (KMAJOR), and on workgroup-scope matrices, beside cuBLAS (benchmarks/coopmat_gemm_layouts.py)
+#   cgemm: fp16 GEMM on cooperative matrices (subgroup and workgroup scope) per operand layout, beside cuBLAS
+#      (benchmarks/coopmat_gemm_layouts.py)
 #   cconv: fp16 conv2d on cooperative matrices: its device tests, then beside cuDNN and beside conv2d.comp's
 #      fp32-arithmetic kernels (benchmarks/conv_vs_cudnn.py)
 #   ctune: tuning of conv2d_coopmat (fp16 conv on cooperative matrices) into the shipped file (TVK_TUNE_BUDGET seconds)

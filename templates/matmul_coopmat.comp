@@ -14,19 +14,15 @@
 // contiguity (A: [m][k] when A_KMAJOR, else [k][m]; B: [k][n] when B_NMAJOR, else [n][k]),
 // moved as 16-byte octets of halves (one 16-byte global load where the operand is
 // contiguous and aligned: VEC 8; narrower or scalar loads otherwise, zero-filled past the
-// edges), and read with row- or column-major cooperative loads to match. KMAJOR 1 instead
-// stages both tiles k-contiguous (As[m][k], Bs[n][k]) whatever the operands' layouts: a
-// row-major B or column-major A is then gathered 8 halves down k per invocation (2-byte loads,
-// coalesced across neighbouring invocations' columns) and written as one octet, so the
-// cooperative loads are always RowMajor A and ColumnMajor B. STAGES 2 keeps
+// edges), and read with row- or column-major cooperative loads to match. STAGES 2 keeps
 // two shared buffers and prefetches the next slice into registers while the current one
 // is multiplied (one barrier per slice); STAGES 1 uses one buffer (less shared memory).
 // The accumulators go back through a per-subgroup MS x NS fp32 staging area for the
 // strided, bounds-checked epilogue.
 // Tunables (specialization constants: one SPIR-V module serves every tile config): SG_M (id 3),
 // SG_N (4), FM (5), FN (6), BK (7), PAD (8). Defines (a module each): MS, NS, KS (cooperative-matrix
-// type parameters), SUBGROUP_SIZE (the device's), STAGES, KMAJOR, VEC_A, VEC_B, A_KMAJOR, B_NMAJOR
-// (code paths and cooperative load layouts), DTYPE, ACT, MODE.
+// type parameters), SUBGROUP_SIZE (the device's), STAGES, VEC_A, VEC_B, A_KMAJOR, B_NMAJOR (code
+// paths and cooperative load layouts), DTYPE, ACT, MODE.
 // Needs glslang >= 13 (GL_KHR_cooperative_matrix); SPIR-V for Vulkan 1.2 is enough.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
@@ -80,14 +76,6 @@ layout(constant_id = 8) const uint PAD = 8u;
 #ifndef STAGES
 #define STAGES 2
 #endif
-#ifndef KMAJOR
-#define KMAJOR 0
-#endif
-// the shared tiles' layouts: k-contiguous rows, or the operand's own contiguity
-#define A_TILE_KMAJOR (A_KMAJOR || KMAJOR)
-#define B_TILE_NMAJOR (B_NMAJOR && !KMAJOR)
-#define A_GATHER (!A_KMAJOR && KMAJOR)  // gathered down k: octet v is row v % BM, octet v / BM
-#define B_GATHER (B_NMAJOR && KMAJOR)   // likewise: row v % BN, octet v / BN
 #ifndef MODE
 #define MODE 0
 #endif
@@ -166,12 +154,12 @@ const uint NSG = SG_M * SG_N;
 const uint WG = NSG * SUBGROUP_SIZE;
 
 // shared tiles in octets (uvec4 = 8 halves); row lengths in halves are multiples of 8
-#if A_TILE_KMAJOR
+#if A_KMAJOR
 const uint A_ROWS = BM, A_ROW = BK + PAD, A_OCT_ROW = BK / 8u;   // As[m][k]
 #else
 const uint A_ROWS = BK, A_ROW = BM + PAD, A_OCT_ROW = BM / 8u;   // As[k][m]
 #endif
-#if B_TILE_NMAJOR
+#if B_NMAJOR
 const uint B_ROWS = BK, B_ROW = BN + PAD, B_OCT_ROW = BN / 8u;   // Bs[k][n]
 #else
 const uint B_ROWS = BN, B_ROW = BK + PAD, B_OCT_ROW = BK / 8u;   // Bs[n][k]
@@ -202,10 +190,6 @@ void fetch(uvec2 abase, uvec2 bbase, uint m0, uint n0, uint k0, uint tid) {
 #if A_KMAJOR
             const uint gm = m0 + row, gk = k0 + q8;
             if (gm < p.M) val = load_a(abase, gm * p.sAm + gk * p.sAk, p.sAk, gk, p.K);
-#elif A_GATHER
-            // A is [k][m] in memory, staged [m][k]: neighbouring invocations take neighbouring rows m
-            const uint m = v % BM, gm = m0 + m, gk = k0 + (v / BM) * 8u;
-            if (gm < p.M) val = load_octet_scalar(abase, gm * p.sAm + gk * p.sAk, p.sAk, gk, p.K);
 #else
             const uint gk = k0 + row, gm = m0 + q8;
             if (gk < p.K) val = load_a(abase, gm * p.sAm + gk * p.sAk, p.sAm, gm, p.M);
@@ -218,13 +202,9 @@ void fetch(uvec2 abase, uvec2 bbase, uint m0, uint n0, uint k0, uint tid) {
         uvec4 val = uvec4(0u);
         if (B_ITERS * WG == B_OCTS || v < B_OCTS) {
             const uint row = v / B_OCT_ROW, q8 = (v % B_OCT_ROW) * 8u;
-#if B_TILE_NMAJOR
+#if B_NMAJOR
             const uint gk = k0 + row, gn = n0 + q8;
             if (gk < p.K) val = load_b(bbase, gk * p.sBk + gn * p.sBn, p.sBn, gn, p.N);
-#elif B_GATHER
-            // B is [k][n] in memory, staged [n][k]: neighbouring invocations take neighbouring columns n
-            const uint n = v % BN, gn = n0 + n, gk = k0 + (v / BN) * 8u;
-            if (gn < p.N) val = load_octet_scalar(bbase, gk * p.sBk + gn * p.sBn, p.sBk, gk, p.K);
 #else
             const uint gn = n0 + row, gk = k0 + q8;
             if (gn < p.N) val = load_b(bbase, gk * p.sBk + gn * p.sBn, p.sBk, gk, p.K);
@@ -238,20 +218,12 @@ void stash(uint stage, uint tid) {
     [[unroll]] for (uint it = 0u; it < A_ITERS; ++it) {
         const uint v = tid + it * WG;
         if (A_ITERS * WG == A_OCTS || v < A_OCTS)
-#if A_GATHER
-            As[stage * A_TILE8 + (v % BM) * A_STRIDE8 + v / BM] = ra[it];
-#else
             As[stage * A_TILE8 + (v / A_OCT_ROW) * A_STRIDE8 + v % A_OCT_ROW] = ra[it];
-#endif
     }
     [[unroll]] for (uint it = 0u; it < B_ITERS; ++it) {
         const uint v = tid + it * WG;
         if (B_ITERS * WG == B_OCTS || v < B_OCTS)
-#if B_GATHER
-            Bs[stage * B_TILE8 + (v % BN) * B_STRIDE8 + v / BN] = rb[it];
-#else
             Bs[stage * B_TILE8 + (v / B_OCT_ROW) * B_STRIDE8 + v % B_OCT_ROW] = rb[it];
-#endif
     }
 }
 
@@ -292,7 +264,7 @@ void main() {
             B_T fb[FN];
             [[unroll]] for (uint i = 0u; i < FM; ++i) {
                 const uint m = sm * WM + i * MS;
-#if A_TILE_KMAJOR
+#if A_KMAJOR
                 coopMatLoad(fa[i], As, a_off + m * A_STRIDE8 + kk / 8u, A_STRIDE8, gl_CooperativeMatrixLayoutRowMajor);
 #else
                 coopMatLoad(fa[i], As, a_off + kk * A_STRIDE8 + m / 8u, A_STRIDE8, gl_CooperativeMatrixLayoutColumnMajor);
@@ -300,7 +272,7 @@ void main() {
             }
             [[unroll]] for (uint j = 0u; j < FN; ++j) {
                 const uint n = sn * WN + j * NS;
-#if B_TILE_NMAJOR
+#if B_NMAJOR
                 coopMatLoad(fb[j], Bs, b_off + kk * B_STRIDE8 + n / 8u, B_STRIDE8, gl_CooperativeMatrixLayoutRowMajor);
 #else
                 coopMatLoad(fb[j], Bs, b_off + n * B_STRIDE8 + kk / 8u, B_STRIDE8, gl_CooperativeMatrixLayoutColumnMajor);

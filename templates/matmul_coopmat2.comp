@@ -16,9 +16,8 @@
 // sends the kernel only operands with a unit stride (matmul_coopmat2.py).
 // Tunables (specialization constants: one module serves every tile): the workgroup size
 // (id 0, a size the device lists for workgroup-scope matrices), BM (3), BN (4), BK (5);
-// the layouts (6-8) are specialization constants too. Defines (a module each): DTYPE, ACT, MODE,
-// ALIGNED (1: the operands' bases and every row start 16-byte aligned, which the host checks; the
-// loads then go through 16-byte aligned references, so the driver may move 8 halves at a time).
+// the layouts (6-8) and ALIGNED (9: every row start 16-byte aligned, a hint the host checks)
+// are specialization constants too. Defines (a module each): DTYPE, ACT, MODE.
 // Needs glslang >= 15 (GL_NV_cooperative_matrix2), which needs SPIR-V 1.6:
 // target-env: vulkan1.3
 #extension GL_EXT_buffer_reference : require
@@ -54,17 +53,10 @@ layout(constant_id = 5) const uint BK = 32u;
 layout(constant_id = 6) const bool A_KMAJOR = true;
 layout(constant_id = 7) const bool B_NMAJOR = true;
 layout(constant_id = 8) const bool C_NMAJOR = true;
-#ifndef ALIGNED
-#define ALIGNED 0
-#endif
+layout(constant_id = 9) const bool ALIGNED = false;
 
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer HBuf { ELEM v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer FBuf { float v[]; };
-#if ALIGNED
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer InBuf { ELEM v[]; };
-#else
-#define InBuf HBuf
-#endif
 
 layout(push_constant) uniform Params {
     uvec2 a;
@@ -120,15 +112,15 @@ void main() {
     const uint kbeg = split * p.k_chunk;
     const uint kend = min(p.K, kbeg + p.k_chunk);
 
-    InBuf A = InBuf(offset_addr(p.a, bz, p.sAb, 1u));
-    InBuf B = InBuf(offset_addr(p.b, bz, p.sBb, 1u));
+    HBuf A = HBuf(offset_addr(p.a, bz, p.sAb, 1u));
+    HBuf B = HBuf(offset_addr(p.b, bz, p.sBb, 1u));
     // row strides of the layouts (elements); ALIGNED tells the compiler they are multiples of 8
     uint a_row = A_KMAJOR ? p.sAm : p.sAk;
     uint b_row = B_NMAJOR ? p.sBk : p.sBn;
-#if ALIGNED
-    a_row &= ~7u;
-    b_row &= ~7u;
-#endif
+    if (ALIGNED) {
+        a_row &= ~7u;
+        b_row &= ~7u;
+    }
     // the K extent is this split's end: loads past it read zeros
     CLAMPED la = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
     CLAMPED lb = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);

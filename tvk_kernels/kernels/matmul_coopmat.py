@@ -45,9 +45,8 @@ class CoopMatmul(Family):
         """The tile of a config on this device's matrix shape: WG, BM, BN, BK, shared bytes, subgroup size."""
         c, s = params, self.shape
         bm, bn = c["SG_M"] * c["FM"] * s["M"], c["SG_N"] * c["FN"] * s["N"]
-        kmajor = c.get("KMAJOR", 0)  # both tiles staged k-contiguous whatever the operands' layouts
-        a_halves = bm * (c["BK"] + c["PAD"]) if a_kmajor or kmajor else c["BK"] * (bm + c["PAD"])
-        b_halves = c["BK"] * (bn + c["PAD"]) if b_nmajor and not kmajor else bn * (c["BK"] + c["PAD"])
+        a_halves = bm * (c["BK"] + c["PAD"]) if a_kmajor else c["BK"] * (bm + c["PAD"])
+        b_halves = c["BK"] * (bn + c["PAD"]) if b_nmajor else bn * (c["BK"] + c["PAD"])
         shared = c["STAGES"] * 2 * (a_halves + b_halves) + c["SG_M"] * c["SG_N"] * s["M"] * s["N"] * 4
         return {"WG": c["SG_M"] * c["SG_N"] * self.subgroup, "BM": bm, "BN": bn, "BK": c["BK"], "shared": shared,
                 "subgroup": self.subgroup if self.device.facts.subgroup_size_control else None}
@@ -62,7 +61,6 @@ class CoopMatmul(Family):
                                      f"cooperative-matrix kernel takes {', '.join(names)} (tuning/matmul_coopmat.json)")
         c = dict(params)
         c.setdefault("STAGES", 2)
-        c.setdefault("KMAJOR", 0)
         for n in ("SG_M", "SG_N", "FM", "FN", "BK", "PAD"):
             if not isinstance(c.get(n), int) or c[n] < (0 if n == "PAD" else 1):
                 raise InvalidConfigError(f"coopmat parameter {n}={c.get(n)!r} must be a positive integer")
@@ -72,8 +70,6 @@ class CoopMatmul(Family):
             raise InvalidConfigError(f"coopmat PAD={c['PAD']} and BK={c['BK']} must be multiples of 8 (16-byte rows)")
         if c["STAGES"] not in (1, 2):
             raise InvalidConfigError(f"coopmat STAGES={c['STAGES']} must be 1 or 2")
-        if c["KMAJOR"] not in (0, 1):
-            raise InvalidConfigError(f"coopmat KMAJOR={c['KMAJOR']} must be 0 or 1")
         for a_kmajor, b_nmajor in itertools.product((True, False), repeat=2):
             g = self.geometry(c, a_kmajor, b_nmajor)
             self.device.pipelines.check_limits((g["WG"], 1, 1), shared_bytes=g["shared"], subgroup_size=g["subgroup"],
@@ -86,7 +82,7 @@ class CoopMatmul(Family):
         s = self.shape
         defines = {"MS": s["M"], "NS": s["N"], "KS": s["K"], "SG_M": params["SG_M"], "SG_N": params["SG_N"],
                    "FM": params["FM"], "FN": params["FN"], "BK": params["BK"], "PAD": params["PAD"],
-                   "STAGES": params["STAGES"], "KMAJOR": params.get("KMAJOR", 0), "SUBGROUP_SIZE": self.subgroup, "VEC_A": vec_a, "VEC_B": vec_b,
+                   "STAGES": params["STAGES"], "SUBGROUP_SIZE": self.subgroup, "VEC_A": vec_a, "VEC_B": vec_b,
                    "A_KMAJOR": int(a_kmajor), "B_NMAJOR": int(b_nmajor), "DTYPE": DTYPES["float16"][0], "MODE": mode,
                    **activations.act_define(act if mode == 0 else None)}
         return self.variant(defines, g["WG"], PUSH.size, shared_bytes=g["shared"], subgroup_size=g["subgroup"])
@@ -102,7 +98,7 @@ class CoopMatmul(Family):
         vec_a, vec_b = load_widths(8, a_addr, b_addr, 2, sa, sb, a_kmajor, b_nmajor)
         tile = self.geometry(params, a_kmajor, b_nmajor)
         info = {"kernel": "coopmat", "bucket": bucket, "config_bucket": bucket,
-                "params": {n: params[n] for n in search_space(self.family)["params"] if n in params}, "source": source}
+                "params": {n: params[n] for n in search_space(self.family)["params"]}, "source": source}
         return plan_launch(self.tiled, tile, M, N, K, batch, sa, sb, sc, 2, split_k, DTYPES["float16"][0], act,
                            lambda mode: self.pipeline(params, mode, act, vec_a, vec_b, a_kmajor, b_nmajor),
                            info, tune_shape, "matmul_coopmat")

@@ -49,9 +49,9 @@ class CoopMatmulTarget:
         """Kernels one tuned parameter set builds (tune/carry_over.py): the GEMM and its split-K partials
         in every layout at each load width, on the 16x16x16 matrix shape (the one pick_shape prefers, every
         vendor's) at the subgroup sizes GPUs run it with; the device's shape and subgroup are not recorded."""
-        c = {"STAGES": 2, "KMAJOR": 0, **params}
+        c = {"STAGES": 2, **params}
         return [{"MS": 16, "NS": 16, "KS": 16, "SG_M": c["SG_M"], "SG_N": c["SG_N"], "FM": c["FM"], "FN": c["FN"],
-                 "BK": c["BK"], "PAD": c["PAD"], "STAGES": c["STAGES"], "KMAJOR": c["KMAJOR"], "SUBGROUP_SIZE": sg, "VEC_A": vec,
+                 "BK": c["BK"], "PAD": c["PAD"], "STAGES": c["STAGES"], "SUBGROUP_SIZE": sg, "VEC_A": vec,
                  "VEC_B": vec, "A_KMAJOR": int(ak), "B_NMAJOR": int(bn), "DTYPE": DTYPES["float16"][0], "MODE": mode}
                 for mode in (0, 1) for sg in (32, 64) for ak in (True, False) for bn in (True, False)
                 for vec in (8, 1)]
