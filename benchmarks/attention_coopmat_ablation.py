@@ -3,6 +3,7 @@ forward kernel timed whole and with one part of its step loop taken out at a tim
 only the time counts), at one shape and config.
 
     python benchmarks/attention_coopmat_ablation.py [--shape 8,8,1024,64] [--causal] [--br 64 --bc 64]
+    python benchmarks/attention_coopmat_ablation.py --backward [--bbr 64 --bbc 32]   (the backward whole, no variants)
 
 Each variant is the template's text with lines removed, written next to it under its own name and built once.
 """
@@ -11,8 +12,9 @@ import json
 
 # (name, [(text, replacement), ...]): each replacement applies to the first occurrence (the forward comes first)
 QK = ("        ROWS_BY_TILE_T(sS, KEPT_Q, sK)\n        SG_SYNC();\n        float s[CPT];", "        SG_SYNC();\n        float s[CPT];")
-PV = ("        HALVES_BY_TILE(o, sP, sV, 0u, HB)\n", "")
-LOADS = ("        LOAD_TILE(sK, p.k, kbase, krs, j0, p.lk, BC)\n        LOAD_TILE(sV, p.v, vbase, vrs, j0, p.lk, BC)\n", "")
+PV = ("        HALVES_BY_TILE(o, sP, sVt, 0u, HB)\n", "")
+LOADS = [("        PUT_TILE(sK, kr, p.k, kbase, krs, j0, p.lk)\n        PUT_TILE_T(sVt, vr, p.v, vbase, vrs, j0, p.lk)\n", ""),
+         ("            FETCH_TILE(kr, p.k, kbase, krs, j0 + BC, p.lk)\n            FETCH_TILE(vr, p.v, vbase, vrs, j0 + BC, p.lk)\n", "")]
 SOFTMAX = [("s[c] = masked(sS[r * SST + col] * p.scale, b, h, i, j0 + col);", "s[c] = sS[r * SST + col] * p.scale;"),
            ("float pr = s[c] == NEG_INF ? 0.0 : exp(s[c] - m);", "float pr = s[c];")]
 RESCALE = ("if (any_row(mx > m + TAU)) {", "if (false) {")
@@ -20,12 +22,12 @@ VARIANTS = [
     ("whole", []),
     ("no q k^T", [QK]),
     ("no P v", [PV]),
-    ("no K/V loads", [LOADS]),
+    ("no K/V loads", LOADS),
     ("no exp or mask", SOFTMAX),
     ("no rescale", [RESCALE]),
     ("loads only", [QK, PV] + SOFTMAX),
-    ("products only", [LOADS] + SOFTMAX),
-    ("neither products nor loads", [QK, PV, LOADS] + SOFTMAX),
+    ("products only", LOADS + SOFTMAX),
+    ("neither products nor loads", [QK, PV] + LOADS + SOFTMAX),
 ]
 
 
@@ -35,6 +37,9 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--br", type=int, default=None)
     ap.add_argument("--bc", type=int, default=None)
+    ap.add_argument("--bbr", type=int, default=None)
+    ap.add_argument("--bbc", type=int, default=None)
+    ap.add_argument("--backward", action="store_true", help="time the backward (dQ, dK/dV and delta) whole")
     args = ap.parse_args()
     import numpy as np
     from tvk_kernels import config, get_device
@@ -45,18 +50,29 @@ def main():
 
     device = get_device(0)
     b, h, n, d = (int(x) for x in args.shape.split(","))
-    if args.br or args.bc:  # this config in place of the device's
+    given = {name: value for name, value in (("BR", args.br), ("BC", args.bc), ("BBR", args.bbr), ("BBC", args.bbc))
+             if value}
+    if given:  # this config in place of the device's
         resolve = attention_coopmat.CoopAttention.resolve
-        attention_coopmat.CoopAttention.resolve = lambda self, shape, params=None: {
-            **resolve(self, shape, params), **({"BR": args.br} if args.br else {}), **({"BC": args.bc} if args.bc else {})}
+        attention_coopmat.CoopAttention.resolve = lambda self, shape, params=None: {**resolve(self, shape, params), **given}
     rng = np.random.default_rng(0)
-    q, k, v, o = (device.upload(rng.standard_normal((b, h, n, d)).astype(np.float16)) for _ in range(4))
-    lse = device.allocator.alloc(4 * b * h * n)
+    q, k, v, o, g, dq, dk, dv = (device.upload(rng.standard_normal((b, h, n, d)).astype(np.float16)) for _ in range(8))
+    lse, delta = device.allocator.alloc(4 * b * h * n), device.allocator.alloc(4 * b * h * n)
+    kw = {"dtype": "float16", "scale": d ** -0.5, "causal": args.causal}
+
+    def forward():
+        attention.attention_forward(device, q, k, v, o, lse, shape, **kw)
+
+    def backward():
+        attention.attention_backward(device, q, k, v, o, g, lse, dq, dk, dv, shape, delta=delta, **kw)
     shape = (b, h, h, n, n, d)
     flops = 4 * b * h * n * n * d * (0.5 if args.causal else 1.0)
     templates = data_dir("templates")
     source = (templates / "attention_coopmat.comp").read_text()
-    for i, (name, edits) in enumerate(VARIANTS):
+    if args.backward:
+        forward()
+        flops *= 2.5  # dQ's three products and dK/dV's four against the forward's two
+    for i, (name, edits) in enumerate(VARIANTS[:1] if args.backward else VARIANTS):
         text = source
         for old, new in edits:
             if old not in text:
@@ -68,12 +84,13 @@ def main():
             attention_coopmat.CoopAttention.template = template
             family(device, attention_coopmat.CoopAttention)._pipelines.clear()  # its memo keys on the defines alone
             config.reload()  # kept launches go with the template
-            seconds = _gpu(device, lambda: attention.attention_forward(device, q, k, v, o, lse, shape, dtype="float16",
-                                                                       scale=d ** -0.5, causal=args.causal))
+            seconds = _gpu(device, backward if args.backward else forward)
         finally:  # the templates folder keeps no variant, even after Ctrl-C
             (templates / template).unlink()
-        print(json.dumps({"variant": name, "shape": args.shape, "causal": args.causal, "BR": args.br, "BC": args.bc,
-                          "ms": round(seconds * 1e3, 4), "tflops": round(flops / seconds / 1e12, 2)}), flush=True)
+        print(json.dumps({"variant": ("backward " if args.backward else "forward ") + name, "shape": args.shape,
+                          "causal": args.causal, **given, "ms": round(seconds * 1e3, 4),
+                          "tflops": round(flops / seconds / 1e12, 2)}), flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,7 @@
 // shared memory (its rows of scores, P, dS, staged accumulators) only it reads, after a subgroup barrier.
 // Accumulators (O, dQ, dK, dV) stay in matrices across steps and leave through the subgroup's rows of sS.
 // KERNEL 0 forward: q stays in matrices (registers); per step S = q k^T (fp32, in sS), the online
-//          softmax, P (fp16, in sP), then O += P v in matrices. The running row maximum m is lazy: P =
+//          softmax, P (fp16, in sP), then O += P v in matrices (v's tile stored transposed, see TT). The running row maximum m is lazy: P =
 //          exp(s - m) may reach e^TAU, and only a step whose scores pass m + TAU in some row of the
 //          subgroup moves m and rescales O (through sS; FlashAttention-4's conditional rescaling).
 //          TAU = 4 keeps P, times dropout's 1 / (1 - p) up to p = 0.999, within fp16's range.
@@ -131,6 +131,57 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
 // the half at (row, col) of an octet tile
 #define TILE_HALF(T, ROW, COL) float(unpackFloat2x16(T[(ROW) * TS8 + (COL) / 8u][((COL) % 8u) / 2u])[(COL) % 2u])
 
+// The step loops' BC-row tiles: with PREFETCH, the next step's tile is fetched into registers (PT octets a thread)
+// while this step computes, and stored to shared memory after the next barrier, so the loads' latency hides
+// behind the products (the forward spent a third of its time waiting on them); without, loaded in place.
+// dK/dV above head dim 64 keeps 2 HB accumulators and HB kept matrices: no registers left for a tile in flight.
+#ifndef PREFETCH
+#define PREFETCH (KERNEL != 3 || HEAD <= 64)
+#endif
+#define TILE_OCTETS (BC * (HEAD / 8u))
+#define PT ((TILE_OCTETS + WG - 1u) / WG)
+#if PREFETCH
+#define TILE_REGS(R) uvec4 R[PT];
+#define FETCH_TILE(R, ADDR, BASE, RS, FIRST, COUNT)                                         \
+    [[unroll]] for (uint u = 0u; u < PT; ++u) {                                             \
+        const uint e = tid + u * WG, rr = e / (HEAD / 8u), oc = e % (HEAD / 8u), row = (FIRST) + rr; \
+        R[u] = e < TILE_OCTETS && row < (COUNT) ? load_octet(ADDR, (BASE) + row * (RS), oc * 8u) : uvec4(0u); \
+    }
+#define PUT_TILE(DST, R, ADDR, BASE, RS, FIRST, COUNT)                                      \
+    [[unroll]] for (uint u = 0u; u < PT; ++u) {                                             \
+        const uint e = tid + u * WG;                                                        \
+        if (e < TILE_OCTETS) DST[(e / (HEAD / 8u)) * TS8 + e % (HEAD / 8u)] = R[u];         \
+    }
+#else
+#define TILE_REGS(R)
+#define FETCH_TILE(R, ADDR, BASE, RS, FIRST, COUNT)
+#define PUT_TILE(DST, R, ADDR, BASE, RS, FIRST, COUNT) LOAD_TILE(DST, ADDR, BASE, RS, FIRST, COUNT, BC)
+#endif
+// Transposed tiles (halves, a row of BC + 8 per head dim): the second operand of P v (dS k, P^T dO, dS^T q) as the
+// column-major B matrix NVIDIA's products take directly; from the row-major tile a B load is far slower
+// (benchmarks/attention_coopmat_ablation.py: P v took 4x the time of q k^T)
+#define TT (BC + 8u)
+#define PUT_OCTET_T(DST, ROW, OC, V)                                                        \
+    [[unroll]] for (uint w = 0u; w < 4u; ++w) {                                             \
+        const f16vec2 pair = unpackFloat2x16(V[w]);                                         \
+        DST[((OC) * 8u + 2u * w) * TT + (ROW)] = pair.x;                                    \
+        DST[((OC) * 8u + 2u * w + 1u) * TT + (ROW)] = pair.y;                               \
+    }
+#if PREFETCH
+#define PUT_TILE_T(DST, R, ADDR, BASE, RS, FIRST, COUNT)                                    \
+    [[unroll]] for (uint u = 0u; u < PT; ++u) {                                             \
+        const uint e = tid + u * WG;                                                        \
+        if (e < TILE_OCTETS) PUT_OCTET_T(DST, e / (HEAD / 8u), e % (HEAD / 8u), R[u])        \
+    }
+#else
+#define PUT_TILE_T(DST, R, ADDR, BASE, RS, FIRST, COUNT)                                    \
+    for (uint e = tid; e < TILE_OCTETS; e += WG) {                                          \
+        const uint rr = e / (HEAD / 8u), oc = e % (HEAD / 8u), row = (FIRST) + rr;          \
+        const uvec4 octet = row < (COUNT) ? load_octet(ADDR, (BASE) + row * (RS), oc * 8u) : uvec4(0u); \
+        PUT_OCTET_T(DST, rr, oc, octet)                                                     \
+    }
+#endif
+
 #if !EMULATE
 #define ACC_T coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
 #define A_T coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
@@ -150,15 +201,16 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
         }                                                                                   \
         coopMatStore(acc, OUT, sg * 16u * SST + cb * 16u, SST, ROWMAJOR);                   \
     }
-// ACC[db] += the subgroup's 16 rows of H (halves, row stride PST) times tile T's BC rows, head blocks D0..D0+N
-#define HALVES_BY_TILE(ACC, H, T, D0, N)                                                    \
+// ACC[db] += the subgroup's 16 rows of H (halves, row stride PST) times the BC rows of a tile, head blocks
+// D0..D0+N; the tile comes transposed (TT_: halves, row d holding the BC rows' element d)
+#define HALVES_BY_TILE(ACC, H, TT_, D0, N)                                                \
     {                                                                                       \
         A_T ha[KB];                                                                         \
         [[unroll]] for (uint kb = 0u; kb < KB; ++kb) coopMatLoad(ha[kb], H, sg * 16u * PST + kb * 16u, PST, ROWMAJOR); \
         [[unroll]] for (uint db = (D0); db < (D0) + (N); ++db) {                            \
             [[unroll]] for (uint kb = 0u; kb < KB; ++kb) {                                  \
                 B_T bt;                                                                     \
-                coopMatLoad(bt, T, kb * 16u * TS8 + db * 2u, TS8, ROWMAJOR);                \
+                coopMatLoad(bt, TT_, db * 16u * TT + kb * 16u, TT, COLMAJOR);               \
                 ACC[db] = coopMatMulAdd(ha[kb], bt, ACC[db]);                               \
             }                                                                               \
         }                                                                                   \
@@ -196,12 +248,12 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
         for (uint dd = 0u; dd < HEAD; ++dd) acc += TILE_HALF(M, sg * 16u + rr, dd) * TILE_HALF(T, cc, dd); \
         OUT[(sg * 16u + rr) * SST + cc] = acc;                                              \
     }
-#define HALVES_BY_TILE(ACC, H, T, D0, N)                                                    \
+#define HALVES_BY_TILE(ACC, H, TT_, D0, N)                                                \
     [[unroll]] for (uint db = (D0); db < (D0) + (N); ++db) {                                \
         [[unroll]] for (uint k = 0u; k < EPL; ++k) {                                        \
             const uint e = lane + k * SUBGROUP_SIZE, rr = e / 16u, cc = db * 16u + e % 16u; \
             float acc = 0.0;                                                                \
-            for (uint kk = 0u; kk < BC; ++kk) acc += float(H[(sg * 16u + rr) * PST + kk]) * TILE_HALF(T, kk, cc); \
+            for (uint kk = 0u; kk < BC; ++kk) acc += float(H[(sg * 16u + rr) * PST + kk]) * float(TT_[cc * TT + kk]); \
             ACC[db][k] += acc;                                                              \
         }                                                                                   \
     }
@@ -253,7 +305,7 @@ shared float sRed[WG];              // per-thread partial row maxima and sums
 #if KERNEL == 0
 // ---------------------------------------------------------------- forward
 shared uvec4 sK[BC * TS8];
-shared uvec4 sV[BC * TS8];
+shared float16_t sVt[HEAD * TT];  // v's tile, transposed
 shared float16_t sP[BR * PST];
 #if EMULATE
 shared uvec4 sQ[BR * TS8];
@@ -316,11 +368,19 @@ void main() {
 #else
     const uint jend = p.lk;
 #endif
+    TILE_REGS(kr)
+    TILE_REGS(vr)
+    FETCH_TILE(kr, p.k, kbase, krs, 0u, p.lk)
+    FETCH_TILE(vr, p.v, vbase, vrs, 0u, p.lk)
     for (uint j0 = 0u; j0 < jend; j0 += BC) {
         barrier();
-        LOAD_TILE(sK, p.k, kbase, krs, j0, p.lk, BC)
-        LOAD_TILE(sV, p.v, vbase, vrs, j0, p.lk, BC)
+        PUT_TILE(sK, kr, p.k, kbase, krs, j0, p.lk)
+        PUT_TILE_T(sVt, vr, p.v, vbase, vrs, j0, p.lk)
         barrier();
+        if (j0 + BC < jend) {
+            FETCH_TILE(kr, p.k, kbase, krs, j0 + BC, p.lk)
+            FETCH_TILE(vr, p.v, vbase, vrs, j0 + BC, p.lk)
+        }
         ROWS_BY_TILE_T(sS, KEPT_Q, sK)
         SG_SYNC();
         float s[CPT];
@@ -356,7 +416,7 @@ void main() {
             sP[r * PST + t * CPT + c] = float16_t(pr);
         }
         SG_SYNC();
-        HALVES_BY_TILE(o, sP, sV, 0u, HB)
+        HALVES_BY_TILE(o, sP, sVt, 0u, HB)
     }
     SG_SYNC();
     sRed[tid] = lsum;
@@ -372,6 +432,7 @@ void main() {
 #elif KERNEL == 2
 // ---------------------------------------------------------------- backward: dQ
 shared uvec4 sK[BC * TS8];
+shared float16_t sKt[HEAD * TT];  // k's tile again, transposed, for dS k
 shared uvec4 sV[BC * TS8];
 shared float16_t sP[BR * PST];  // dS
 // dO's rows are kept in shared memory, not in matrices: NVIDIA's driver crashes building this kernel with two
@@ -418,11 +479,20 @@ void main() {
 #else
     const uint jend = p.lk;
 #endif
+    TILE_REGS(kr)
+    TILE_REGS(vr)
+    FETCH_TILE(kr, p.k, kbase, krs, 0u, p.lk)
+    FETCH_TILE(vr, p.v, vbase, vrs, 0u, p.lk)
     for (uint j0 = 0u; j0 < jend; j0 += BC) {
         barrier();
-        LOAD_TILE(sK, p.k, kbase, krs, j0, p.lk, BC)
-        LOAD_TILE(sV, p.v, vbase, vrs, j0, p.lk, BC)
+        PUT_TILE(sK, kr, p.k, kbase, krs, j0, p.lk)
+        PUT_TILE_T(sKt, kr, p.k, kbase, krs, j0, p.lk)
+        PUT_TILE(sV, vr, p.v, vbase, vrs, j0, p.lk)
         barrier();
+        if (j0 + BC < jend) {
+            FETCH_TILE(kr, p.k, kbase, krs, j0 + BC, p.lk)
+            FETCH_TILE(vr, p.v, vbase, vrs, j0 + BC, p.lk)
+        }
         ROWS_BY_TILE_T(sS, KEPT_Q, sK)
         SG_SYNC();
         float pr[CPT];
@@ -444,7 +514,7 @@ void main() {
             if (write_ds && i < p.lq && j < p.lk) FBuf(p.x2).v[row * p.lk + j] = ds;
         }
         SG_SYNC();
-        HALVES_BY_TILE(dq, sP, sK, 0u, HB)
+        HALVES_BY_TILE(dq, sP, sKt, 0u, HB)
     }
     WRITE_ACC(dq, p.scale, p.x0, SDQ, h, i0, p.lq)
 }
@@ -453,6 +523,8 @@ void main() {
 // ---------------------------------------------------------------- backward: dK, dV
 shared uvec4 sQ[BC * TS8];
 shared uvec4 sdO[BC * TS8];
+shared float16_t sQt[HEAD * TT];   // the same two tiles transposed, for dS^T q and P^T dO
+shared float16_t sdOt[HEAD * TT];
 shared float16_t sP[BR * PST];   // P^T (with dropout)
 shared float16_t sdS[BR * PST];  // dS^T
 shared uvec4 sVk[BR * TS8];  // v's rows, kept in shared memory as dO's in the dQ pass
@@ -494,42 +566,55 @@ void main() {
 #else
     const uint istart = 0u;
 #endif
-    for (uint hh = 0u; hh < p.group; ++hh) {
-        const uint h = hk * p.group + hh;
+    // one loop over the steps of every query head of the group: the next step's tile may be another head's
+    const uint tiles = istart < p.lq ? (p.lq - istart + BC - 1u) / BC : 0u;
+    TILE_REGS(qr)
+    TILE_REGS(gr)
+    if (tiles > 0u) {
+        FETCH_TILE(qr, p.q, AT(G, SQ, b, hk * p.group, 0), qrs, istart, p.lq)
+        FETCH_TILE(gr, p.o, AT(G, SDO, b, hk * p.group, 0), grs, istart, p.lq)
+    }
+    for (uint qstep = 0u; qstep < p.group * tiles; ++qstep) {
+        const uint h = hk * p.group + qstep / tiles, i0 = istart + (qstep % tiles) * BC;
         const uint qbase = AT(G, SQ, b, h, 0), gbase = AT(G, SDO, b, h, 0), lbase = (b * p.hq + h) * p.lq;
-        for (uint i0 = istart; i0 < p.lq; i0 += BC) {
-            barrier();
-            LOAD_TILE(sQ, p.q, qbase, qrs, i0, p.lq, BC)
-            LOAD_TILE(sdO, p.o, gbase, grs, i0, p.lq, BC)
-            barrier();
-            ROWS_BY_TILE_T(sS, KEPT_K, sQ)
-            SG_SYNC();
-            float pr[CPT];
-            [[unroll]] for (uint c = 0u; c < CPT; ++c) {
-                const uint i = i0 + t * CPT + c;
-                const float s = masked(sS[r * SST + t * CPT + c] * p.scale, b, h, i, j);
-                pr[c] = s == NEG_INF ? 0.0 : exp(s - L.v[lbase + i]);
-            }
-            SG_SYNC();
-            ROWS_BY_SHARED_T(sS, sVk, sdO)
-            SG_SYNC();
-            [[unroll]] for (uint c = 0u; c < CPT; ++c) {
-                const uint i = i0 + t * CPT + c;
-                float dp = sS[r * SST + t * CPT + c], pd = pr[c];
-#if DROPOUT
-                if (pr[c] != 0.0) {
-                    const float z = keep_scale((lbase + i) * p.lk + j, seed, offset);
-                    pd *= z;
-                    dp *= z;
-                }
-#endif
-                sP[r * PST + t * CPT + c] = float16_t(pd);
-                sdS[r * PST + t * CPT + c] = float16_t(pr[c] == 0.0 ? 0.0 : pr[c] * (dp - Dl.v[lbase + i]));
-            }
-            SG_SYNC();
-            HALVES_BY_TILE(dv, sP, sdO, 0u, HB)
-            HALVES_BY_TILE(dk, sdS, sQ, 0u, HB)
+        barrier();
+        PUT_TILE(sQ, qr, p.q, qbase, qrs, i0, p.lq)
+        PUT_TILE(sdO, gr, p.o, gbase, grs, i0, p.lq)
+        PUT_TILE_T(sQt, qr, p.q, qbase, qrs, i0, p.lq)
+        PUT_TILE_T(sdOt, gr, p.o, gbase, grs, i0, p.lq)
+        barrier();
+        if (qstep + 1u < p.group * tiles) {
+            const uint nh = hk * p.group + (qstep + 1u) / tiles, ni0 = istart + ((qstep + 1u) % tiles) * BC;
+            FETCH_TILE(qr, p.q, AT(G, SQ, b, nh, 0), qrs, ni0, p.lq)
+            FETCH_TILE(gr, p.o, AT(G, SDO, b, nh, 0), grs, ni0, p.lq)
         }
+        ROWS_BY_TILE_T(sS, KEPT_K, sQ)
+        SG_SYNC();
+        float pr[CPT];
+        [[unroll]] for (uint c = 0u; c < CPT; ++c) {
+            const uint i = i0 + t * CPT + c;
+            const float s = masked(sS[r * SST + t * CPT + c] * p.scale, b, h, i, j);
+            pr[c] = s == NEG_INF ? 0.0 : exp(s - L.v[lbase + i]);
+        }
+        SG_SYNC();
+        ROWS_BY_SHARED_T(sS, sVk, sdO)
+        SG_SYNC();
+        [[unroll]] for (uint c = 0u; c < CPT; ++c) {
+            const uint i = i0 + t * CPT + c;
+            float dp = sS[r * SST + t * CPT + c], pd = pr[c];
+#if DROPOUT
+            if (pr[c] != 0.0) {
+                const float z = keep_scale((lbase + i) * p.lk + j, seed, offset);
+                pd *= z;
+                dp *= z;
+            }
+#endif
+            sP[r * PST + t * CPT + c] = float16_t(pd);
+            sdS[r * PST + t * CPT + c] = float16_t(pr[c] == 0.0 ? 0.0 : pr[c] * (dp - Dl.v[lbase + i]));
+        }
+        SG_SYNC();
+        HALVES_BY_TILE(dv, sP, sdOt, 0u, HB)
+        HALVES_BY_TILE(dk, sdS, sQt, 0u, HB)
     }
     WRITE_ACC(dk, p.scale, p.x0, SDK, hk, j0, p.lk)
     WRITE_ACC(dv, 1.0, p.x2, SDV, hk, j0, p.lk)

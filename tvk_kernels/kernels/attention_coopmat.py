@@ -12,6 +12,7 @@ tests run the rest of this kernel; never a speed path.
 """
 from __future__ import annotations
 
+
 from ..env_flags import env_flag
 from ..errors import InvalidConfigError
 from .launch import Family, family
@@ -34,10 +35,13 @@ def shared_bytes(kernel: int, br: int, bc: int, head: int, subgroup: int, emulat
     kept = br * (head // 8 + 1) * 16  # a tile of kept rows in shared memory
     halves = br * (bc + 8) * 2
     common = br * (bc + 4) * 4 + (br // 16) * subgroup * 4  # sS, sRed
-    if kernel == 0:  # K and V tiles; q kept in matrices (the emulation: in shared memory)
-        return common + 2 * tile + halves + (kept if emulate else 0)
-    # the backward keeps one operand in matrices (the emulation: in shared memory) and the other in shared memory
-    return common + 2 * tile + (1 if kernel == 2 else 2) * halves + (2 if emulate else 1) * kept
+    transposed = head * (bc + 8) * 2  # a tile as halves, a row per head dim
+    if kernel == 0:  # the K tile, V's transposed; q kept in matrices (the emulation: in shared memory)
+        return common + tile + transposed + halves + (kept if emulate else 0)
+    # the backward keeps one operand in matrices (the emulation: in shared memory) and the other in shared memory;
+    # dQ's k and dK/dV's q and dO tiles also transposed
+    return (common + 2 * tile + (1 if kernel == 2 else 2) * (halves + transposed)
+            + (2 if emulate else 1) * kept)
 
 
 def emulation() -> int | None:
