@@ -3,7 +3,7 @@ forward kernel timed whole and with one part of its step loop taken out at a tim
 only the time counts), at one shape and config.
 
     python benchmarks/attention_coopmat_ablation.py [--shape 8,8,1024,64] [--causal] [--br 64 --bc 64]
-    python benchmarks/attention_coopmat_ablation.py --backward [--bbr 64 --bbc 32]   (the backward whole, no variants)
+    python benchmarks/attention_coopmat_ablation.py --backward [--bbr 64 --bbc 32] [--hsplit 2]   (the backward whole)
 
 Each variant is the template's text with lines removed, written next to it under its own name and built once.
 """
@@ -39,6 +39,7 @@ def main():
     ap.add_argument("--bc", type=int, default=None)
     ap.add_argument("--bbr", type=int, default=None)
     ap.add_argument("--bbc", type=int, default=None)
+    ap.add_argument("--hsplit", type=int, default=None, help="dK/dV's workgroups per key block along the head dim")
     ap.add_argument("--backward", action="store_true", help="time the backward (dQ, dK/dV and delta) whole")
     args = ap.parse_args()
     import numpy as np
@@ -50,8 +51,8 @@ def main():
 
     device = get_device(0)
     b, h, n, d = (int(x) for x in args.shape.split(","))
-    given = {name: value for name, value in (("BR", args.br), ("BC", args.bc), ("BBR", args.bbr), ("BBC", args.bbc))
-             if value}
+    given = {name: value for name, value in (("BR", args.br), ("BC", args.bc), ("BBR", args.bbr), ("BBC", args.bbc),
+                                             ("HSPLIT", args.hsplit)) if value}
     if given:  # this config in place of the device's
         resolve = attention_coopmat.CoopAttention.resolve
         attention_coopmat.CoopAttention.resolve = lambda self, shape, params=None: {**resolve(self, shape, params), **given}

@@ -20,6 +20,11 @@
 //          through sS, dS = P (dP - delta) goes to sP in fp16, and dQ += dS k in matrices.
 // KERNEL 3 dK, dV: k stays in matrices and v in shared memory; per step (over every query head of the
 //          group) S^T = k q^T and dP^T = v dO^T pass through sS, and dV += P^T dO, dK += dS^T q in matrices.
+//          HSPLIT > 1 splits the head dim of dK and dV over that many workgroups (workgroup x = key block
+//          * HSPLIT + split): each recomputes S^T and dP^T over the whole head dim but keeps only its
+//          HEAD / HSPLIT columns of dK and dV in matrices and of q and dO in the transposed tiles, so a
+//          large head dim does not run out of registers and shared memory (at head 128, 2 x 8 fp32
+//          accumulator matrices besides k's 8 forced tiles of 32 x 16).
 // (attention.comp's KERNEL 1, delta = rowsum(dO * O), runs before 2 and 3.)
 // The scale multiplies the fp32 scores, not q: the matrices take the stored fp16 values exactly.
 // P and dS are rounded to fp16 for their products (FlashAttention does the same).
@@ -32,7 +37,7 @@
 // never routed to for speed. Its subgroups are not the hardware's, so their barriers and the
 // rescale's vote are the workgroup's.
 // Defines (a module each): KERNEL, HEAD (the head dim rounded up to a multiple of 16), BR, BC,
-// SUBGROUP_SIZE, VEC, MASK, CAUSAL, DROPOUT, SEED_BUF, EMULATE.
+// SUBGROUP_SIZE, VEC, MASK, CAUSAL, DROPOUT, SEED_BUF, EMULATE, HSPLIT (KERNEL 3 only).
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -87,6 +92,12 @@
 #if HEAD % 16 != 0 || BR % 16 != 0 || BC % 16 != 0 || SUBGROUP_SIZE % 16 != 0
 #error HEAD, BR, BC and SUBGROUP_SIZE must be multiples of 16
 #endif
+#ifndef HSPLIT
+#define HSPLIT 1
+#endif
+#if KERNEL != 3 && HSPLIT != 1
+#error only the dK/dV pass (KERNEL 3) splits the head dim
+#endif
 
 #define NSG (BR / 16)                // subgroups
 #define WG (NSG * SUBGROUP_SIZE)     // invocations
@@ -96,6 +107,10 @@
 #define HB (HEAD / 16)               // 16-wide blocks of the head dim
 #define KB (BC / 16)                 // 16-wide blocks of a step
 #define SB (HB < KB ? HB : KB)       // head blocks staged in sS at once (a subgroup's rows hold BC floats)
+#define DH (HB / HSPLIT)             // head blocks a workgroup accumulates (its split of the head dim)
+#if HB % HSPLIT != 0
+#error HSPLIT must divide the head dim's 16-wide blocks
+#endif
 #define TS8 (HEAD / 8 + 1)           // tile row stride in octets: one octet of padding, other banks
 #define SST (BC + 4)                 // sS row stride in floats
 #define PST (BC + 8)                 // sP / sdS row stride in halves
@@ -134,9 +149,10 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
 // The step loops' BC-row tiles: with PREFETCH, the next step's tile is fetched into registers (PT octets a thread)
 // while this step computes, and stored to shared memory after the next barrier, so the loads' latency hides
 // behind the products (the forward spent a third of its time waiting on them); without, loaded in place.
-// dK/dV above head dim 64 keeps 2 HB accumulators and HB kept matrices: no registers left for a tile in flight.
+// dK/dV above head dim 64 a workgroup keeps 2 HB accumulators and HB kept matrices: no registers left for a tile
+// in flight (unless HSPLIT leaves it 64 columns of dK and dV).
 #ifndef PREFETCH
-#define PREFETCH (KERNEL != 3 || HEAD <= 64)
+#define PREFETCH (KERNEL != 3 || HEAD / HSPLIT <= 64)
 #endif
 #define TILE_OCTETS (BC * (HEAD / 8u))
 #define PT ((TILE_OCTETS + WG - 1u) / WG)
@@ -160,6 +176,7 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
 // Transposed tiles (halves, a row of BC + 8 per head dim): the second operand of P v (dS k, P^T dO, dS^T q) as the
 // column-major B matrix NVIDIA's products take directly; from the row-major tile a B load is far slower
 // (benchmarks/attention_coopmat_ablation.py: P v took 4x the time of q k^T)
+// A split of the head dim (KERNEL 3, HSPLIT > 1) keeps only its DH * 16 rows, from head octet T_OC0 on.
 #define TT (BC + 8u)
 #define PUT_OCTET_T(DST, ROW, OC, V)                                                        \
     [[unroll]] for (uint w = 0u; w < 4u; ++w) {                                             \
@@ -171,13 +188,14 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
 #define PUT_TILE_T(DST, R, ADDR, BASE, RS, FIRST, COUNT)                                    \
     [[unroll]] for (uint u = 0u; u < PT; ++u) {                                             \
         const uint e = tid + u * WG;                                                        \
-        if (e < TILE_OCTETS) PUT_OCTET_T(DST, e / (HEAD / 8u), e % (HEAD / 8u), R[u])        \
+        const uint oc = e % (HEAD / 8u) - T_OC0;  /* wraps past the split's octets */      \
+        if (e < TILE_OCTETS && oc < DH * 2u) PUT_OCTET_T(DST, e / (HEAD / 8u), oc, R[u])     \
     }
 #else
 #define PUT_TILE_T(DST, R, ADDR, BASE, RS, FIRST, COUNT)                                    \
-    for (uint e = tid; e < TILE_OCTETS; e += WG) {                                          \
-        const uint rr = e / (HEAD / 8u), oc = e % (HEAD / 8u), row = (FIRST) + rr;          \
-        const uvec4 octet = row < (COUNT) ? load_octet(ADDR, (BASE) + row * (RS), oc * 8u) : uvec4(0u); \
+    for (uint e = tid; e < BC * DH * 2u; e += WG) {                                         \
+        const uint rr = e / (DH * 2u), oc = e % (DH * 2u), row = (FIRST) + rr;              \
+        const uvec4 octet = row < (COUNT) ? load_octet(ADDR, (BASE) + row * (RS), (T_OC0 + oc) * 8u) : uvec4(0u); \
         PUT_OCTET_T(DST, rr, oc, octet)                                                     \
     }
 #endif
@@ -229,7 +247,7 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
         }                                                                                   \
         coopMatStore(acc, OUT, sg * 16u * SST + cb * 16u, SST, ROWMAJOR);                   \
     }
-#define ACC_ARRAY(NAME) ACC_T NAME[HB]; [[unroll]] for (uint db = 0u; db < HB; ++db) NAME[db] = ACC_T(0.0);
+#define ACC_ARRAY(NAME) ACC_T NAME[DH]; [[unroll]] for (uint db = 0u; db < DH; ++db) NAME[db] = ACC_T(0.0);
 // head block DB of ACC into (out of) the subgroup's rows of sS at column C0
 #define STORE_BLOCK(ACC, DB, C0) coopMatStore(ACC[DB], sS, sg * 16u * SST + (C0), SST, ROWMAJOR);
 #define LOAD_BLOCK(ACC, DB, C0) coopMatLoad(ACC[DB], sS, sg * 16u * SST + (C0), SST, ROWMAJOR);
@@ -258,7 +276,7 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
         }                                                                                   \
     }
 #define ROWS_BY_SHARED_T(OUT, MS, T) ROWS_BY_TILE_T(OUT, MS, T)
-#define ACC_ARRAY(NAME) float NAME[HB][EPL]; [[unroll]] for (uint db = 0u; db < HB; ++db) [[unroll]] for (uint k = 0u; k < EPL; ++k) NAME[db][k] = 0.0;
+#define ACC_ARRAY(NAME) float NAME[DH][EPL]; [[unroll]] for (uint db = 0u; db < DH; ++db) [[unroll]] for (uint k = 0u; k < EPL; ++k) NAME[db][k] = 0.0;
 #define STORE_BLOCK(ACC, DB, C0)                                                            \
     [[unroll]] for (uint k = 0u; k < EPL; ++k) {                                            \
         const uint e = lane + k * SUBGROUP_SIZE;                                            \
@@ -274,21 +292,22 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
 
 // the subgroup's 16 rows of tile T (from row ROW0) copied into shared tile MS (rows sg * 16 on)
 #define KEEP_ROWS_SHARED(MS, T, ROW0) [[unroll]] for (uint e = lane; e < 16u * TS8; e += SUBGROUP_SIZE) MS[sg * 16u * TS8 + e] = T[(ROW0) * TS8 + e];
-// ACC (every head block) times MUL into row ROW0 + r of the tensor at ADDR (slot SLOT, head H) where it is under
-// COUNT, staged through the subgroup's rows of sS SB blocks at a time (MUL: per row, the scalar phase's)
+// ACC (the workgroup's DH head blocks, from block T_OC0 / 2) times MUL into row ROW0 + r of the tensor at ADDR
+// (slot SLOT, head H) where it is under COUNT, staged through the subgroup's rows of sS SB blocks at a time
+// (MUL: per row, the scalar phase's)
 #define WRITE_ACC(ACC, MUL, ADDR, SLOT, H, ROW0, COUNT)                                     \
     {                                                                                       \
         SBuf OUTB = SBuf(ADDR);                                                             \
-        const uint obase = AT(G, SLOT, b, H, (ROW0) + r);                                   \
-        [[unroll]] for (uint d0 = 0u; d0 < HB; d0 += SB) {                                  \
+        const uint obase = AT(G, SLOT, b, H, (ROW0) + r) + T_OC0 * 8u;                      \
+        [[unroll]] for (uint d0 = 0u; d0 < DH; d0 += SB) {                                  \
             SG_SYNC();                                                                      \
-            [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db) STORE_BLOCK(ACC, db, (db - d0) * 16u) \
+            [[unroll]] for (uint db = d0; db < min(d0 + SB, DH); ++db) STORE_BLOCK(ACC, db, (db - d0) * 16u) \
             SG_SYNC();                                                                      \
             if ((ROW0) + r < (COUNT))                                                       \
-                [[unroll]] for (uint db = d0; db < min(d0 + SB, HB); ++db)                  \
+                [[unroll]] for (uint db = d0; db < min(d0 + SB, DH); ++db)                  \
                     [[unroll]] for (uint k = 0u; k < DPB; ++k) {                            \
                         const uint dd = db * 16u + t * DPB + k;                             \
-                        if (dd < p.d) OUTB.v[obase + dd] = STYPE(sS[r * SST + (db - d0) * 16u + t * DPB + k] * (MUL)); \
+                        if (T_OC0 * 8u + dd < p.d) OUTB.v[obase + dd] = STYPE(sS[r * SST + (db - d0) * 16u + t * DPB + k] * (MUL)); \
                     }                                                                       \
         }                                                                                   \
     }
@@ -301,6 +320,10 @@ uvec4 load_octet(uvec2 addr, uint rowbase, uint d0) {
 
 shared float sS[BR * SST];          // scores, dP, staged products
 shared float sRed[WG];              // per-thread partial row maxima and sums
+
+#if KERNEL != 3
+#define T_OC0 0u  // the whole head dim: from octet 0
+#endif
 
 #if KERNEL == 0
 // ---------------------------------------------------------------- forward
@@ -521,10 +544,11 @@ void main() {
 
 #elif KERNEL == 3
 // ---------------------------------------------------------------- backward: dK, dV
+#define T_OC0 toc0
 shared uvec4 sQ[BC * TS8];
 shared uvec4 sdO[BC * TS8];
-shared float16_t sQt[HEAD * TT];   // the same two tiles transposed, for dS^T q and P^T dO
-shared float16_t sdOt[HEAD * TT];
+shared float16_t sQt[DH * 16u * TT];   // the same two tiles transposed, for dS^T q and P^T dO (the split's rows)
+shared float16_t sdOt[DH * 16u * TT];
 shared float16_t sP[BR * PST];   // P^T (with dropout)
 shared float16_t sdS[BR * PST];  // dS^T
 shared uvec4 sVk[BR * TS8];  // v's rows, kept in shared memory as dO's in the dQ pass
@@ -537,7 +561,8 @@ shared uvec4 sKk[BR * TS8];
 
 void main() {
     const uint b = gl_WorkGroupID.z, hk = gl_WorkGroupID.y;
-    const uint j0 = gl_WorkGroupID.x * BR, j = j0 + r;
+    const uint j0 = (gl_WorkGroupID.x / HSPLIT) * BR, j = j0 + r;
+    const uint toc0 = (gl_WorkGroupID.x % HSPLIT) * DH * 2u;  // this split's first head octet
     GeoBuf G = GeoBuf(p.geo);
     const uint kbase = AT(G, SK, b, hk, 0), vbase = AT(G, SV, b, hk, 0);
     const uint krs = G.s[3 * SK + 2], vrs = G.s[3 * SV + 2], qrs = G.s[3 * SQ + 2], grs = G.s[3 * SDO + 2];
@@ -613,8 +638,8 @@ void main() {
             sdS[r * PST + t * CPT + c] = float16_t(pr[c] == 0.0 ? 0.0 : pr[c] * (dp - Dl.v[lbase + i]));
         }
         SG_SYNC();
-        HALVES_BY_TILE(dv, sP, sdOt, 0u, HB)
-        HALVES_BY_TILE(dk, sdS, sQt, 0u, HB)
+        HALVES_BY_TILE(dv, sP, sdOt, 0u, DH)
+        HALVES_BY_TILE(dk, sdS, sQt, 0u, DH)
     }
     WRITE_ACC(dk, p.scale, p.x0, SDK, hk, j0, p.lk)
     WRITE_ACC(dv, 1.0, p.x2, SDV, hk, j0, p.lk)

@@ -57,6 +57,19 @@ def test_forward_and_backward_match_float64(emulated, case):
     assert {0, 2, 3} <= set(emulated), emulated
 
 
+@pytest.mark.parametrize("split, shape", [(3, (1, 4, 2, 21, 37, 48)), (4, (1, 2, 1, 19, 40, 64))])
+def test_dk_dv_split_along_the_head_dim(emulated, device, monkeypatch, split, shape):
+    """dK/dV split over HSPLIT workgroups along the head dim (each recomputes the scores, keeps its columns of dK
+    and dV): the same gradients, grouped heads and causal included; the split kernel is the one that ran."""
+    resolve = attention_coopmat.CoopAttention.resolve
+    monkeypatch.setattr(attention_coopmat.CoopAttention, "resolve",
+                        lambda self, bucket, explicit=None: {**resolve(self, bucket, explicit), "HSPLIT": split})
+    q, k, v, grad = _inputs(*shape, seed=5)
+    _compare(q, k, v, grad, torch.float16, enable_gqa=True, is_causal=True)
+    kernels = family(device, attention_coopmat.CoopAttention)._pipelines  # keyed by (template, defines, ...)
+    assert 3 in emulated and any(("HSPLIT", split) in key[1] for key in kernels), list(kernels)
+
+
 def test_wave64(emulated64):
     q, k, v, grad = _inputs(1, 4, 2, 37, 45, 32, seed=13)
     _compare(q, k, v, grad, torch.float16, enable_gqa=True, is_causal=True)

@@ -243,7 +243,9 @@ def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype
         vec = attention_coopmat.vec_width(d, (q, k, v, d_o), strides)
         dq_pipe, dq_rows = cfam.pipeline(2, cprm, head, m_kind, causal, dropout, False, vec, emulate)
         dkv_pipe, dkv_rows = cfam.pipeline(3, cprm, head, m_kind, causal, dropout, False, vec, emulate)
+        dkv_splits = cfam.splits(3, cprm, head)  # workgroups per key block along the head dim
     else:
+        dkv_splits = 1
         packed = fam.packed(dtype, head, threads_per_row(2, prm))
         defines, wg, shared = kernel_defines(2, prm, head, dtype, m_kind, causal, dropout, packed=packed)
         dq_pipe, dq_rows = fam.variant(defines, wg, _PUSH.size, shared_bytes=shared), defines["BR"]
@@ -252,7 +254,7 @@ def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype
     device.stream.dispatch(dq_pipe, (-(-lq // dq_rows), hq, b),
                            _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dq, delta, ds, lq, lk, *common),
                            "attention_backward_dq")
-    device.stream.dispatch(dkv_pipe, (-(-lk // dkv_rows), hkv, b),
+    device.stream.dispatch(dkv_pipe, (-(-lk // dkv_rows) * dkv_splits, hkv, b),
                            _PUSH.pack(q, k, v, d_o, lse, m_addr, rng_state, dk, delta, dv, lq, lk, *common),
                            "attention_backward_dkv")
 

@@ -29,13 +29,14 @@ BACKWARD_ROUTE = True
 MIN_SUBGROUP, MAX_SUBGROUP = 16, 64  # a row's scalar threads (SUBGROUP / 16) in its own subgroup
 
 
-def shared_bytes(kernel: int, br: int, bc: int, head: int, subgroup: int, emulate: bool) -> int:
-    """Shared memory of one kernel (forward 0, dQ 2, dK/dV 3) at these tiles, as the template declares it."""
+def shared_bytes(kernel: int, br: int, bc: int, head: int, subgroup: int, emulate: bool, hsplit: int = 1) -> int:
+    """Shared memory of one kernel (forward 0, dQ 2, dK/dV 3) at these tiles, as the template declares it
+    (dK/dV split over `hsplit` workgroups along the head dim keeps 1 / hsplit of its transposed tiles)."""
     tile = bc * (head // 8 + 1) * 16  # BC rows of octets, one octet of padding
     kept = br * (head // 8 + 1) * 16  # a tile of kept rows in shared memory
     halves = br * (bc + 8) * 2
     common = br * (bc + 4) * 4 + (br // 16) * subgroup * 4  # sS, sRed
-    transposed = head * (bc + 8) * 2  # a tile as halves, a row per head dim
+    transposed = head // (hsplit if kernel == 3 else 1) * (bc + 8) * 2  # a tile as halves, a row per head dim
     if kernel == 0:  # the K tile, V's transposed; q kept in matrices (the emulation: in shared memory)
         return common + tile + transposed + halves + (kept if emulate else 0)
     # the backward keeps one operand in matrices (the emulation: in shared memory) and the other in shared memory;
@@ -65,7 +66,21 @@ class CoopAttention(Family):
             value = params.get(name)
             if not isinstance(value, int) or value < 16 or value % 16:
                 raise InvalidConfigError(f"attention_coopmat: {name}={value!r} must be a positive multiple of 16")
+        split = params.get("HSPLIT", 1)
+        if not isinstance(split, int) or split < 1:
+            raise InvalidConfigError(f"attention_coopmat: HSPLIT={split!r} must be a positive integer")
         return params
+
+    @staticmethod
+    def splits(kernel: int, params: dict, head: int) -> int:
+        """Workgroups a key block's dK/dV (kernel 3) is split over along the head dim: the config's HSPLIT,
+        lowered to the largest count that divides the head dim's 16-wide blocks; 1 for the other kernels."""
+        if kernel != 3:
+            return 1
+        split = min(params.get("HSPLIT", 1), head // 16)
+        while (head // 16) % split:
+            split -= 1
+        return split
 
     def tiles(self, kernel: int, params: dict, head: int, emulate: int | None) -> tuple[int, int]:
         """(BR, BC) of a kernel at this head dim: the config's, BC then BR halved (down to 16) until the
@@ -73,8 +88,9 @@ class CoopAttention(Family):
         br, bc = (params["BR"], params["BC"]) if kernel == 0 else (params["BBR"], params["BBC"])
         sub = self.subgroup(emulate)
         facts = self.device.facts
+        split = self.splits(kernel, params, head)
         while True:
-            fits = (shared_bytes(kernel, br, bc, head, sub, bool(emulate)) <= facts.max_shared_memory
+            fits = (shared_bytes(kernel, br, bc, head, sub, bool(emulate), split) <= facts.max_shared_memory
                     and br // 16 * sub <= facts.max_workgroup_invocations)
             if fits:
                 return br, bc
@@ -89,11 +105,13 @@ class CoopAttention(Family):
                  vec: int, emulate: int | None):
         br, bc = self.tiles(kernel, params, head, emulate)
         sub = self.subgroup(emulate)
+        split = self.splits(kernel, params, head)
         defines = {"KERNEL": kernel, "HEAD": head, "BR": br, "BC": bc, "SUBGROUP_SIZE": sub, "VEC": vec,
                    "MASK": {None: 0, "bool": 1, "float": 2}[mask], "CAUSAL": int(bool(causal)),
-                   "DROPOUT": int(bool(dropout)), "SEED_BUF": int(bool(seed_buf)), "EMULATE": int(bool(emulate))}
+                   "DROPOUT": int(bool(dropout)), "SEED_BUF": int(bool(seed_buf)), "EMULATE": int(bool(emulate)),
+                   **({"HSPLIT": split} if split > 1 else {})}
         required = sub if not emulate and self.device.facts.subgroup_size_control else None
-        pipe = self.variant(defines, (br // 16) * sub, 128, shared_bytes(kernel, br, bc, head, sub, bool(emulate)),
+        pipe = self.variant(defines, (br // 16) * sub, 128, shared_bytes(kernel, br, bc, head, sub, bool(emulate), split),
                             subgroup_size=required)
         return pipe, br
 
