@@ -23,8 +23,9 @@
 //          HSPLIT > 1 splits the head dim of dK and dV over that many workgroups (workgroup x = key block
 //          * HSPLIT + split): each recomputes S^T and dP^T over the whole head dim but keeps only its
 //          HEAD / HSPLIT columns of dK and dV in matrices and of q and dO in the transposed tiles, so a
-//          large head dim does not run out of registers and shared memory (at head 128, 2 x 8 fp32
-//          accumulator matrices besides k's 8 forced tiles of 32 x 16).
+//          large head dim fits registers and shared memory (at head 128 unsplit: dK and dV are 16 fp32
+//          accumulator matrices a subgroup beside k's 8 kept ones, and the tiles fit 48 KiB only at BR 32,
+//          BC 16). Checked in the emulation, not yet timed on a GPU: the shipped default is 1.
 // (attention.comp's KERNEL 1, delta = rowsum(dO * O), runs before 2 and 3.)
 // The scale multiplies the fp32 scores, not q: the matrices take the stored fp16 values exactly.
 // P and dS are rounded to fp16 for their products (FlashAttention does the same).

@@ -260,23 +260,12 @@ def attention_backward(device, q, k, v, o, d_o, lse, dq, dk, dv, shape, *, dtype
 
 
 def check_coopmat(device) -> bool:
-    """Attention forward and backward on the cooperative-matrix template, with odd lengths, padded head dims,
-    grouped heads and causal masking, against numpy in float64; a wrong result disables the route with a warning.
-    Two head dims: 40, and 96, whose bucket splits dK/dV along the head dim (HSPLIT), as larger heads run."""
-    got, want = {}, {}
-    for d in (40, 96):
-        case_got, case_want = _coopmat_case(device, d)
-        got.update({f"{name} d{d}": x for name, x in case_got.items()})
-        want.update({f"{name} d{d}": x for name, x in case_want.items()})
-    return matmul_coopmat.agrees(device, "attention", got, want, 2e-2, "attention.comp's kernels")
-
-
-def _coopmat_case(device, d: int) -> tuple[dict, dict]:
-    """(results, float64 references) of one causal grouped-head attention forward and backward at head dim d."""
+    """Attention forward and backward on the cooperative-matrix template, with odd lengths, a padded head dim,
+    grouped heads and causal masking, against numpy in float64; a wrong result disables the route with a warning."""
     import numpy as np  # lazy: numpy only for this one-time check, as elementwise's meta buffers
 
     rng = np.random.default_rng(11)
-    b, hq, hkv, lq, lk = 1, 4, 2, 37, 53
+    b, hq, hkv, lq, lk, d = 1, 4, 2, 37, 53, 40
     scale = d ** -0.5
     q = rng.standard_normal((b, hq, lq, d)).astype(np.float16)
     k, v = (rng.standard_normal((b, hkv, lk, d)).astype(np.float16) for _ in range(2))
@@ -301,13 +290,13 @@ def _coopmat_case(device, d: int) -> tuple[dict, dict]:
     try:
         shape = (b, hq, hkv, lq, lk, d)
         attention_forward(device, bufs["q"], bufs["k"], bufs["v"], bufs["o"], bufs["lse"], shape,
-                          dtype="float16", scale=scale, causal=True)
+                                    dtype="float16", scale=scale, causal=True)
         attention_backward(device, bufs["q"], bufs["k"], bufs["v"], bufs["o"], bufs["do"], bufs["lse"],
-                           bufs["dq"], bufs["dk"], bufs["dv"], shape, dtype="float16", scale=scale,
-                           causal=True, delta=bufs["delta"])
+                                     bufs["dq"], bufs["dk"], bufs["dv"], shape, dtype="float16", scale=scale,
+                                     causal=True, delta=bufs["delta"])
         got = {name: device.download(bufs[name], np.float16, want[name].shape).astype(np.float64) for name in want}
     finally:
         device.synchronize()
         for buf in bufs.values():
             buf.free()
-    return got, want
+    return matmul_coopmat.agrees(device, "attention", got, want, 2e-2, "attention.comp's kernels")
